@@ -1,0 +1,53 @@
+"""One benchmark on one system: stage -> engine -> performance per scenario -> accuracy per scenario.
+
+Every run is cached by its content key, and the engine starts only when a run is not cached, so re-running an
+unchanged plan repeats nothing. Returns the records of the finished runs and the failures of the others.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+from submission import plan as plans
+from submission.rules import load_rules
+from submission.runs import plan_runs
+from tasks.engine import EngineSession, engine_identity
+from tasks.loadgen import RunRejected, run_loadgen
+from tasks.staging import stage_task
+from tasks.workspace import Workspace
+
+
+@flow(name="benchmark", flow_run_name="{key}")
+def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
+    plan = plans.load(plan_path)
+    bench = plan.benchmark(key)
+    ws = Workspace.at(workspace)
+    logger = get_run_logger()
+    model = stage_task(bench.model.source, str(ws.stage / "models"))
+    sources = {bench.dataset.performance, bench.dataset.accuracy}
+    datasets = {p: stage_task(p, str(ws.stage / "datasets")) for p in sorted(sources)}
+    staged = {p: d["path"] for p, d in datasets.items()}
+    specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
+                      dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
+                      engine=engine_identity(bench.engine.name, bench.engine.options))
+    specs = [s.model_copy(update={"dataset": staged[s.dataset]}) for s in specs]
+    tokenizer = str(Path(model["path"]) / "tokenizer.json")
+    records, failures = [], []
+    with EngineSession(bench.engine.name, bench.engine.options, model["path"], str(ws.pids),
+                       str(Path(log_dir) / "engine" / key.replace("/", "-"))) as engine:
+        for spec in specs:
+            state = run_loadgen(spec, engine, str(ws.work), bench.evaluator, tokenizer, return_state=True)
+            if state.is_completed():
+                records.append(state.result())
+                continue
+            error = state.result(raise_on_failure=False)
+            if isinstance(error, RunRejected):
+                records.append(error.record)
+            failures.append(f"{spec.label}: {error}")
+            logger.error("%s failed: %s", spec.label, error)
+        launches = engine.launches
+    logger.info("%s: %d run(s) recorded, %d failed, engine launched %d time(s)", key, len(records), len(failures),
+                launches)
+    return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches}

@@ -1,0 +1,141 @@
+"""The submission pipeline: plan -> preflight -> one benchmark flow per (system, benchmark) -> assemble -> check
+-> publish -> report. Everything a run produced stays in its run folder and in object storage, even when a step
+failed; the flow then ends Failed and a re-run resumes from the cached steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.context import get_run_context
+
+from flows.benchmark import benchmark
+from submission import plan as plans
+from submission.assemble import assemble
+from submission.checker import CheckReport, check_tree
+from submission.errors import PlanError, RunFailed
+from submission.plan import Plan
+from submission.runs import RunRecord
+from submission.systems import describe, require_complete
+from tasks import reporting, s3server, storage
+from tasks.accuracy import evaluator
+from tasks.engine import engine_identity
+from tasks.workspace import Workspace, git_commit
+
+
+@contextlib.contextmanager
+def object_storage(plan: Plan, ws: Workspace) -> Iterator[storage.StorageConfig]:
+    """The plan's storage. Credentials come from boto3's own chain (environment, profile, instance role), never
+    from flow parameters; the embedded SeaweedFS is reused when running, else started for the flow's duration."""
+    s = plan.storage
+    if not s.embedded:
+        yield storage.StorageConfig(s.endpoint_url, s.bucket, s.prefix, s.region)
+        return
+    with s3server.serving(ws.s3) as server:
+        yield storage.StorageConfig(server.endpoint_url, s.bucket, s.prefix, s.region,
+                                    server.credentials.access_key, server.credentials.secret_key)
+
+
+@task(name="preflight")
+def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str]]:
+    """Everything that can be checked before an engine starts. Returns the system descriptions."""
+    for b in plan.benchmarks:
+        engine_identity(b.engine.name, b.engine.options)          # engine known and installed
+        if b.accuracy:
+            evaluator(b.evaluator or b.benchmark)                 # evaluator known
+        for source in (b.model.source, b.dataset.performance, b.dataset.accuracy):
+            if not source.startswith("s3://") and not Path(source).exists():
+                raise PlanError(f"{source} does not exist", where=f"benchmark {b.key}",
+                                      fix="build the smoke assets with `make smoke-assets`, or fix the path")
+    storage.ensure_bucket(cfg)
+    systems = {}
+    for system in plan.systems:
+        frameworks = sorted({engine_identity(b.engine.name, {}).strip() for b in plan.benchmarks
+                             if b.system == system.name})
+        desc = describe(division=plan.division, submitter=plan.submitter, system_name=system.name,
+                        status=system.status, system_type=system.system_type, number_of_nodes=system.nodes,
+                        framework=", ".join(frameworks) or "none", overrides=system.description, round=plan.round)
+        require_complete(desc, division=plan.division, submitter=plan.submitter, round=plan.round)
+        systems[system.name] = desc
+    return systems
+
+
+@task(name="assemble")
+def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: str, commit: str) -> str:
+    root = Path(folder) / "submission"
+    assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit)
+    with tarfile.open(Path(folder) / "submission.tar.gz", "w:gz") as tar:
+        tar.add(root, arcname="submission")
+    return str(root)
+
+
+@task(name="check")
+def check(root: str, round: str, profile: str) -> CheckReport:
+    report = check_tree(Path(root), round, profile=profile)
+    logger = get_run_logger()
+    for finding in report.findings:
+        (logger.error if finding.severity == "error" else logger.warning)(finding.line())
+    logger.info(report.summary())
+    return report
+
+
+@task(name="publish", retries=3, retry_delay_seconds=[5, 15, 30])
+def publish(cfg: storage.StorageConfig, folder: str, key_prefix: str, tags: dict[str, str]) -> list[str]:
+    """Upload the run folder, then the manifest, then verify every object against it."""
+    manifest = storage.put_tree(cfg, Path(folder), key_prefix, tags=tags)
+    storage.put_manifest(cfg, key_prefix, manifest)
+    problems = storage.verify_manifest(cfg, key_prefix)
+    if problems:
+        raise storage.StorageError(f"uploaded objects do not match the manifest: {'; '.join(problems[:5])}")
+    return sorted(manifest["objects"])
+
+
+def _keep_logs(records: list[RunRecord], folder: Path) -> None:
+    """Full, untruncated logs of every run go into the run folder (and so to object storage)."""
+    for r in records:
+        dest = folder / "logs" / "runs" / r.label.replace("/", "-")
+        shutil.copytree(r.run_dir, dest, dirs_exist_ok=True)
+
+
+@flow(name="podium-submission", flow_run_name="{plan_path}")
+def submission(plan_path: str, workspace: str = ".podium") -> dict:
+    plan = plans.load(plan_path)
+    ws = Workspace.at(workspace)
+    run_id = str(get_run_context().flow_run.id)
+    folder = ws.run_folder(run_id)
+    logs = folder / "logs"
+    commit = git_commit()
+    logger = get_run_logger()
+    logger.info("plan %s (%s profile), run folder %s", plan.name, plan.profile, folder)
+    with object_storage(plan, ws) as cfg:
+        systems = preflight(plan, cfg)
+        records, failures = [], []
+        for bench in plan.benchmarks:
+            out = benchmark(plan_path, bench.key, str(ws.root), str(logs))
+            records += [RunRecord.model_validate(r) for r in out["records"]]
+            failures += out["failures"]
+        _keep_logs(records, folder)
+        root = assemble_tree(plan, records, systems, str(folder), commit)
+        report = check(root, plan.round, plan.profile)
+        key_prefix = f"{plan.name}/{run_id}"
+        links = {"manifest": storage.presign(cfg, storage.object_key(cfg, key_prefix, storage.MANIFEST)),
+                 "submission tarball": storage.presign(cfg, storage.object_key(cfg, key_prefix, "submission.tar.gz")),
+                 "report": storage.presign(cfg, storage.object_key(cfg, key_prefix, "report.md"))}
+        rows = reporting.table(records)
+        text = reporting.markdown(plan.name, plan.profile, rows, report, links, failures)
+        reporting.write_run_files(folder, records, text)
+        uploaded = publish(cfg, str(folder), key_prefix,
+                           {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit})
+        reporting.publish_artifacts(rows, text, links)
+    result = {"run_id": run_id, "run_folder": str(folder), "tree": root, "s3": f"s3://{cfg.bucket}/"
+              f"{storage.object_key(cfg, key_prefix)}", "objects": len(uploaded), "rows": rows,
+              "check": report.summary(), "failures": failures}
+    if failures or not report.ok:
+        raise RunFailed(f"{len(failures)} step(s) failed and the checker found {len(report.errors)} error(s); "
+                        f"everything finished is in {folder} and {result['s3']}", fix=f"read {folder / 'report.md'}")
+    return result

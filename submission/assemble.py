@@ -1,0 +1,112 @@
+"""Assemble the submission tree from finished runs. Paths come from `submission.tree`; nothing here runs anything.
+
+Accuracy logs are truncated with the `hash=` line (`submission.truncate`); the full logs are kept in the backup
+folder, which the pipeline uploads with the rest of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from submission.plan import SCENARIOS, BenchmarkSpec, Plan
+from submission.runs import RunRecord
+from submission.tree import Tree
+from submission.truncate import truncate_tree
+
+PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
+ACC_FILES = (*PERF_FILES, "mlperf_log_accuracy.json", "accuracy.txt")
+
+
+def benchmark_folder(plan: Plan, bench: BenchmarkSpec) -> str:
+    """The closed division uses the benchmark's name; the open division the model's, mapped in model_mapping.json."""
+    return bench.benchmark if plan.division == "closed" else bench.model.name
+
+
+def _copy(files: tuple[str, ...], src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        shutil.copy2(src / name, dst / name)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: str) -> str:
+    smoke = plan.profile == "smoke"
+    lines = [f"# {bench.benchmark} {scenario} on {bench.system}", ""]
+    if smoke:
+        lines += ["**SMOKE RUN: not a valid MLPerf submission.** Durations and sample counts are shortened and the",
+                  f"model is `{bench.model.name}`, not the benchmark's; the checker lists each deviation.", ""]
+    lines += [
+        f"Produced by Podium (commit {commit}) from plan `{plan.name}` ({plan.profile} profile, round {plan.round}).",
+        "", "## Reproduce", "",
+        "```", "podium run plan.yaml   # the plan is in src/podium/plan.yaml", "```", "",
+        f"- engine: `{bench.engine.name}` {json.dumps(bench.engine.options) if bench.engine.options else ''}",
+        f"- model: `{bench.model.name}` from `{bench.model.source}`",
+        "- loadgen settings: `user.conf` beside this file",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _measurements(bench: BenchmarkSpec) -> str:
+    m = bench.model
+    return json.dumps({
+        "input_data_types": m.input_data_types,
+        "retraining": "No",
+        "starting_weights_filename": m.starting_weights_filename or m.source,
+        "weight_data_types": m.weight_data_types,
+        "weight_transformations": m.weight_transformations,
+    }, indent=2) + "\n"
+
+
+def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, str]], root: Path,
+             backup: Path, *, commit: str) -> Tree:
+    """Write the tree under `root` (replaced if present); return its Tree."""
+    if root.exists():
+        shutil.rmtree(root)
+    tree = Tree(root, plan.division, plan.submitter)
+    by_label = {r.label: r for r in records}
+    for name, desc in systems.items():
+        _write(tree.system_json(name), json.dumps(desc, indent=2) + "\n")
+    mapping = {}
+    for bench in plan.benchmarks:
+        folder = benchmark_folder(plan, bench)
+        if folder != bench.benchmark:
+            mapping[folder] = bench.benchmark
+        for scenario in (s for s in SCENARIOS if s in bench.scenarios):
+            perf = by_label.get(f"{bench.system}/{bench.benchmark}/{scenario}/performance")
+            if perf is None:
+                continue
+            _copy(PERF_FILES, Path(perf.run_dir), tree.performance(bench.system, folder, scenario))
+            base = tree.scenario(bench.system, folder, scenario)
+            shutil.copy2(Path(perf.run_dir) / "user.conf", base / "user.conf")
+            _write(base / "measurements.json", _measurements(bench))
+            _write(base / "README.md", _scenario_readme(plan, bench, scenario, commit))
+            acc = by_label.get(f"{bench.system}/{bench.benchmark}/{scenario}/accuracy")
+            if acc is not None:
+                _copy(ACC_FILES, Path(acc.run_dir), tree.accuracy(bench.system, folder, scenario))
+    if mapping:
+        _write(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
+    _write(tree.src / "podium" / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
+    _write(tree.src / "podium" / "README.md",
+           f"Podium (commit {commit}) ran this submission from `plan.yaml`: `podium run plan.yaml`.\n"
+           "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.\n")
+    if plan.division == "closed":
+        _write(tree.calibration, "# Calibration\n\n" + "\n".join(
+            f"- {b.benchmark}: weights {b.model.weight_data_types}, transformations: {b.model.weight_transformations}"
+            for b in plan.benchmarks) + "\n")
+    if plan.profile == "smoke":
+        _write(tree.smoke_marker, "# SMOKE RUN: not a valid MLPerf submission\n\n"
+               f"Plan `{plan.name}` ran with the smoke profile: shortened durations and sample counts, a tiny model\n"
+               "mapped onto the benchmark, open division. `podium check` lists every deviation by name.\n"
+               f"profile: smoke\n")
+    truncate_tree(root, backup)
+    return tree

@@ -1,0 +1,249 @@
+"""The submission plan: what to run, where, and where the results go. Validated once, at the edge.
+
+A plan names the submitter, the round and division, the systems, the benchmarks (each with its engine, model,
+datasets, scenarios and loadgen settings), object storage, and a profile: `submission` holds every value to the
+round's rules; `smoke` allows the named, reported deviations that make a CPU run take minutes, never a valid
+submission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from submission.errors import PlanError, did_you_mean
+from submission.rules import ROUNDS, load_rules
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+SCENARIOS = ("Offline", "Server", "Interactive")
+
+
+def check_name(value: str) -> str:
+    """Names become folder names in the tree: no `/`, no `..`, no spaces."""
+    if not NAME.fullmatch(value) or ".." in value:
+        raise ValueError(f"{value!r} is not a safe folder name; use letters, digits and . _ + - only (no '/', no '..')")
+    return value
+
+
+SafeName = Annotated[str, AfterValidator(check_name)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SystemSpec(Strict):
+    name: SafeName
+    nodes: int = Field(1, ge=1)
+    status: Literal["available", "preview", "rdi"] = "available"
+    system_type: Literal["datacenter", "edge", "datacenter,edge", "edge,datacenter"] = "datacenter"
+    description: dict[str, str] = Field(default_factory=dict,
+                                        description="system-description fields that override host detection")
+
+
+
+class ModelSpec(Strict):
+    name: SafeName = Field(description="the model actually served; in the open division mapped to the benchmark")
+    source: str = Field(description="a folder on a shared filesystem, or s3://bucket/prefix")
+    weight_data_types: str = "fp32"
+    input_data_types: str = "int32"
+    weight_transformations: str = "none"
+    starting_weights_filename: str = ""
+
+
+
+class EngineSpec(Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DatasetSpec(Strict):
+    performance: str
+    accuracy: str
+
+
+class GenerationSpec(Strict):
+    max_tokens: int = Field(ge=2, description="performance runs; at least 2 tokens so loadgen can time TPOT")
+    accuracy_max_tokens: int | None = Field(None, ge=2)
+    temperature: float = Field(0.0, ge=0.0)
+
+
+class ScenarioSpec(Strict):
+    target_qps: float | None = Field(None, gt=0)
+    min_duration_ms: int | None = Field(None, ge=0)
+    min_query_count: int | None = Field(None, ge=1)
+    max_concurrency: int = Field(64, ge=1)
+
+
+class LoadgenSpec(Strict):
+    """user.conf values shared by every scenario of a benchmark; a scenario's own values win."""
+
+    min_duration_ms: int | None = Field(None, ge=0)
+    min_query_count: int | None = Field(None, ge=1)
+    performance_sample_count: int | None = Field(None, ge=1)
+    accuracy_sample_count: int | None = Field(None, ge=1)
+
+
+class BenchmarkSpec(Strict):
+    benchmark: str
+    system: str
+    engine: EngineSpec
+    model: ModelSpec
+    dataset: DatasetSpec
+    generation: GenerationSpec
+    scenarios: dict[str, ScenarioSpec]
+    loadgen: LoadgenSpec = LoadgenSpec()
+    accuracy: bool = True
+    evaluator: str | None = Field(None, description="accuracy evaluator; default: the benchmark's reference one")
+
+    @property
+    def key(self) -> str:
+        return f"{self.system}/{self.benchmark}"
+
+
+class StorageSpec(Strict):
+    endpoint_url: str | None = Field(None, description="S3 endpoint; None means AWS")
+    bucket: str
+    prefix: str = ""
+    region: str = "us-east-1"
+    embedded: bool = Field(False, description="use Podium's own local SeaweedFS server (started when not running)")
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> StorageSpec:
+        if self.embedded and self.endpoint_url:
+            raise ValueError("embedded storage picks its own endpoint; remove endpoint_url or set embedded: false")
+        return self
+
+
+class Plan(Strict):
+    name: SafeName
+    round: str
+    division: Literal["closed", "open", "network"]
+    profile: Literal["submission", "smoke"]
+    submitter: SafeName
+    systems: list[SystemSpec] = Field(min_length=1)
+    benchmarks: list[BenchmarkSpec] = Field(min_length=1)
+    storage: StorageSpec
+
+
+    @field_validator("round")
+    @classmethod
+    def _known_round(cls, v: str) -> str:
+        if v not in ROUNDS:
+            raise ValueError(f"unknown round {v!r}; {did_you_mean(v, ROUNDS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _against_rules(self) -> Plan:
+        rules = load_rules(self.round)
+        systems = {s.name for s in self.systems}
+        for i, b in enumerate(self.benchmarks):
+            where = f"benchmarks[{i}]"
+            if b.benchmark not in rules.benchmarks:
+                raise ValueError(f"{where}.benchmark: unknown benchmark {b.benchmark!r}; "
+                                 f"{did_you_mean(b.benchmark, rules.benchmarks)}")
+            bench = rules.benchmark(b.benchmark)
+            if b.system not in systems:
+                raise ValueError(f"{where}.system: {b.system!r} is not among systems; "
+                                 f"{did_you_mean(b.system, systems)}")
+            for name, sc in b.scenarios.items():
+                if name not in bench.allowed_scenarios:
+                    raise ValueError(f"{where}.scenarios: {name!r} is not a {b.benchmark} scenario; "
+                                     f"{did_you_mean(name, bench.allowed_scenarios)}")
+                if name != "Offline" and sc.target_qps is None:
+                    raise ValueError(f"{where}.scenarios.{name}.target_qps is required for {name}, e.g. target_qps: 2")
+            if not b.scenarios:
+                raise ValueError(f"{where}.scenarios: name at least one scenario, e.g. Offline: {{target_qps: 10}}")
+            if self.division == "closed" and b.model.name != b.benchmark:
+                raise ValueError(f"{where}.model.name: the closed division runs the benchmark's own model; "
+                                 f"set model.name: {b.benchmark} or use division: open")
+            if self.profile == "submission":
+                self._submission_rules(where, b, rules)
+        return self
+
+    def _submission_rules(self, where: str, b: BenchmarkSpec, rules: Any) -> None:
+        """The `submission` profile allows no value under the round's minimums."""
+        bench = rules.benchmark(b.benchmark)
+        missing = [s for s in bench.required_scenarios if s not in b.scenarios]
+        if missing:
+            raise ValueError(f"{where}.scenarios: {b.benchmark} requires {', '.join(missing)}")
+        if bench.one_of_scenarios and not set(bench.one_of_scenarios) & set(b.scenarios):
+            raise ValueError(f"{where}.scenarios: {b.benchmark} needs one of {', '.join(bench.one_of_scenarios)}")
+        durations = [("loadgen.min_duration_ms", b.loadgen.min_duration_ms)] + [
+            (f"scenarios.{n}.min_duration_ms", s.min_duration_ms) for n, s in b.scenarios.items()]
+        for field, value in durations:
+            if value is not None and value < rules.min_duration_ms:
+                raise ValueError(f"{where}.{field}: {value} is under the round's minimum of "
+                                 f"{rules.min_duration_ms} ms; "
+                                 f"remove it or use profile: smoke")
+        if b.loadgen.performance_sample_count is not None and \
+                b.loadgen.performance_sample_count < bench.performance_sample_count:
+            raise ValueError(f"{where}.loadgen.performance_sample_count: {b.loadgen.performance_sample_count} is under "
+                             f"{bench.performance_sample_count}; remove it or use profile: smoke")
+        if b.loadgen.accuracy_sample_count is not None:
+            raise ValueError(f"{where}.loadgen.accuracy_sample_count: a submission scores the whole accuracy set; "
+                             f"remove it or use profile: smoke")
+
+    def benchmark(self, key: str) -> BenchmarkSpec:
+        for b in self.benchmarks:
+            if b.key == key:
+                return b
+        raise PlanError(f"no benchmark {key!r} in plan {self.name!r}",
+                        fix=did_you_mean(key, [b.key for b in self.benchmarks]))
+
+    def system(self, name: str) -> SystemSpec:
+        return next(s for s in self.systems if s.name == name)
+
+    def fingerprint(self) -> str:
+        """sha256 of the validated plan: what tags every uploaded object."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+def _location(error: dict[str, Any]) -> str:
+    return ".".join(str(p) for p in error["loc"]) or "(top level)"
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind, loc = error["type"], _location(error)
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown field; remove it or check its spelling"
+    if kind == "missing":
+        return f"{loc}: required field is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {message}"
+
+
+def parse(data: Any, source: str = "<plan>") -> Plan:
+    """Validate plain data as a Plan; every problem names its field."""
+    if not isinstance(data, dict):
+        raise PlanError("a plan is a YAML mapping with name, round, division, profile, submitter, systems, "
+                        "benchmarks and storage", where=source)
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as e:
+        problems = "\n  - ".join(_describe(err) for err in e.errors())
+        raise PlanError(f"invalid plan:\n  - {problems}", where=source,
+                        fix="see deployments/plans/smoke.yaml for a complete example") from None
+
+
+def load(path: str | Path) -> Plan:
+    """Read and validate a plan file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise PlanError(f"cannot read the plan: {e.strerror}", where=str(path),
+                        fix="pass the path of a plan YAML file, e.g. deployments/plans/smoke.yaml") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise PlanError(f"not valid YAML: {getattr(e, 'problem', e)}", where=where) from None
+    return parse(data, str(path))

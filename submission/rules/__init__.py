@@ -1,0 +1,246 @@
+"""The MLPerf rules of each round as data: `<round>.yaml` beside this module, read into frozen models.
+
+Every number in the data files cites its source (mlperf.conf line, checker constant, README); code asks questions:
+`load_rules("v6.1").benchmark("gpt-oss-120b").scenario("Interactive").ttft_ms`. A new round is a new data file.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from submission.errors import PlanError, did_you_mean
+
+_DATA = Path(__file__).parent
+_MS_TO_NS = 1_000_000
+_T = TypeVar("_T")
+Scenario = Literal["Offline", "Server", "Interactive"]
+AuditValue = int | float
+
+
+ROUNDS: tuple[str, ...] = tuple(  # the rounds that have a data file, oldest first (v6.0 < v6.1 < v6.10)
+    p.stem for p in sorted(_DATA.glob("v*.yaml"), key=lambda p: [int(n) for n in re.findall(r"\d+", p.stem)]))
+
+
+def _pick(kind: str, name: str, table: Mapping[str, _T], where: str) -> _T:
+    """`table[name]`, or a PlanError naming the bad value and the valid ones."""
+    if name in table:
+        return table[name]
+    raise PlanError(f"unknown {kind} {name!r} in {where}", fix=did_you_mean(name, table))
+
+
+def _ns(ms: float | None) -> int | None:
+    return None if ms is None else round(ms * _MS_TO_NS)
+
+
+def _named(value: object) -> object:
+    """Fill each entry's `name` from its key, so the data files need not repeat it."""
+    if isinstance(value, dict):
+        return {k: {"name": k, **v} if isinstance(v, dict) else v for k, v in value.items()}
+    return value
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Seeds(_Frozen):
+    qsl_rng_seed: int
+    sample_index_rng_seed: int
+    schedule_rng_seed: int
+
+
+class Dataset(_Frozen):
+    name: str
+    revision: str | None = None
+    files: dict[str, str] = {}  # role (performance, accuracy, TESTxx) -> file name inside the dataset
+    size: int
+
+
+class AccuracyTarget(_Frozen):
+    """One metric the checker reads from accuracy.txt. No `target` means only the upper limit applies, if seen."""
+
+    metric: str
+    target: float | None = None
+    upper_limit: float | None = None
+    pattern: str | None = None
+
+    @property
+    def required(self) -> bool:
+        """The checker fails a result whose accuracy.txt lacks a metric that has a target."""
+        return self.target is not None
+
+    def passes(self, value: float) -> bool:
+        return (self.target is None or value >= self.target) and (self.upper_limit is None or value <= self.upper_limit)
+
+    def read(self, text: str) -> float | None:
+        """The metric's value in accuracy.txt text, found with the checker's pattern; None if absent."""
+        match = re.search(self.pattern, text, re.MULTILINE) if self.pattern else None
+        return float(match.group(1)) if match else None
+
+
+class ScenarioRules(_Frozen):
+    name: Scenario
+    loadgen_scenario: Literal["Offline", "Server"]
+    ttft_ms: float | None
+    tpot_ms: float | None
+    latency_ms: float | None
+    result_field: str
+    unit: str
+    accuracy_sample_count: int
+    accuracy: tuple[AccuracyTarget, ...]
+    dataset: Dataset | None = None  # only where the scenario has its own dataset (Qwen3-VL Interactive)
+
+    @property
+    def ttft_ns(self) -> int | None:
+        return _ns(self.ttft_ms)
+
+    @property
+    def tpot_ns(self) -> int | None:
+        return _ns(self.tpot_ms)
+
+    @property
+    def latency_ns(self) -> int | None:
+        return _ns(self.latency_ms)
+
+
+class BenchmarkRules(_Frozen):
+    name: str
+    loadgen_model: str
+    interactive_loadgen_model: str | None
+    harness: Literal["loadgen", "endpoints"]
+    endpoints_allowed: bool
+    dataset: Dataset
+    performance_sample_count: int
+    required_scenarios: tuple[Scenario, ...]
+    one_of_scenarios: tuple[Scenario, ...]
+    use_token_latencies: bool
+    offline_min_samples_per_query: int
+    offline_min_query_count: int | None  # mlperf.conf `<model>.Offline.min_query_count`; None: user.conf must set it
+    min_queries: dict[str, int]
+    compliance_tests: tuple[str, ...]
+    scenarios: dict[str, ScenarioRules]
+
+    @field_validator("scenarios", mode="before")
+    @classmethod
+    def _name_scenarios(cls, value: object) -> object:
+        return _named(value)
+
+    @model_validator(mode="after")
+    def _scenarios_match(self) -> BenchmarkRules:
+        if set(self.scenarios) != set(self.allowed_scenarios):
+            raise ValueError(f"{self.name}: scenarios {sorted(self.scenarios)} differ from {self.allowed_scenarios}")
+        return self
+
+    @property
+    def allowed_scenarios(self) -> tuple[str, ...]:
+        return self.required_scenarios + self.one_of_scenarios
+
+    def scenario(self, name: str) -> ScenarioRules:
+        return _pick("scenario", name, self.scenarios, f"benchmark {self.name}")
+
+    def loadgen_model_for(self, scenario: str) -> str:
+        """The model name loadgen's `FromConfig` takes: Interactive runs the `-interactive` mlperf.conf block."""
+        if self.scenario(scenario).name != "Interactive":
+            return self.loadgen_model
+        if self.interactive_loadgen_model is None:
+            raise PlanError(f"benchmark {self.name} has no loadgen Interactive model (mlperf.conf has no block for it)",
+                            fix=f"run {self.name} Interactive with the {self.harness} harness, or choose "
+                                f"{', '.join(s for s in self.allowed_scenarios if s != 'Interactive')}")
+        return self.interactive_loadgen_model
+
+
+class SystemFields(_Frozen):
+    required: tuple[str, ...]
+    non_empty: tuple[str, ...]
+    allowed: dict[str, tuple[str, ...]]
+    case_insensitive: tuple[str, ...]
+
+
+class RequiredFiles(_Frozen):
+    accuracy: tuple[str, ...]
+    performance: tuple[str, ...]
+    optional_performance: tuple[str, ...]
+    scenario_root: tuple[str, ...]
+
+
+class AuditRules(_Frozen):
+    """One compliance test's audit.config, as values; `config_lines` gives the file's lines."""
+
+    name: str
+    purpose: str
+    settings: dict[str, AuditValue]
+    scenarios: tuple[str, ...] = ()  # when set, settings are written once per loadgen scenario (TEST04)
+    extra_lines: tuple[str, ...] = ()  # model-qualified lines copied as they are
+    benchmark_keys: tuple[str, ...] = ()  # keys whose value depends on the benchmark
+    per_benchmark: dict[str, dict[str, AuditValue]] = {}
+    verify_files: tuple[str, ...]
+
+    def values(self, benchmark: str | None = None) -> dict[str, AuditValue]:
+        """The settings for `benchmark` (a checker name, e.g. gpt-oss-120b), per-benchmark values merged in."""
+        merged = {**self.settings, **self.per_benchmark.get(benchmark or "", {})}
+        missing = [key for key in self.benchmark_keys if key not in merged]
+        if missing:
+            known = ", ".join(sorted(self.per_benchmark)) or "none"
+            raise PlanError(f"{self.name} audit.config needs {', '.join(missing)} for benchmark {benchmark!r}, "
+                            f"which the rules do not give", fix=f"benchmarks with {self.name} values: {known}")
+        return merged
+
+    def config_lines(self, benchmark: str | None = None) -> list[str]:
+        """The non-comment lines of audit.config, e.g. `*.*.mode = 2`."""
+        values = self.values(benchmark)
+        scopes = self.scenarios or ("*",)
+        return [f"*.{scope}.{key} = {value}" for scope in scopes for key, value in values.items()] + list(
+            self.extra_lines)
+
+
+class Rules(_Frozen):
+    round: str
+    seeds: Seeds
+    min_duration_ms: int
+    max_accuracy_log_bytes: int
+    system_fields: SystemFields
+    measurement_fields: tuple[str, ...]
+    required_files: RequiredFiles
+    audits: dict[str, AuditRules]
+    benchmarks: dict[str, BenchmarkRules]
+
+    @field_validator("audits", "benchmarks", mode="before")
+    @classmethod
+    def _name_entries(cls, value: object) -> object:
+        return _named(value)
+
+    @model_validator(mode="after")
+    def _compliance_known(self) -> Rules:
+        for bench in self.benchmarks.values():
+            unknown = set(bench.compliance_tests) - set(self.audits)
+            if unknown:
+                raise ValueError(f"{bench.name}: compliance tests {sorted(unknown)} have no audits entry")
+        return self
+
+    def benchmark(self, name: str) -> BenchmarkRules:
+        return _pick("benchmark", name, self.benchmarks, f"round {self.round}")
+
+    def audit(self, test: str) -> AuditRules:
+        return _pick("compliance test", test, self.audits, f"round {self.round}")
+
+
+@functools.lru_cache(maxsize=16)
+def load_rules(round: str) -> Rules:
+    """The rules of `round` (e.g. "v6.1"), read once from `<round>.yaml`."""
+    if round not in ROUNDS:
+        raise PlanError(f"no rules for round {round!r}", fix=did_you_mean(round, ROUNDS))
+    path = _DATA / f"{round}.yaml"
+    try:
+        rules = Rules.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (yaml.YAMLError, ValidationError) as error:
+        raise PlanError(f"invalid rules file: {error}", where=str(path)) from error
+    if rules.round != round:
+        raise PlanError(f"file says round {rules.round!r}", where=str(path), fix=f"set round: {round}")
+    return rules

@@ -1,0 +1,62 @@
+"""The CPU smoke engine: `transformers serve --continuous-batching` over the tiny Llama of `smoke_model`.
+
+Quirks it absorbs (transformers 5.24): prompts must be text, not token ids; responses carry text only (the harness
+re-tokenizes, which is exact for the word-level smoke tokenizer); unknown request fields such as `ignore_eos` are
+rejected; the model id of every request is the path the server was started with.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from submission.errors import LaunchError
+from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def _cli() -> str:
+    """The `transformers` CLI of this interpreter's environment (or PATH)."""
+    beside = Path(sys.executable).with_name("transformers")
+    found = str(beside) if beside.exists() else shutil.which("transformers")
+    if not found:
+        raise LaunchError("the `transformers` CLI is not installed",
+                          fix="install the smoke engine: pip install -e '.[smoke]'")
+    return found
+
+
+class SmokeBackend:
+    name = "smoke"
+    ports_needed = 1
+
+    def version(self) -> str:
+        try:
+            return f"transformers {metadata.version('transformers')}"
+        except metadata.PackageNotFoundError:
+            raise LaunchError("transformers is not installed", fix="pip install -e '.[smoke]'") from None
+
+    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement) -> list[ProcessSpec]:
+        if options:
+            raise LaunchError(f"the smoke engine takes no options, got {sorted(options)}",
+                              fix="remove engine.options from the plan")
+        port = placement.ports[0]
+        argv = (_cli(), "serve", str(model_dir), "--continuous-batching", "--device", "cpu",
+                "--host", placement.host, "--port", str(port), "--log-level", "info")
+        ready = (HttpProbe("/health"),
+                 HttpProbe("/v1/completions", {"model": str(model_dir), "prompt": "the", "max_tokens": 1}))
+        return [ProcessSpec(role="server", name="smoke-server", argv=argv, env=dict(OFFLINE_ENV),
+                            host=placement.host, port=port, probes=ready)]
+
+    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+        server = processes[0]
+        return Endpoint(base_url=f"http://{server.host}:{server.port}", model=str(model_dir),
+                        accepts_token_ids=False, returns_token_ids=False,
+                        tokenizer=str(model_dir / "tokenizer.json"),
+                        drop_fields=frozenset({"ignore_eos", "min_tokens", "stream_options"}))
+
+
+BACKEND = SmokeBackend()

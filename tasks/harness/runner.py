@@ -1,0 +1,81 @@
+"""Run one loadgen test against an endpoint, in a child process of its own.
+
+A child process keeps a loadgen crash (it segfaults on some settings) from taking the flow with it, and gives the
+run a working directory where `audit.config` is present only when a compliance test asks for it.
+
+    python -m tasks.harness.runner RUN_DIR      # RUN_DIR holds run.json and endpoint.json; logs are written there
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from submission.errors import CommandError
+from submission.runs import RunSpec
+from tasks.engines import Endpoint
+
+STATS = "sut_stats.json"
+
+
+def run_in_process(run_dir: Path) -> None:
+    """The child's body: read the spec, drive loadgen, write the logs and the SUT's own statistics."""
+    import mlperf_loadgen as lg
+
+    from tasks.harness.client import CompletionClient
+    from tasks.harness.datasets import read_token_prompts
+    from tasks.harness.sut import PromptQSL, StreamingSUT
+
+    spec = RunSpec.model_validate_json((run_dir / "run.json").read_text())
+    endpoint_data = json.loads((run_dir / "endpoint.json").read_text())
+    endpoint = Endpoint(**{**endpoint_data, "drop_fields": frozenset(endpoint_data["drop_fields"])})
+    prompts = read_token_prompts(spec.dataset).prompts
+    (run_dir / "user.conf").write_text(spec.user_conf_text())
+
+    settings = lg.TestSettings()
+    settings.FromConfig(str(run_dir / "user.conf"), spec.loadgen_model, spec.loadgen_scenario)
+    settings.scenario = getattr(lg.TestScenario, spec.loadgen_scenario)
+    settings.mode = lg.TestMode.AccuracyOnly if spec.mode == "accuracy" else lg.TestMode.PerformanceOnly
+    log = lg.LogSettings()
+    log.log_output.outdir = str(run_dir)
+    log.log_output.copy_summary_to_stdout = False
+    log.enable_trace = False
+
+    client = CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                              max_concurrency=spec.max_concurrency)
+    started = time.time()
+    with PromptQSL(len(prompts)) as qsl, StreamingSUT(
+            client, prompts, report_first_token=spec.loadgen_scenario == "Server") as sut:
+        audit = run_dir / "audit.config"   # absent unless a compliance run put it there
+        lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log, str(audit))
+    stats = dataclasses.asdict(sut.stats) | {"wall_s": round(time.time() - started, 3)}
+    (run_dir / STATS).write_text(json.dumps(stats, indent=2))
+
+
+def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None) -> dict:
+    """Run the test in a child process; return the SUT statistics. A crash raises CommandError with the log tail."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(spec.model_dump_json(indent=2))
+    endpoint_data = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
+    (run_dir / "endpoint.json").write_text(json.dumps(endpoint_data, indent=2))
+    argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir)]
+    with (run_dir / "harness.log").open("wb") as out:
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=run_dir)  # noqa: S603
+        try:
+            code = child.wait(timeout=timeout_s)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    if code != 0:
+        tail = "\n".join((run_dir / "harness.log").read_text(errors="replace").splitlines()[-20:])
+        raise CommandError(argv, code, tail, fix=f"read {run_dir / 'harness.log'} and mlperf_log_detail.txt there")
+    return json.loads((run_dir / STATS).read_text())
+
+
+if __name__ == "__main__":
+    run_in_process(Path(sys.argv[1]))

@@ -1,0 +1,104 @@
+"""The loadgen SUT and QSL over a streaming completions client.
+
+Loadgen calls `issue` from its own thread; each sample becomes a coroutine on an asyncio loop in a second thread.
+In the Server scenario (Server and Interactive folders) the first token is reported with `FirstTokenComplete`,
+then all output tokens with `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+
+import mlperf_loadgen as lg
+import numpy as np
+
+from tasks.harness.client import CompletionClient
+
+MAX_ERRORS_KEPT = 20
+
+
+@dataclass
+class SutStats:
+    issued: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    engine_token_mismatches: int = 0      # samples where re-tokenized length != the engine's usage count
+    errors: list[str] = field(default_factory=list)
+    token_source: str = ""
+
+
+def _response(sample_id: int, tokens: list[int]) -> tuple[lg.QuerySampleResponse, np.ndarray]:
+    """A response over an int32 buffer; the caller keeps the array alive until loadgen has copied it."""
+    data = np.asarray(tokens, dtype=np.int32)
+    return lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, len(tokens)), data
+
+
+class StreamingSUT:
+    def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...], *, report_first_token: bool):
+        self.client = client
+        self.prompts = prompts
+        self.report_first_token = report_first_token
+        self.stats = SutStats(token_source=client.token_source)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="sut-loop", daemon=True)
+        self.lock = threading.Lock()
+        self.pending: set[asyncio.Future] = set()
+
+    def __enter__(self) -> StreamingSUT:
+        self.thread.start()
+        self.handle = lg.ConstructSUT(self.issue, self.flush)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lg.DestroySUT(self.handle)
+        asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+
+    def issue(self, samples: list[lg.QuerySample]) -> None:
+        for s in samples:
+            asyncio.run_coroutine_threadsafe(self.serve(s.id, s.index), self.loop)
+        with self.lock:
+            self.stats.issued += len(samples)
+
+    def flush(self) -> None:
+        pass
+
+    async def serve(self, sample_id: int, index: int) -> None:
+        def first(tokens: list[int]) -> None:
+            if self.report_first_token:
+                response, _keep = _response(sample_id, tokens)
+                lg.FirstTokenComplete([response])
+
+        completion = await self.client.complete(self.prompts[index], first)
+        with self.lock:
+            if completion.error:
+                self.stats.failed += 1
+                if len(self.stats.errors) < MAX_ERRORS_KEPT:
+                    self.stats.errors.append(f"sample {index}: {completion.error}")
+            else:
+                self.stats.completed += 1
+                self.stats.output_tokens += len(completion.tokens)
+                if completion.engine_tokens is not None and completion.engine_tokens != len(completion.tokens):
+                    self.stats.engine_token_mismatches += 1
+        # A failed sample is still completed (loadgen waits for every sample); with no tokens loadgen logs an
+        # error, so the run cannot pass as valid.
+        response, _keep = _response(sample_id, completion.tokens)
+        lg.QuerySamplesComplete([response])
+
+
+class PromptQSL:
+    """All prompts are in memory already; load and unload are no-ops."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __enter__(self) -> PromptQSL:
+        self.handle = lg.ConstructQSL(self.count, self.count, lambda _: None, lambda _: None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lg.DestroyQSL(self.handle)

@@ -1,0 +1,88 @@
+"""The loadgen run step: one performance or accuracy run of one scenario, cached by the run's content key.
+
+A run that cannot change by retrying (INVALID, loadgen errors, accuracy under the target) raises `RunFailed`
+carrying its record, is not retried and not cached, so the next run of the plan measures it again. Any other
+failure (the engine died, the harness crashed) is retried once on a relaunched engine. The partial logs of a
+failed attempt are moved aside and never reach the tree.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import get_run_logger, task
+
+from submission.errors import RunFailed
+from submission.logs import load_run
+from submission.rules import load_rules
+from submission.runs import RunRecord, RunSpec, record
+from tasks.accuracy import score
+from tasks.engine import EngineSession
+from tasks.harness import runner
+
+
+class RunRejected(RunFailed):
+    """A finished run whose result cannot be used; `record` is its results row."""
+
+    def __init__(self, message: str, record: RunRecord) -> None:
+        super().__init__(message, fix="see the run's mlperf_log_summary.txt; adjust the plan and run it again")
+        self.record = record
+
+
+def _retry_unless_final(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except RunFailed:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+def _cache_key(context, parameters: dict) -> str:
+    return f"loadgen-{parameters['spec'].key()}"
+
+
+def problems(rec: RunRecord) -> list[str]:
+    out = []
+    if rec.mode == "performance" and not rec.valid:
+        out.append(f"Result is {rec.validity}: {'; '.join(rec.invalid_reasons)}")
+    if rec.num_errors:
+        out.append(f"{rec.num_errors} loadgen error(s)")
+    if rec.sut_failures:
+        out.append(f"{rec.sut_failures} request(s) failed")
+    if rec.accuracy_pass is False:
+        out.append(f"{rec.accuracy_metric} {rec.accuracy} is under the target")
+    return out
+
+
+def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: str | None,
+             tokenizer: str | None) -> RunRecord:
+    """Run, parse, score and judge one loadgen run (plain function; the task below wraps it)."""
+    run_dir = work_dir / "runs" / spec.key()
+    if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
+        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}"))
+    endpoint = engine.endpoint()
+    stats = runner.run(spec, endpoint, run_dir)
+    run = load_run(run_dir)
+    metrics = None
+    if spec.mode == "accuracy":
+        metrics = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer)).metrics
+    rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics)
+    found = problems(rec)
+    if found:
+        raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec)
+    return rec
+
+
+@task(name="loadgen-run", task_run_name="{spec.mode}[{spec.system}/{spec.benchmark}/{spec.scenario}]",
+      cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
+      retry_condition_fn=_retry_unless_final)
+def run_loadgen(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None,
+                tokenizer: str | None) -> RunRecord:
+    rec = run_once(spec, engine, Path(work_dir), evaluator, tokenizer)
+    get_run_logger().info("%s: %s %s, TTFT p99 %s ms, TPOT p99 %s ms%s", spec.label, rec.metric, rec.unit or "",
+                          rec.ttft_p99_ms, rec.tpot_p99_ms,
+                          f", {rec.accuracy_metric} {rec.accuracy}" if rec.accuracy is not None else "")
+    return rec

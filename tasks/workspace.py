@@ -1,0 +1,69 @@
+"""Where Podium keeps its state on this host, resolved once at the edge and passed to tasks as plain paths."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path) -> Workspace:
+        return cls(Path(root).resolve())
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.root / "prefect"
+
+    @property
+    def store(self) -> Path:
+        """The embedded 'shared store' that the smoke plan stages from."""
+        return self.root / "store"
+
+    @property
+    def stage(self) -> Path:
+        """Local copies of models and datasets (the node's NVMe on a cluster)."""
+        return self.root / "stage"
+
+    @property
+    def work(self) -> Path:
+        """Content-addressed loadgen run folders: `work/runs/<run key>/`."""
+        return self.root / "work"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def s3(self) -> Path:
+        return self.root / "s3"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    def run_folder(self, run_id: str) -> Path:
+        folder = self.runs / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        latest = self.runs / "latest"
+        tmp = self.runs / ".latest.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_id)
+        tmp.replace(latest)
+        return folder
+
+
+def git_commit(cwd: Path | None = None) -> str:
+    """The commit of the checkout Podium runs from, with `+dirty` when it has changes; `unknown` outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")

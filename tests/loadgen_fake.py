@@ -1,0 +1,164 @@
+"""Run the real loadgen against a fake token-emitting SUT (no network, no model) and return its log folder.
+
+Each sample answers with `fake_tokens(qsl_idx, n)`, int32 ids that tests can
+decode back from `mlperf_log_accuracy.json`. Responses come from a worker thread, never from inside the
+issue callback. Each run takes about a second with the default user.conf.
+
+Loadgen keeps config state per process: only the first `FromConfig(..., conf_type=1)` of a process loads
+the embedded mlperf.conf; later ones skip it (no token latencies, no model settings) and log the ERROR
+"Multiple conf files are used". So `run_fake` runs each test in a fresh child process by default
+(this file as a script: `python tests/loadgen_fake.py OUTDIR '{"scenario": "Server"}'`).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import mlperf_loadgen as lg
+import numpy as np
+
+SCENARIOS = {"Offline": lg.TestScenario.Offline, "Server": lg.TestScenario.Server}
+MODES = {"performance": lg.TestMode.PerformanceOnly, "accuracy": lg.TestMode.AccuracyOnly}
+TOKEN_GAP_S = 0.001  # between the first token and the last one, so TPOT is never zero
+OFFLINE_BATCH = 64
+
+
+def fake_tokens(qsl_idx: int, n: int) -> np.ndarray:
+    """The int32 token ids the fake SUT sends for one sample: distinct per sample, easy to check."""
+    return (np.arange(n, dtype=np.int32) + qsl_idx * 1000 + 7).astype("<i4")
+
+
+def default_user_conf(loadgen_model: str, total_count: int) -> list[str]:
+    """A user.conf that keeps a run to about a second."""
+    return [
+        f"{loadgen_model}.*.performance_sample_count_override = {total_count}",
+        f"{loadgen_model}.*.accuracy_sample_count_override = {total_count}",
+        "*.Offline.min_duration = 500",
+        "*.Offline.target_qps = 50",
+        "*.Server.min_duration = 500",
+        "*.Server.target_qps = 50",
+        f"*.*.min_query_count = {total_count}",
+    ]
+
+
+class _FakeSut:
+    """Answers queries from a worker thread: optional first token, then all tokens."""
+
+    def __init__(self, *, server: bool, first_token: bool, tokens_per_sample: int, n_tokens: int, latency_s: float):
+        self.server = server
+        self.first_token = first_token
+        self.tokens_per_sample = tokens_per_sample
+        self.n_tokens = n_tokens
+        self.latency_s = latency_s
+        self.pending: queue.Queue[list[tuple[int, int]] | None] = queue.Queue()
+        self.worker = threading.Thread(target=self._work, name="fake-sut", daemon=True)
+
+    def issue(self, samples: Sequence[lg.QuerySample]) -> None:
+        pairs = [(s.id, s.index) for s in samples]
+        step = 1 if self.server else OFFLINE_BATCH
+        for start in range(0, len(pairs), step):
+            self.pending.put(pairs[start : start + step])
+
+    def flush(self) -> None:
+        return None
+
+    def _work(self) -> None:
+        while (batch := self.pending.get()) is not None:
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            ids = [sample_id for sample_id, _ in batch]
+            arrays = [fake_tokens(index, self.tokens_per_sample) for _, index in batch]
+            if self.server and self.first_token:
+                firsts = [a[:1] for a in arrays]
+                lg.FirstTokenComplete(_responses(ids, firsts, [1] * len(ids)))
+                time.sleep(TOKEN_GAP_S)
+            lg.QuerySamplesComplete(_responses(ids, arrays, [self.n_tokens] * len(ids)))
+
+
+def _responses(ids: list[int], arrays: list[np.ndarray], n_tokens: list[int]) -> list[lg.QuerySampleResponse]:
+    """Loadgen copies the bytes during the *Complete call, so `arrays` only has to outlive that call."""
+    return [
+        lg.QuerySampleResponse(i, a.ctypes.data, a.nbytes, n) for i, a, n in zip(ids, arrays, n_tokens, strict=True)
+    ]
+
+
+def run_fake(
+    outdir: Path,
+    *,
+    scenario: str = "Offline",
+    mode: str = "performance",
+    loadgen_model: str = "gpt-oss-120b",
+    user_conf_lines: Sequence[str] | None = None,
+    total_count: int = 16,
+    tokens_per_sample: int = 8,
+    first_token: bool = True,
+    n_tokens_override: int | None = None,
+    latency_s: float = 0.0,
+    in_process: bool = False,
+) -> Path:
+    """Run loadgen once and return `outdir`, which then holds the mlperf_log_* files (and user.conf).
+
+    `in_process=True` runs loadgen in this process: only correct for the first run of a process.
+    """
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    if not in_process:
+        options = {
+            "scenario": scenario,
+            "mode": mode,
+            "loadgen_model": loadgen_model,
+            "user_conf_lines": None if user_conf_lines is None else list(user_conf_lines),
+            "total_count": total_count,
+            "tokens_per_sample": tokens_per_sample,
+            "first_token": first_token,
+            "n_tokens_override": n_tokens_override,
+            "latency_s": latency_s,
+        }
+        argv = [sys.executable, str(Path(__file__).resolve()), str(outdir), json.dumps(options)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"fake loadgen run exited with {done.returncode}: {done.stderr[-2000:]}")
+        return outdir
+    lines = default_user_conf(loadgen_model, total_count) if user_conf_lines is None else list(user_conf_lines)
+    user_conf = outdir / "user.conf"
+    user_conf.write_text("\n".join(lines) + "\n")
+
+    settings = lg.TestSettings()
+    settings.FromConfig(str(user_conf), loadgen_model, scenario, 1)
+    settings.scenario = SCENARIOS[scenario]
+    settings.mode = MODES[mode]
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(outdir)
+    log_settings.log_output.copy_summary_to_stdout = False
+
+    fake = _FakeSut(
+        server=scenario != "Offline",
+        first_token=first_token,
+        tokens_per_sample=tokens_per_sample,
+        n_tokens=tokens_per_sample if n_tokens_override is None else n_tokens_override,
+        latency_s=latency_s,
+    )
+    fake.worker.start()
+    sut = lg.ConstructSUT(fake.issue, fake.flush)
+    qsl = lg.ConstructQSL(total_count, total_count, lambda _: None, lambda _: None)
+    try:
+        # An audit.config in the CWD would silently override settings; point loadgen at one that cannot exist.
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, str(outdir / "no-audit.config"))
+    finally:
+        fake.pending.put(None)
+        fake.worker.join(timeout=30)
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    return outdir
+
+
+if __name__ == "__main__":
+    options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    print(run_fake(Path(sys.argv[1]), **options, in_process=True))
