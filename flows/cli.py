@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from submission.errors import PodiumError
+from submission.errors import PodiumError, RunFailed
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
 dev = typer.Typer(no_args_is_help=True, help="Local services and assets for development and the smoke run.")
@@ -58,10 +58,7 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         typer.echo(f"run folder: {latest.resolve()}")
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
-        if isinstance(error, PodiumError):
-            _fail(error)
-        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1)
+        _fail(error if isinstance(error, PodiumError) else RunFailed(state.message or str(error)))
 
 
 @app.command()

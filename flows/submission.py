@@ -13,12 +13,13 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
+from prefect.states import Failed
 
 from flows.benchmark import benchmark
 from submission import plan as plans
 from submission.assemble import assemble
 from submission.checker import CheckReport, check_tree
-from submission.errors import PlanError, RunFailed
+from submission.errors import PlanError
 from submission.plan import Plan
 from submission.runs import RunRecord
 from submission.systems import describe, require_complete
@@ -103,7 +104,7 @@ def _keep_logs(records: list[RunRecord], folder: Path) -> None:
 
 
 @flow(name="podium-submission", flow_run_name="{plan_path}")
-def submission(plan_path: str, workspace: str = ".podium") -> dict:
+def submission(plan_path: str, workspace: str = ".podium") -> dict | Failed:
     plan = plans.load(plan_path)
     ws = Workspace.at(workspace)
     run_id = str(get_run_context().flow_run.id)
@@ -114,11 +115,12 @@ def submission(plan_path: str, workspace: str = ".podium") -> dict:
     logger.info("plan %s (%s profile), run folder %s", plan.name, plan.profile, folder)
     with object_storage(plan, ws) as cfg:
         systems = preflight(plan, cfg)
-        records, failures = [], []
+        records, failures, launches = [], [], 0
         for bench in plan.benchmarks:
             out = benchmark(plan_path, bench.key, str(ws.root), str(logs))
             records += [RunRecord.model_validate(r) for r in out["records"]]
             failures += out["failures"]
+            launches += out["engine_launches"]
         _keep_logs(records, folder)
         root = assemble_tree(plan, records, systems, str(folder), commit)
         report = check(root, plan.round, plan.profile)
@@ -134,8 +136,9 @@ def submission(plan_path: str, workspace: str = ".podium") -> dict:
         reporting.publish_artifacts(rows, text, links)
     result = {"run_id": run_id, "run_folder": str(folder), "tree": root, "s3": f"s3://{cfg.bucket}/"
               f"{storage.object_key(cfg, key_prefix)}", "objects": len(uploaded), "rows": rows,
-              "check": report.summary(), "failures": failures}
-    if failures or not report.ok:
-        raise RunFailed(f"{len(failures)} step(s) failed and the checker found {len(report.errors)} error(s); "
-                        f"everything finished is in {folder} and {result['s3']}", fix=f"read {folder / 'report.md'}")
+              "check": report.summary(), "failures": failures, "engine_launches": launches}
+    if failures or not report.ok:   # a Failed state, not an exception: an expected outcome needs no traceback
+        return Failed(message=f"{len(failures)} step(s) failed and the checker found {len(report.errors)} error(s); "
+                      f"everything finished is in {folder} and {result['s3']}; read {folder / 'report.md'}",
+                      data=result)
     return result

@@ -145,7 +145,7 @@ def _launch(data_dir: Path, port: int | None, startup_timeout_s: float) -> S3Ser
             "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
     if len(str(data_dir / "s3.sock")) < MAX_UNIX_SOCKET_PATH:  # else weed's default under /tmp
         argv.append(f"-s3.localSocket={data_dir / 's3.sock'}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}  # weed reads these
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}  # weed reads S3_BUCKET, AWS_*...
     log.info("starting S3 server: %s", json.dumps(argv))
     began = time.monotonic()
     with open(data_dir / LOG_FILE, "ab") as out:
@@ -193,13 +193,18 @@ def _volumes_known(data_dir: Path, master_port: int) -> str | None:
     on_disk = {int(i) for p in data_dir.glob("*.dat") if (i := p.stem.rsplit("_", 1)[-1]).isdigit()}
     if not on_disk:
         return None
+    known: set[int] = set()
     try:
         with urllib.request.urlopen(f"http://{HOST}:{master_port}/dir/status", timeout=3) as response:
-            nodes = [n for dc in json.load(response)["Topology"]["DataCenters"] or []
-                     for rack in dc["Racks"] or [] for n in rack["DataNodes"] or []]
+            topology = json.load(response)["Topology"]
+        nodes = [n for dc in topology["DataCenters"] or [] for rack in dc["Racks"] or [] for n in rack["DataNodes"]]
+        for node in nodes:
+            for span in str(node.get("VolumeIds", "")).split():  # " 1-3 7" means ids 1, 2, 3 and 7
+                first, _, last = span.partition("-")
+                known.update(range(int(first), int(last or first) + 1))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"master status: {type(exc).__name__}: {exc}"
-    missing = on_disk - {int(v) for node in nodes for v in str(node.get("VolumeIds", "")).split()}
+    missing = on_disk - known
     return f"the master does not know volumes {sorted(missing)} yet" if missing else None
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from prefect import task
 
 from submission.errors import PlanError, StorageError
+from tasks.checksums import BLOCK, sha256_file
 
 MANIFEST = ".podium-manifest.json"
-BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -35,17 +35,9 @@ def _files(source: Path) -> list[Path]:
     return [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
-def _hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def manifest(source: Path) -> dict[str, dict[str, int | str]]:
     base = source.parent if source.is_file() else source
-    return {str(p.relative_to(base)): {"size": p.stat().st_size, "sha256": _hash(p)} for p in _files(source)}
+    return {str(p.relative_to(base)): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in _files(source)}
 
 
 def _copy_verified(src: Path, dst: Path, expected: str) -> None:

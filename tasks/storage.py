@@ -27,6 +27,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from submission.errors import StorageError
+from tasks.checksums import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -188,14 +189,6 @@ def get_tree(cfg: StorageConfig, key_prefix: str, local_root: Path) -> list[Path
         os.replace(tmp, target)
         written.append(target)
     return written
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(MIB), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _tagging(tags: dict[str, str]) -> str:

@@ -11,13 +11,14 @@ answer is exactly `max_tokens` long (`transformers serve` rejects `ignore_eos`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from tasks.checksums import sha256_file
 
 CORPUS = Path(__file__).with_name("smoke_corpus.txt")
 MODEL_NAME = "tiny-llama"
@@ -98,14 +99,6 @@ def _weights(vocab_size: int, special_ids: list[int]) -> dict[str, np.ndarray]:
 
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def build(out: Path) -> dict[str, str]:

@@ -1,0 +1,48 @@
+"""Shared fixtures of the integration suite: a Prefect test server, the smoke assets, plan copies."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).parents[2]
+SMOKE = REPO / "deployments" / "plans" / "smoke.yaml"
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One Prefect test server for the session (its own temporary database)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model and the smoke data set, built the way `podium dev smoke-assets` builds them."""
+    from tasks.engines import smoke_data, smoke_model
+
+    store = tmp_path_factory.mktemp("store")
+    smoke_model.build(store / "models" / "tiny-llama")
+    smoke_data.build(store / "models" / "tiny-llama", store / "datasets" / "smoke")
+    return store
+
+
+def write_plan(path: Path, store: Path, **changes: object) -> Path:
+    """The smoke plan with its sources pointed at `store`; top-level keys replaced by `changes`."""
+    data = yaml.safe_load(SMOKE.read_text())
+    bench = data["benchmarks"][0]
+    bench["model"]["source"] = str(store / "models" / "tiny-llama")
+    bench["dataset"] = {"performance": str(store / "datasets" / "smoke" / "perf_eval_ref.parquet"),
+                        "accuracy": str(store / "datasets" / "smoke" / "acc_eval_inputs.parquet")}
+    data.update(changes)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,112 @@
+"""The smoke submission end to end: real engine, real loadgen, real S3 server, real Prefect; then a re-run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from submission.checker import check_tree
+from tasks import s3server, storage
+from tests.integration.conftest import write_plan
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def smoke(prefect_server: None, smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    from flows.submission import submission
+
+    base = tmp_path_factory.mktemp("smoke")
+    plan = write_plan(base / "plan.yaml", smoke_store)
+    ws = base / "ws"
+    server = s3server.start(ws / "s3")   # the flow reuses a running embedded server; the test reads it afterwards
+    try:
+        first = submission(str(plan), str(ws), return_state=True)
+        loadgen_dirs = sorted((ws / "work" / "runs").iterdir())
+        second = submission(str(plan), str(ws), return_state=True)
+        cfg = storage.StorageConfig(server.endpoint_url, "podium", "runs", "us-east-1",
+                                    server.credentials.access_key, server.credentials.secret_key)
+        yield {"first": first, "second": second, "ws": ws, "cfg": cfg, "loadgen_dirs": loadgen_dirs}
+    finally:
+        s3server.stop(server)
+
+
+def test_first_run_completes_with_valid_results(smoke: dict) -> None:
+    state = smoke["first"]
+    assert state.is_completed(), state.message
+    result = state.result()
+    rows = {row["scenario"]: row for row in result["rows"]}
+    assert set(rows) == {"Offline", "Server", "Interactive"}
+    for row in rows.values():
+        assert row["valid"] is True and row["metric"] > 0 and row["unit"] == "Tokens/s"
+        assert row["accuracy"] == "exact_match 100.000"
+    assert rows["Interactive"]["tpot_p99_ms"] < 15 and rows["Server"]["ttft_p99_ms"] < 3000
+    assert result["engine_launches"] == 1 and not result["failures"]
+
+
+def test_run_folder_and_tree(smoke: dict) -> None:
+    result = smoke["first"].result()
+    folder = Path(result["run_folder"])
+    assert (smoke["ws"] / "runs" / "latest").resolve() == folder
+    records = json.loads((folder / "results.json").read_text())
+    assert sorted((r["scenario"], r["mode"]) for r in records) == sorted(
+        (s, m) for s in ("Offline", "Server", "Interactive") for m in ("performance", "accuracy"))
+    assert all(r["token_source"] == "re-tokenized text" for r in records)
+    report = (folder / "report.md").read_text()
+    assert "SMOKE RUN" in report and "| cpu-smoke | gpt-oss-120b | Interactive |" in report
+    tree = Path(result["tree"])
+    scenario = tree / "open" / "Podium" / "results" / "cpu-smoke" / "tiny-llama" / "Server"
+    for rel in ("performance/run_1/mlperf_log_detail.txt", "accuracy/accuracy.txt", "user.conf", "README.md",
+                "measurements.json", "accuracy/mlperf_log_accuracy.json"):
+        assert (scenario / rel).is_file(), rel
+    assert "hash=" in (scenario / "accuracy" / "accuracy.txt").read_text()
+    assert "gpt-oss-120b.Server.target_qps = 25" in (scenario / "user.conf").read_text()
+    assert (tree / "SMOKE-NOT-A-SUBMISSION.md").is_file()
+    assert (tree / "open" / "Podium" / "systems" / "cpu-smoke.json").is_file()
+    check = check_tree(tree, "v6.1")
+    assert check.ok and check.profile == "smoke"
+    assert {f.rule for f in check.deviations} == {"min-duration", "performance-sample-count",
+                                                  "offline-samples-per-query", "accuracy-coverage"}
+
+
+def test_everything_is_in_object_storage(smoke: dict) -> None:
+    result, cfg = smoke["first"].result(), smoke["cfg"]
+    prefix = f"smoke/{result['run_id']}"
+    keys = storage.list_keys(cfg, prefix)
+    names = {k.split(f"{prefix}/", 1)[1] for k in keys}
+    assert {"manifest.json", "submission.tar.gz", "report.md", "results.json"} <= names
+    assert any(n.startswith("submission/open/Podium/results/cpu-smoke/tiny-llama/Offline/performance/run_1/")
+               for n in names)
+    assert any(n.startswith("logs/engine/") and n.endswith("smoke-server.log") for n in names)
+    assert storage.verify_manifest(cfg, prefix) == []
+    full = [n for n in names if n.startswith("logs/runs/") and n.endswith("-accuracy/mlperf_log_accuracy.json")]
+    assert len(full) == 3, "the full accuracy log of every accuracy run is uploaded"
+    tagging = storage.client(cfg).get_object_tagging(Bucket=cfg.bucket, Key=f"runs/{prefix}/report.md")
+    tags = {t["Key"]: t["Value"] for t in tagging["TagSet"]}
+    assert tags["flow-run-id"] == result["run_id"] and len(tags["plan-sha256"]) == 64 and tags["git-commit"]
+
+
+def test_artifacts_in_prefect(smoke: dict) -> None:
+    from prefect.artifacts import Artifact
+
+    table = Artifact.get("results")
+    assert table is not None and table.type == "table"
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert {row["scenario"] for row in rows} == {"Offline", "Server", "Interactive"}
+    summary = Artifact.get("summary")
+    assert summary is not None and "SMOKE RUN" in summary.data
+    manifest_link = Artifact.get("manifest")
+    assert manifest_link is not None and "manifest.json" in manifest_link.data
+
+
+def test_rerun_skips_every_finished_step(smoke: dict) -> None:
+    state = smoke["second"]
+    assert state.is_completed(), state.message
+    result = state.result()
+    assert result["engine_launches"] == 0   # every loadgen run came from the cache
+    assert sorted((smoke["ws"] / "work" / "runs").iterdir()) == smoke["loadgen_dirs"]
+    assert result["run_id"] != smoke["first"].result()["run_id"]
+    assert [r["metric"] for r in result["rows"]] == [r["metric"] for r in smoke["first"].result()["rows"]]

@@ -1,0 +1,148 @@
+"""The checker on trees assembled from real loadgen logs (a fake SUT behind the real loadgen)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from submission import plan as plans
+from submission.assemble import assemble
+from submission.checker import check_tree
+from submission.runs import RunRecord
+from submission.systems import describe
+from tests.loadgen_fake import run_fake
+
+SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
+FAST_SERVER = ["*.Server.target_qps = 2000", "*.Server.min_duration = 100", "*.Server.min_query_count = 480"]
+
+
+def _conf(model: str, extra: list[str]) -> list[str]:
+    return [f"{model}.*.performance_sample_count_override = 16", f"{model}.*.accuracy_sample_count_override = 16",
+            "*.Offline.min_duration = 300", "*.Offline.target_qps = 50", *extra]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    out = {
+        "Offline": run_fake(base / "off", latency_s=0.4, user_conf_lines=_conf("gpt-oss-120b", [])),
+        "Server": run_fake(base / "srv", scenario="Server", user_conf_lines=_conf("gpt-oss-120b", FAST_SERVER)),
+        "Interactive": run_fake(base / "int", scenario="Server", loadgen_model="gpt-oss-120b-interactive",
+                                user_conf_lines=_conf("gpt-oss-120b-interactive", FAST_SERVER)),
+        "offline-too-fast": run_fake(base / "fast", user_conf_lines=_conf("gpt-oss-120b", [])),
+        "errors": run_fake(base / "err", scenario="Server", n_tokens_override=1,
+                           user_conf_lines=_conf("gpt-oss-120b", FAST_SERVER)),
+    }
+    for scenario in ("Offline", "Server"):
+        out[f"acc-{scenario}"] = run_fake(base / f"acc-{scenario}", scenario=scenario, mode="accuracy",
+                                          user_conf_lines=_conf("gpt-oss-120b", FAST_SERVER))
+    out["acc-Interactive"] = run_fake(base / "acc-int", scenario="Server", mode="accuracy",
+                                      loadgen_model="gpt-oss-120b-interactive",
+                                      user_conf_lines=_conf("gpt-oss-120b-interactive", FAST_SERVER))
+    for name in ("acc-Offline", "acc-Server", "acc-Interactive"):
+        (out[name] / "accuracy.txt").write_text("{'exact_match': 100.000, 'num_samples': 16}\n")
+    return out
+
+
+def _record(scenario: str, mode: str, run_dir: Path) -> RunRecord:
+    return RunRecord(key="k", system="cpu-smoke", benchmark="gpt-oss-120b", scenario=scenario, mode=mode,
+                     run_dir=str(run_dir), valid=True, validity="VALID")
+
+
+def build(tmp_path: Path, runs: dict[str, Path], *, perf: dict[str, str] | None = None) -> Path:
+    """A smoke-plan tree from the given runs (scenario -> name of the run to use as its performance run)."""
+    plan = plans.load(SMOKE)
+    perf = perf or {s: s for s in ("Offline", "Server", "Interactive")}
+    records = [_record(s, "performance", runs[name]) for s, name in perf.items()]
+    records += [_record(s, "accuracy", runs[f"acc-{s}"]) for s in perf]
+    system = describe(division="open", submitter="Podium", system_name="cpu-smoke", status="available",
+                      system_type="datacenter", number_of_nodes=1, framework="test", overrides={})
+    root = tmp_path / "tree"
+    assemble(plan, records, {"cpu-smoke": system}, root, tmp_path / "backup", commit="test")
+    return root
+
+
+def rules_of(report, severity: str | None = None) -> set[str]:
+    return {f.rule for f in report.findings if severity is None or f.severity == severity}
+
+
+def test_smoke_tree_has_only_named_deviations(tmp_path: Path, runs: dict[str, Path]) -> None:
+    root = build(tmp_path, runs)
+    report = check_tree(root, "v6.1")
+    assert report.profile == "smoke" and report.scenarios_checked == 3
+    assert report.ok, [f.line() for f in report.errors]
+    assert rules_of(report, "deviation") == {"min-duration", "performance-sample-count", "offline-samples-per-query",
+                                             "accuracy-coverage"}
+    assert "SMOKE tree: not a valid MLPerf submission" in report.summary()
+    mapping = json.loads((root / "open" / "Podium" / "model_mapping.json").read_text())
+    assert mapping == {"tiny-llama": "gpt-oss-120b"}
+
+
+def test_same_tree_fails_the_submission_profile(tmp_path: Path, runs: dict[str, Path]) -> None:
+    report = check_tree(build(tmp_path, runs), "v6.1", profile="submission")
+    assert not report.ok and not report.deviations
+    assert {"min-duration", "performance-sample-count", "accuracy-coverage"} <= rules_of(report, "error")
+
+
+def test_interactive_folder_with_server_limits(tmp_path: Path, runs: dict[str, Path]) -> None:
+    root = build(tmp_path, runs, perf={"Offline": "Offline", "Interactive": "Server"})
+    report = check_tree(root, "v6.1")
+    config = [f.message for f in report.errors if f.rule == "latency-config" and "Interactive" in f.path]
+    assert config == ["loadgen ran with ttft limit 3000000000 ns, but Interactive requires 2000000000 ns",
+                      "loadgen ran with tpot limit 80000000 ns, but Interactive requires 15000000 ns"]
+
+
+def test_invalid_run_is_an_error(tmp_path: Path, runs: dict[str, Path]) -> None:
+    report = check_tree(build(tmp_path, runs, perf={"Offline": "offline-too-fast", "Server": "Server"}), "v6.1")
+    invalid = [f for f in report.errors if f.rule == "result-valid"]
+    assert invalid and "INVALID" in invalid[0].message and "Offline" in invalid[0].path
+
+
+def test_loadgen_errors_are_an_error(tmp_path: Path, runs: dict[str, Path]) -> None:
+    report = check_tree(build(tmp_path, runs, perf={"Offline": "Offline", "Server": "errors"}), "v6.1")
+    errors = [f for f in report.errors if f.rule == "loadgen-errors"]
+    assert errors and "Number of tokens need to be greater than 1" in errors[0].message
+
+
+def test_seeds_of_another_round(tmp_path: Path, runs: dict[str, Path]) -> None:
+    root = build(tmp_path, runs)
+    report = check_tree(root, "v6.0")
+    assert "seeds" in rules_of(report, "error")
+
+
+def test_tampered_accuracy_and_system(tmp_path: Path, runs: dict[str, Path]) -> None:
+    root = build(tmp_path, runs)
+    org = root / "open" / "Podium"
+    acc = org / "results" / "cpu-smoke" / "tiny-llama" / "Offline" / "accuracy"
+    (acc / "accuracy.txt").write_text("{'exact_match': 12.000}\n")
+    (acc / "mlperf_log_accuracy.json").write_text("[" + ",".join(["{}"] * 6000) + "]")
+    (org / "systems" / "cpu-smoke.json").unlink()
+    (org / "results" / "cpu-smoke" / "tiny-llama" / "Server" / "README.md").write_text("")
+    report = check_tree(root, "v6.1")
+    assert {"accuracy-hash", "accuracy-truncated", "system-description", "scenario-files"} <= rules_of(report, "error")
+    below = [f for f in report.findings if f.rule == "accuracy-target"]
+    assert below and below[0].severity == "warning"   # open division: recorded, not enforced
+
+
+def test_unknown_benchmark_folder(tmp_path: Path, runs: dict[str, Path]) -> None:
+    root = build(tmp_path, runs)
+    (root / "open" / "Podium" / "model_mapping.json").unlink()
+    assert "unknown-benchmark" in rules_of(check_tree(root, "v6.1"), "error")
+
+
+def test_empty_tree_does_not_pass(tmp_path: Path) -> None:
+    report = check_tree(tmp_path, "v6.1")
+    assert not report.ok and rules_of(report) == {"empty-tree"}
+
+
+def test_closed_tree_needs_compliance_and_calibration(tmp_path: Path, runs: dict[str, Path]) -> None:
+    root = build(tmp_path, runs)
+    closed = root / "closed" / "Podium"
+    shutil.move(root / "open" / "Podium", closed)
+    (closed / "results" / "cpu-smoke" / "tiny-llama").rename(closed / "results" / "cpu-smoke" / "gpt-oss-120b")
+    report = check_tree(root, "v6.1", profile="submission")
+    errors = rules_of(report, "error")
+    assert {"compliance-missing", "calibration", "system-description"} <= errors   # system says division "open"

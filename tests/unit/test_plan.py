@@ -1,0 +1,151 @@
+"""The plan model: the embedded default loads, and bad input fails with the field and the fix."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from submission import plan as plans
+from submission.errors import PlanError
+
+SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
+
+
+@pytest.fixture()
+def data() -> dict:
+    return yaml.safe_load(SMOKE.read_text())
+
+
+def test_smoke_plan_loads() -> None:
+    p = plans.load(SMOKE)
+    assert (p.name, p.round, p.division, p.profile) == ("smoke", "v6.1", "open", "smoke")
+    bench = p.benchmarks[0]
+    assert bench.key == "cpu-smoke/gpt-oss-120b"
+    assert set(bench.scenarios) == {"Offline", "Server", "Interactive"}
+    assert p.storage.embedded and p.storage.endpoint_url is None
+    assert len(p.fingerprint()) == 64 and p.fingerprint() == plans.load(SMOKE).fingerprint()
+
+
+def _error(data: dict) -> str:
+    with pytest.raises(PlanError) as e:
+        plans.parse(data, "plan.yaml")
+    return str(e.value)
+
+
+def test_unknown_top_level_field(data: dict) -> None:
+    data["sumbitter"] = "x"
+    assert "sumbitter: unknown field" in _error(data)
+
+
+def test_unknown_nested_field(data: dict) -> None:
+    data["benchmarks"][0]["scenarios"]["Server"]["target_qsp"] = 3
+    assert "benchmarks.0.scenarios.Server.target_qsp: unknown field" in _error(data)
+
+
+def test_unknown_benchmark_suggests(data: dict) -> None:
+    data["benchmarks"][0]["benchmark"] = "gpt-oss-12b"
+    message = _error(data)
+    assert "unknown benchmark 'gpt-oss-12b'" in message and "did you mean 'gpt-oss-120b'" in message
+    assert "llama3.1-8b" in message   # the full list of valid values
+
+
+def test_unknown_scenario(data: dict) -> None:
+    data["benchmarks"][0]["scenarios"]["SingleStream"] = {"target_qps": 1}
+    message = _error(data)
+    assert "'SingleStream' is not a gpt-oss-120b scenario" in message and "Interactive" in message
+
+
+def test_server_needs_target_qps(data: dict) -> None:
+    del data["benchmarks"][0]["scenarios"]["Server"]["target_qps"]
+    assert "scenarios.Server.target_qps is required for Server, e.g. target_qps: 2" in _error(data)
+
+
+def test_unknown_round(data: dict) -> None:
+    data["round"] = "v6.2"
+    message = _error(data)
+    assert "round: unknown round 'v6.2'" in message and "v6.1" in message
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "x..y", "has space", ""])
+def test_unsafe_system_names(data: dict, name: str) -> None:
+    data["systems"][0]["name"] = name
+    assert "systems.0.name" in _error(data)
+
+
+def test_wrong_type(data: dict) -> None:
+    data["benchmarks"][0]["generation"]["max_tokens"] = "many"
+    assert "benchmarks.0.generation.max_tokens" in _error(data)
+
+
+def test_system_must_exist(data: dict) -> None:
+    data["benchmarks"][0]["system"] = "cpu-smok"
+    message = _error(data)
+    assert "'cpu-smok' is not among systems" in message and "did you mean 'cpu-smoke'" in message
+
+
+def test_closed_division_runs_the_benchmark_model(data: dict) -> None:
+    data["division"] = "closed"
+    assert "model.name: the closed division runs the benchmark's own model" in _error(data)
+
+
+def test_submission_profile_refuses_short_runs(data: dict) -> None:
+    data["profile"] = "submission"
+    message = _error(data)
+    assert "loadgen.min_duration_ms: 1000 is under the round's minimum of 600000 ms" in message
+    assert "use profile: smoke" in message
+
+
+def test_submission_profile_refuses_small_sample_counts(data: dict) -> None:
+    data["profile"] = "submission"
+    del data["benchmarks"][0]["loadgen"]["min_duration_ms"]
+    assert "performance_sample_count: 32 is under 6396" in _error(data)
+
+
+def test_submission_profile_needs_required_scenarios(data: dict) -> None:
+    data["profile"] = "submission"
+    data["benchmarks"][0]["loadgen"] = {}
+    only_server = copy.deepcopy(data)
+    del only_server["benchmarks"][0]["scenarios"]["Offline"]
+    assert "gpt-oss-120b requires Offline" in _error(only_server)
+    only_offline = copy.deepcopy(data)
+    for s in ("Server", "Interactive"):
+        del only_offline["benchmarks"][0]["scenarios"][s]
+    assert "needs one of Interactive, Server" in _error(only_offline)
+
+
+def test_embedded_storage_has_no_endpoint(data: dict) -> None:
+    data["storage"]["endpoint_url"] = "http://127.0.0.1:9000"
+    assert "embedded storage picks its own endpoint" in _error(data)
+
+
+def test_missing_required_field(data: dict) -> None:
+    del data["storage"]
+    assert "storage: required field is missing" in _error(data)
+
+
+def test_not_a_mapping() -> None:
+    with pytest.raises(PlanError, match="a plan is a YAML mapping"):
+        plans.parse(["a", "list"], "plan.yaml")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PlanError) as e:
+        plans.load(tmp_path / "nope.yaml")
+    assert "nope.yaml" in str(e.value) and "fix:" in str(e.value)
+
+
+def test_yaml_error_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nround: [v6.1\n")
+    with pytest.raises(PlanError, match=r"bad\.yaml:\d+: not valid YAML"):
+        plans.load(bad)
+
+
+def test_every_problem_is_listed(data: dict) -> None:
+    data["sumbitter"] = "x"
+    data["division"] = "secret"
+    message = _error(data)
+    assert "sumbitter" in message and "division" in message
