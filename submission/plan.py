@@ -144,7 +144,7 @@ class Plan(Strict):
         rules = load_rules(self.round)
         systems = {s.name for s in self.systems}
         for i, b in enumerate(self.benchmarks):
-            where = f"benchmarks[{i}]"
+            where = f"benchmarks.{i}"
             if b.benchmark not in rules.benchmarks:
                 raise ValueError(f"{where}.benchmark: unknown benchmark {b.benchmark!r}; "
                                  f"{did_you_mean(b.benchmark, rules.benchmarks)}")
@@ -206,7 +206,7 @@ class Plan(Strict):
 
 
 def _location(error: dict[str, Any]) -> str:
-    return ".".join(str(p) for p in error["loc"]) or "(top level)"
+    return ".".join(str(p) for p in error["loc"])
 
 
 def _describe(error: dict[str, Any]) -> str:
@@ -216,7 +216,7 @@ def _describe(error: dict[str, Any]) -> str:
     if kind == "missing":
         return f"{loc}: required field is missing"
     message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{loc}: {message}"
+    return f"{loc}: {message}" if error["loc"] else message   # plan-level checks name their own field
 
 
 def parse(data: Any, source: str = "<plan>") -> Plan:

@@ -34,6 +34,7 @@ class SmokeBackend:
     ports_needed = 1
 
     def version(self) -> str:
+        _cli()   # the CLI must be there before anything counts on it
         try:
             return f"transformers {metadata.version('transformers')}"
         except metadata.PackageNotFoundError:
