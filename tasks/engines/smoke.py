@@ -46,7 +46,7 @@ class SmokeBackend:
                               fix="remove engine.options from the plan")
         port = placement.ports[0]
         argv = (_cli(), "serve", str(model_dir), "--continuous-batching", "--device", "cpu",
-                "--host", placement.host, "--port", str(port), "--log-level", "info")
+                "--host", placement.host, "--port", str(port), "--log-level", "warning")
         ready = (HttpProbe("/health"),
                  HttpProbe("/v1/completions", {"model": str(model_dir), "prompt": "the", "max_tokens": 1}))
         return [ProcessSpec(role="server", name="smoke-server", argv=argv, env=dict(OFFLINE_ENV),
