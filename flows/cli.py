@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from submission.errors import PodiumError, RunFailed
+from flows import search_cli
+from submission.errors import PodiumError, RunFailed, StorageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
 dev = typer.Typer(no_args_is_help=True, help="Local services and assets for development and the smoke run.")
@@ -65,21 +66,121 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
 def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/, open/ or network/")],
           round: Annotated[str, typer.Option("--round", help="rules round, e.g. v6.1")] = "v6.1",
           profile: Annotated[str | None, typer.Option(help="submission or smoke (default: from the tree)")] = None,
-          as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False) -> None:
-    """Check a submission tree; exit 1 when it has errors."""
+          as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+          csv_file: Annotated[Path | None, typer.Option("--csv", help="write the summary CSV (official columns)")]
+          = None,
+          inference_src: Annotated[Path | None, typer.Option(
+              "--inference-src", help="a checkout of mlcommons/inference: run its checker too and compare")] = None,
+          ) -> None:
+    """Check a submission tree. Exit 0 clean, 1 errors (Podium's or the official checker's), 2 could not run."""
+    import tempfile
+
+    from submission import official
     from submission.checker import check_tree
 
+    theirs, differences = None, []
     try:
         report = check_tree(tree, round, profile=profile)
+        if csv_file:
+            report.write_csv(csv_file)
+        if inference_src:
+            with tempfile.TemporaryDirectory(prefix="podium-official-") as scratch:
+                out = csv_file.with_suffix(".official.csv") if csv_file else Path(scratch) / "summary.csv"
+                theirs = official.run_official(tree, inference_src, round, out)
+            differences = official.compare(report, theirs)
     except PodiumError as e:
         _fail(e)
     if as_json:
-        typer.echo(json.dumps(report.model_dump(mode="json") | {"ok": report.ok}, indent=2))
+        extra = {} if theirs is None else {"official": theirs.model_dump(mode="json") | {"ok": theirs.ok},
+                                           "differences": [d.model_dump(mode="json") for d in differences]}
+        typer.echo(json.dumps(report.to_json() | extra, indent=2))
     else:
-        for finding in report.findings:
-            typer.echo(finding.line())
-        typer.echo(report.summary())
-    raise typer.Exit(0 if report.ok else 1)
+        typer.echo(report.text(), nl=False)
+        if theirs is not None:
+            typer.echo(f"official checker: {theirs.verdict()}, {len(theirs.rows)} result row(s)")
+            for difference in differences:
+                typer.echo(difference.line())
+    raise typer.Exit(0 if report.ok and (theirs is None or theirs.ok) else 1)
+
+
+@app.command()
+def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pack")],
+            out: Annotated[Path | None, typer.Option(help="an empty folder for the three files "
+                                                          "(default: <tree>.package beside the tree)")] = None,
+            name: Annotated[str | None, typer.Option(help="the tarball's name (default: the tree folder's)")] = None,
+            round: Annotated[str, typer.Option("--round", help="rules round the tree is checked against")] = "v6.1",
+            run_check: Annotated[bool, typer.Option("--check/--no-check", help="refuse a tree with errors")] = True,
+            bucket: Annotated[str | None, typer.Option(help="upload to this S3 bucket (credentials: boto3's chain)")]
+            = None,
+            endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint (default: AWS)")] = None,
+            prefix: Annotated[str, typer.Option(help="key prefix in the bucket")] = "packages",
+            region: Annotated[str, typer.Option(help="S3 region")] = "us-east-1",
+            embedded: Annotated[bool, typer.Option(help="upload to the local S3 server of `podium dev up`")] = False,
+            workspace: Workspace = Path(".podium")) -> None:
+    """Pack a submission tree: tarball, its sha256 and a manifest of every file; upload them when asked."""
+    from submission.checker import check_tree
+    from submission.package import package as make_package
+
+    try:
+        if run_check:
+            report = check_tree(tree, round)
+            if not report.ok:
+                typer.echo(report.text(), nl=False, err=True)
+                _fail(RunFailed(f"{tree} has {len(report.errors)} error(s); nothing was packed",
+                                fix="fix them (podium check), or pass --no-check to pack it anyway"))
+        pkg = make_package(tree, out, name=name)
+        typer.echo(f"{pkg.tarball}\nsha256 {pkg.sha256}\nmanifest {pkg.manifest_file} ({pkg.files} files, "
+                   f"{pkg.bytes} bytes)")
+        if bucket or embedded:
+            from tasks import packaging, s3server, storage
+
+            if embedded:
+                server = s3server.running(workspace / "s3")
+                if server is None:
+                    _fail(StorageError("the local S3 server is not running", fix="start it with `podium dev up`"))
+                cfg = storage.StorageConfig(server.endpoint_url, bucket or "podium", prefix, region,
+                                            server.credentials.access_key, server.credentials.secret_key)
+            else:
+                cfg = storage.StorageConfig(endpoint_url, str(bucket), prefix, region)
+            storage.ensure_bucket(cfg)
+            keys = packaging.upload(cfg, pkg, f"{pkg.name}/{pkg.sha256[:16]}")
+            typer.echo("uploaded " + ", ".join(f"s3://{cfg.bucket}/{key}" for key in keys))
+    except PodiumError as e:
+        _fail(e)
+
+
+@app.command()
+def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose targets apply, e.g. gpt-oss-120b")],
+          accuracy_log: Annotated[Path, typer.Option("--accuracy-log", help="a loadgen mlperf_log_accuracy.json")],
+          dataset: Annotated[Path, typer.Option("--dataset", help="the accuracy data set the run served")],
+          tokenizer: Annotated[Path | None, typer.Option(help="the model folder or its tokenizer.json")] = None,
+          scenario: Annotated[str, typer.Option(help="whose targets: Offline, Server or Interactive")] = "Offline",
+          round: Annotated[str, typer.Option("--round", help="rules round, e.g. v6.1")] = "v6.1",
+          evaluator: Annotated[str | None, typer.Option(help="default: the benchmark's reference one")] = None,
+          lcb_tests: Annotated[Path | None, typer.Option(help="LiveCodeBench tests (JSON lines)")] = None,
+          output: Annotated[Path | None, typer.Option(help="also write accuracy.txt here")] = None,
+          as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False) -> None:
+    """Re-score an accuracy log offline: the metric line, the targets and the verdict; exit 1 under a target."""
+    from tasks.accuracy import evaluate_log
+
+    try:
+        result, text = evaluate_log(evaluator or benchmark, accuracy_log, dataset, tokenizer, benchmark=benchmark,
+                                    scenario=scenario, round=round, lcb_tests=lcb_tests)
+    except PodiumError as e:
+        _fail(e)
+    if output is not None:
+        output.write_text(text)
+    verdict = result.verdict
+    if as_json:
+        typer.echo(json.dumps({"benchmark": benchmark, "scenario": scenario, "round": round,
+                               "metrics": result.metrics, "samples": result.samples, "notes": list(result.notes),
+                               "verdict": [m.__dict__ for m in verdict.metrics], "passed": verdict.passed}, indent=2))
+    else:
+        typer.echo(text.rstrip())
+        for line in verdict.lines():
+            typer.echo(line)
+        typer.echo(f"{benchmark} {scenario} ({round}): {'PASS' if verdict.passed else 'FAIL'}")
+    raise typer.Exit(0 if verdict.passed else 1)
 
 
 @dev.command("smoke-assets")
@@ -100,29 +201,136 @@ def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
 
 
 @dev.command("up")
-def dev_up(workspace: Workspace = Path(".podium")) -> None:
-    """Start the embedded S3 server (SeaweedFS on 127.0.0.1) and leave it running."""
-    from tasks import s3server
+def dev_up(workspace: Workspace = Path(".podium"),
+           port: Annotated[int, typer.Option(help="the Prefect server's port on 127.0.0.1 (0: any free one)")] = 4200,
+           webhook: Annotated[str | None, typer.Option(help="URL the notification automations POST to")] = None,
+           node: Annotated[list[str] | None, typer.Option(help="GPU node to create a gpu-<node> limit for "
+                                                                "(repeatable; default: this host)")] = None,
+           deploy: Annotated[bool, typer.Option(help="deploy deployments/prefect.yaml")] = True,
+           s3_only: Annotated[bool, typer.Option("--s3-only", help="start only the S3 server")] = False) -> None:
+    """Start a local Prefect server with its UI, a process worker and the S3 server (all on 127.0.0.1); register
+    the work pools, the S3 result storage, the gpu-<node> limits and the notifications; deploy the deployments."""
+    from tasks import devstack, s3server
+    from tasks.workspace import Workspace as Ws
 
     try:
-        server = s3server.running(workspace / "s3") or s3server.start(workspace / "s3")
+        if s3_only:
+            server = s3server.running(workspace / "s3") or s3server.start(workspace / "s3")
+            typer.echo(f"S3 server at {server.endpoint_url} (pid {server.pid}); credentials in "
+                       f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
+            return
+        stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy)
     except PodiumError as e:
         _fail(e)
-    typer.echo(f"S3 server at {server.endpoint_url} (pid {server.pid}); credentials in "
-               f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
+    typer.echo(f"Prefect UI   {stack.ui_url}  (export PREFECT_API_URL={stack.api_url})")
+    typer.echo(f"worker       pid {stack.worker_pid} on pool {devstack.POOL}; S3 at {stack.s3_endpoint}")
+    for name in stack.deployed:
+        typer.echo(f"deployed     {name}")
+    for reason in stack.skipped:
+        typer.echo(f"not deployed {reason}")
+    typer.echo(f"logs in {workspace / 'dev'}; stop everything with `podium dev down`")
 
 
 @dev.command("down")
 def dev_down(workspace: Workspace = Path(".podium")) -> None:
-    """Stop what `podium dev up` started."""
-    from tasks import s3server
+    """Stop what `podium dev up` started: the worker, the Prefect server, the S3 server."""
+    from tasks import devstack
+    from tasks.workspace import Workspace as Ws
 
-    server = s3server.running(workspace / "s3")
-    if server is None:
-        typer.echo("nothing running")
-        return
-    s3server.stop(server)
-    typer.echo(f"stopped the S3 server (pid {server.pid})")
+    try:
+        stopped = devstack.down(Ws.at(workspace))
+    except PodiumError as e:
+        _fail(e)
+    typer.echo("stopped " + ", ".join(stopped) if stopped else "nothing running")
+
+
+@app.command()
+def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification automations POST to")] = None,
+          node: Annotated[list[str] | None, typer.Option(help="a GPU node's name (repeatable)")] = None,
+          bucket: Annotated[str, typer.Option(help="bucket for Prefect's task results")] = "podium",
+          endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint (default: AWS)")] = None,
+          region: Annotated[str, typer.Option(help="S3 region")] = "us-east-1") -> None:
+    """Register on the Prefect server at PREFECT_API_URL what the deployments need: work pools, S3 result
+    storage (credentials from the workers' own AWS chain), gpu-<node> limits and the notification automations."""
+    from tasks import nodes, notifications, registration, storage
+
+    if not os.environ.get("PREFECT_API_URL"):
+        _fail(PodiumError("PREFECT_API_URL is not set: there is no server to set up",
+                          fix="export PREFECT_API_URL=http://<server>:4200/api (or use `podium dev up` locally)"))
+    try:
+        cfg = storage.StorageConfig(endpoint_url, bucket, "", region)
+        pools = registration.create_pools()
+        slug = registration.save_result_storage(cfg)
+        limits = nodes.ensure_limits(node or [])
+        if webhook:
+            notifications.register(webhook)
+    except PodiumError as e:
+        _fail(e)
+    typer.echo(f"work pools {', '.join(pools)}; result storage {slug}; limits {', '.join(limits) or 'none'}; "
+               f"notifications {'to ' + webhook if webhook else 'not set (pass --webhook)'}")
+
+
+@app.command()
+def stage(source: Annotated[str, typer.Argument(help="a local file or folder, or s3://bucket/prefix")],
+          to: Annotated[Path | None, typer.Option(help="stage root (default: <workspace>/stage)")] = None,
+          endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint for s3:// sources")] = None,
+          workspace: Workspace = Path(".podium")) -> None:
+    """Stage a model or dataset onto this node's disk, verified by sha256, with a progress bar."""
+    from tasks import s3server
+    from tasks.staging import S3Access
+    from tasks.staging import stage as stage_source
+
+    embedded = endpoint_url is None and s3server.running(workspace / "s3") is not None
+    access = S3Access(endpoint_url=endpoint_url, embedded_dir=str((workspace / "s3").resolve()) if embedded else None)
+    with typer.progressbar(length=1, label=f"staging {source}", show_pos=False) as bar:
+        def advance(done: int, total: int) -> None:
+            bar.length = max(total, 1)
+            bar.update(done - bar.pos)
+
+        try:
+            staged = stage_source(source, to or workspace / "stage", access=access, progress=advance)
+        except PodiumError as e:
+            _fail(e)
+    verb = "reused" if staged.reused else f"fetched {staged.fetched:,} bytes, resumed {staged.resumed:,}"
+    typer.echo(f"{staged.path}: {staged.files} file(s), {staged.bytes:,} bytes, sha256 {staged.sha256[:12]} ({verb})")
+
+
+@app.command()
+def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
+           benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key "
+                                                         "(required when the plan has several)")] = None,
+           dry_run: Annotated[bool, typer.Option("--dry-run", help="print every process spec; start nothing")] = False,
+           as_json: Annotated[bool, typer.Option("--json", help="machine-readable output (with --dry-run)")] = False,
+           hold: Annotated[float | None, typer.Option(help="seconds to keep it serving; default: until Ctrl-C")] = None,
+           workspace: Workspace = Path(".podium")) -> None:
+    """Launch a benchmark's engine as the plan says (stage, build, start, wait until it generates), or review it."""
+    import logging
+    import time
+
+    from submission import plan as plans
+    from tasks import deploy
+
+    try:
+        loaded = plans.load(plan)
+        if dry_run:
+            items = deploy.reviews(loaded, workspace.resolve(), benchmark)
+            typer.echo(json.dumps(items, indent=2) if as_json else deploy.render(items))
+            return
+        bench = deploy.pick(loaded, benchmark)
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        with deploy.serving(loaded, bench, workspace.resolve(), logging.getLogger("podium.launch")) as endpoint:
+            typer.echo(f"serving {endpoint.model!r} at {endpoint.base_url}; stop with Ctrl-C")
+            try:
+                while hold is None:
+                    time.sleep(3600)
+                time.sleep(hold)
+            except KeyboardInterrupt:
+                typer.echo("stopping")
+    except PodiumError as e:
+        _fail(e)
+
+
+search_cli.register(app, _fail, _prefect_env)   # podium search | sweep | scale
 
 
 def main() -> None:

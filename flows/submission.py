@@ -21,11 +21,12 @@ from submission.assemble import assemble
 from submission.checker import CheckReport, check_tree
 from submission.errors import PlanError
 from submission.plan import Plan
-from submission.runs import RunRecord
+from submission.runs import AuditRecord, RunRecord
 from submission.systems import describe, require_complete
-from tasks import reporting, s3server, storage
+from tasks import notifications, reporting, s3server, storage, validation
 from tasks.accuracy import evaluator
 from tasks.engine import engine_identity
+from tasks.validation import validate_results
 from tasks.workspace import Workspace, git_commit
 
 
@@ -67,21 +68,37 @@ def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str
 
 
 @task(name="assemble")
-def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: str, commit: str) -> str:
+def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: str, commit: str,
+                  audits: list[AuditRecord] | None = None) -> str:
     root = Path(folder) / "submission"
-    assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit)
+    assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit, audits=audits or [])
     with tarfile.open(Path(folder) / "submission.tar.gz", "w:gz") as tar:
         tar.add(root, arcname="submission")
     return str(root)
 
 
 @task(name="check")
-def check(root: str, round: str, profile: str) -> CheckReport:
+def check(root: str, round: str, profile: str, inference_src: str | None = None) -> CheckReport:
+    """Podium's checker, writing summary.csv beside the tree; with a checkout of mlcommons/inference, the official
+    checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning."""
+    from submission import official
+
     report = check_tree(Path(root), round, profile=profile)
+    report.write_csv(Path(root).parent / "summary.csv")
     logger = get_run_logger()
     for finding in report.findings:
         (logger.error if finding.severity == "error" else logger.warning)(finding.line())
     logger.info(report.summary())
+    if inference_src:
+        try:
+            theirs = official.run_official(Path(root), inference_src, round,
+                                           Path(root).parent / "summary.official.csv")
+        except official.OfficialCheckerUnavailable as error:  # reported; the tree and Podium's verdict stand
+            logger.error("the official checker did not run: %s", error)
+            return report
+        logger.info("official checker: %s", theirs.verdict())
+        for difference in official.compare(report, theirs):
+            logger.warning(difference.line())
     return report
 
 
@@ -96,7 +113,7 @@ def publish(cfg: storage.StorageConfig, folder: str, key_prefix: str, tags: dict
     return sorted(manifest["objects"])
 
 
-def _keep_logs(records: list[RunRecord], folder: Path) -> None:
+def _keep_logs(records: list[RunRecord] | list[AuditRecord], folder: Path) -> None:
     """Full, untruncated logs of every run go into the run folder (and so to object storage)."""
     for r in records:
         dest = folder / "logs" / "runs" / r.label.replace("/", "-")
@@ -115,30 +132,42 @@ def submission(plan_path: str, workspace: str = ".podium") -> dict | Failed:
     logger.info("plan %s (%s profile), run folder %s", plan.name, plan.profile, folder)
     with object_storage(plan, ws) as cfg:
         systems = preflight(plan, cfg)
-        records, failures, launches = [], [], 0
+        records, failures, launches, audits = [], [], 0, []
         for bench in plan.benchmarks:
             out = benchmark(plan_path, bench.key, str(ws.root), str(logs))
             records += [RunRecord.model_validate(r) for r in out["records"]]
+            audits += [AuditRecord.model_validate(a) for a in out.get("audits", [])]
             failures += out["failures"]
             launches += out["engine_launches"]
         _keep_logs(records, folder)
-        root = assemble_tree(plan, records, systems, str(folder), commit)
-        report = check(root, plan.round, plan.profile)
+        _keep_logs(audits, folder)
+        root = assemble_tree(plan, records, systems, str(folder), commit, audits)
+        report = check(root, plan.round, plan.profile, plan.inference_src)
         key_prefix = f"{plan.name}/{run_id}"
         links = {"manifest": storage.presign(cfg, storage.object_key(cfg, key_prefix, storage.MANIFEST)),
                  "submission tarball": storage.presign(cfg, storage.object_key(cfg, key_prefix, "submission.tar.gz")),
                  "report": storage.presign(cfg, storage.object_key(cfg, key_prefix, "report.md"))}
-        rows = reporting.table(records)
-        text = reporting.markdown(plan.name, plan.profile, rows, report, links, failures)
-        reporting.write_run_files(folder, records, text)
+        data_checks = validate_results([r.model_dump(mode="json") for r in records], plan.round, str(folder))
+        links["data checks"] = storage.presign(cfg, storage.object_key(cfg, key_prefix, validation.RESULT_FILE))
+        notifications.emit_result_events(records, run_id, plan.name)   # INVALID -> the notification automation
+        notifications.emit_audit_events(audits, run_id, plan.name)
+        plots = {p.name: storage.presign(cfg, storage.object_key(cfg, key_prefix, "plots", p.name))
+                 for p in reporting.plot_run(records, folder / "plots", plan.round)}
+        rows = reporting.table(records, audits)
+        text = reporting.markdown(plan.name, plan.profile, rows, report, links, failures, audits)
+        text += reporting.plots_markdown(plots) + "\n" + data_checks["markdown"]
+        reporting.write_run_files(folder, records, text, audits)
         uploaded = publish(cfg, str(folder), key_prefix,
                            {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit})
-        reporting.publish_artifacts(rows, text, links)
+        reporting.publish_artifacts(rows, text, links, audits)
+        reporting.publish_images(plots)
     result = {"run_id": run_id, "run_folder": str(folder), "tree": root, "s3": f"s3://{cfg.bucket}/"
               f"{storage.object_key(cfg, key_prefix)}", "objects": len(uploaded), "rows": rows,
-              "check": report.summary(), "failures": failures, "engine_launches": launches}
-    if failures or not report.ok:   # a Failed state, not an exception: an expected outcome needs no traceback
-        return Failed(message=f"{len(failures)} step(s) failed and the checker found {len(report.errors)} error(s); "
+              "check": report.summary(), "failures": failures, "engine_launches": launches,
+              "compliance": reporting.compliance_rows(audits), "data_checks": data_checks["failed"]}
+    if failures or not report.ok or data_checks["failed"]:   # a Failed state: an expected outcome, no traceback
+        return Failed(message=f"{len(failures)} step(s) failed, the checker found {len(report.errors)} error(s) and "
+                      f"{data_checks['failed']} data check(s) failed; "
                       f"everything finished is in {folder} and {result['s3']}; read {folder / 'report.md'}",
                       data=result)
     return result

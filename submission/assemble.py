@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
-from submission.runs import RunRecord
+from submission.runs import AuditRecord, RunRecord
 from submission.tree import Tree
 from submission.truncate import truncate_tree
 
@@ -68,8 +68,9 @@ def _measurements(bench: BenchmarkSpec) -> str:
 
 
 def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, str]], root: Path,
-             backup: Path, *, commit: str) -> Tree:
-    """Write the tree under `root` (replaced if present); return its Tree."""
+             backup: Path, *, commit: str, audits: list[AuditRecord] | None = None) -> Tree:
+    """Write the tree under `root` (replaced if present); return its Tree. Each audit's TESTxx folder (laid out
+    as its run_verification.py leaves it) goes into the scenario folder of a performance run in the tree."""
     if root.exists():
         shutil.rmtree(root)
     tree = Tree(root, plan.division, plan.submitter)
@@ -93,6 +94,9 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
             acc = by_label.get(f"{bench.system}/{bench.benchmark}/{scenario}/accuracy")
             if acc is not None:
                 _copy(ACC_FILES, Path(acc.run_dir), tree.accuracy(bench.system, folder, scenario))
+            for audit in (a for a in audits or () if a.label.startswith(f"{bench.system}/{bench.benchmark}/"
+                                                                        f"{scenario}/")):
+                shutil.copytree(audit.folder, tree.compliance(bench.system, folder, scenario, audit.test))
     if mapping:
         _write(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
     _write(tree.src / "podium" / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from submission.engines import OPTIONS as ENGINE_OPTIONS
+from submission.engines import KubernetesSettings, engine_problems, parse_options
 from submission.errors import PlanError, did_you_mean
 from submission.rules import ROUNDS, load_rules
 
@@ -59,13 +61,36 @@ class ModelSpec(Strict):
 
 
 class EngineSpec(Strict):
+    """What runs (`name`, typed `options`: see submission/engines.py) and where (`launcher` and its section)."""
+
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
+    launcher: Literal["local", "slurm", "kubernetes"] = "local"
+    kubernetes: KubernetesSettings | None = None
+    slurm: dict[str, Any] = Field(default_factory=dict, description="the Slurm launcher's settings")
+    ready_timeout_s: float = Field(600, gt=0, description="how long the engine may take to answer a one-token "
+                                                          "request (weights load for minutes on GPUs)")
+
+    @model_validator(mode="after")
+    def _typed(self) -> EngineSpec:
+        if self.name not in ENGINE_OPTIONS:
+            raise ValueError(f"name: unknown engine {self.name!r}; {did_you_mean(self.name, ENGINE_OPTIONS)}")
+        problems = engine_problems(self.name, self.options, self.launcher, self.kubernetes)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def config(self) -> Any:
+        """The typed options (a submission.engines model)."""
+        return parse_options(self.name, self.options)
 
 
 class DatasetSpec(Strict):
     performance: str
     accuracy: str
+    compliance: dict[str, str] = Field(default_factory=dict,
+                                       description="a compliance test's own data set, e.g. "
+                                                   "TEST07: acc/acc_eval_compliance_gpqa.parquet")
 
 
 class GenerationSpec(Strict):
@@ -107,6 +132,31 @@ class BenchmarkSpec(Strict):
         return f"{self.system}/{self.benchmark}"
 
 
+class ComplianceSpec(Strict):
+    """Which audits run and how. The tests themselves come from the round's rules for each benchmark."""
+
+    run: Literal["auto", "always", "never"] = Field(
+        "auto", description="auto: in the closed and network divisions (the open division skips compliance); "
+                            "always: in every division; never: no audits")
+    server_qps_factor: float = Field(0.97, gt=0, le=1,
+                                     description="Server and Interactive audits run at this fraction of the "
+                                                 "scenario's target_qps")
+    overrides: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="smoke profile only: audit.config values replaced per test, e.g. "
+                                          "TEST09 output-length bounds that fit a tiny model")
+
+
+class GatesSpec(Strict):
+    """Acceptance gates of the report (submission/gates.py): a failing gate is reported, it does not fail the run."""
+
+    server_offline_min_ratio: float | None = Field(0.9, gt=0, description="Server result over Offline result at "
+                                                                          "least this (None: report only)")
+    scaling_floor: float = Field(0.95, gt=0, le=1, description="throughput at N nodes over N x one node, at least")
+    accuracy_margin_min: float = Field(0.0, description="accuracy over its target, in percent of the target")
+    regression_tolerance: float = Field(0.05, ge=0, lt=1, description="largest drop against the previous run of "
+                                                                       "the plan, as a fraction")
+
+
 class StorageSpec(Strict):
     endpoint_url: str | None = Field(None, description="S3 endpoint; None means AWS")
     bucket: str
@@ -130,6 +180,11 @@ class Plan(Strict):
     systems: list[SystemSpec] = Field(min_length=1)
     benchmarks: list[BenchmarkSpec] = Field(min_length=1)
     storage: StorageSpec
+    compliance: ComplianceSpec = ComplianceSpec()
+    gates: GatesSpec = GatesSpec()
+    inference_src: str | None = Field(None, description="a local checkout of mlcommons/inference: its official "
+                                                        "compliance/TESTxx/run_verification.py scripts and its "
+                                                        "submission checker run too")
 
 
     @field_validator("round")
@@ -165,6 +220,51 @@ class Plan(Strict):
                                  f"set model.name: {b.benchmark} or use division: open")
             if self.profile == "submission":
                 self._submission_rules(where, b, rules)
+        return self
+
+    @property
+    def audits_enabled(self) -> bool:
+        """Whether the compliance audits run: `auto` follows the division (open skips compliance)."""
+        return self.compliance.run == "always" or (self.compliance.run == "auto" and self.division != "open")
+
+    @model_validator(mode="after")
+    def _compliance_settings(self) -> Plan:
+        rules = load_rules(self.round)
+        if self.compliance.overrides and self.profile != "smoke":
+            raise ValueError("compliance.overrides: only the smoke profile may change audit.config values; "
+                             "remove them or use profile: smoke")
+        for test, values in self.compliance.overrides.items():
+            if test not in rules.audits:
+                raise ValueError(f"compliance.overrides: unknown test {test!r}; {did_you_mean(test, rules.audits)}")
+            audit = rules.audit(test)
+            known = set(audit.settings) | set(audit.benchmark_keys)
+            for key in values:
+                if key not in known:
+                    raise ValueError(f"compliance.overrides.{test}.{key}: not a {test} audit.config value; "
+                                     f"{did_you_mean(key, known)}")
+        for i, b in enumerate(self.benchmarks):
+            if b.benchmark not in rules.benchmarks:
+                continue   # reported by _against_rules
+            for test in b.dataset.compliance:
+                if test not in rules.audits:
+                    raise ValueError(f"benchmarks.{i}.dataset.compliance: unknown test {test!r}; "
+                                     f"{did_you_mean(test, rules.audits)}")
+            bench = rules.benchmark(b.benchmark)
+            for test in bench.compliance_tests if self.audits_enabled else ():
+                if test in bench.dataset.files and test not in b.dataset.compliance:
+                    raise ValueError(f"benchmarks.{i}.dataset.compliance.{test}: {b.benchmark} runs {test} on its own "
+                                     f"data set; name it, e.g. compliance: {{{test}: {bench.dataset.files[test]}}}, "
+                                     f"or set compliance.run: never")
+        return self
+
+    @model_validator(mode="after")
+    def _engine_fits_system(self) -> Plan:
+        for i, b in enumerate(self.benchmarks):
+            nodes = getattr(b.engine.config(), "nodes", 1)
+            system = next((s for s in self.systems if s.name == b.system), None)
+            if system is not None and nodes > system.nodes:
+                raise ValueError(f"benchmarks.{i}.engine.options.nodes: the engine spans {nodes} nodes but system "
+                                 f"{system.name!r} has {system.nodes}; set that system's nodes: {nodes}")
         return self
 
     def _submission_rules(self, where: str, b: BenchmarkSpec, rules: Any) -> None:

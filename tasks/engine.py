@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launcher
 from tasks.launchers.local import LocalDeployment
+from tasks.nodes import NodeSlot
 
 
 def _logger() -> logging.Logger | logging.LoggerAdapter:
@@ -54,6 +56,7 @@ class EngineSession:
         self.deployment: LocalDeployment | None = None
         self._endpoint: Endpoint | None = None
         self.launches = 0
+        self.slot = NodeSlot([socket.gethostname()])   # gpu-<node>: one engine per node across flows
 
     def alive(self) -> bool:
         return self.deployment is not None and all(r.popen.poll() is None for r in self.deployment.running)
@@ -63,15 +66,19 @@ class EngineSession:
             _logger().warning("the engine died; relaunching it")
             self.close()
         if self.deployment is None:
+            self.slot.acquire()
             self.deployment, self._endpoint = launch_engine(*self.args)
             self.launches += 1
         assert self._endpoint is not None
         return self._endpoint
 
     def close(self) -> None:
-        if self.deployment is not None:
-            self.where.stop(self.deployment)
-        self.deployment = self._endpoint = None
+        try:
+            if self.deployment is not None:
+                self.where.stop(self.deployment)
+        finally:
+            self.deployment = self._endpoint = None
+            self.slot.release()
 
     def __enter__(self) -> EngineSession:
         return self

@@ -181,6 +181,7 @@ class AuditRules(_Frozen):
     benchmark_keys: tuple[str, ...] = ()  # keys whose value depends on the benchmark
     per_benchmark: dict[str, dict[str, AuditValue]] = {}
     verify_files: tuple[str, ...]
+    criteria: dict[str, AuditValue] = {}  # pass criteria the verification scripts apply (never in audit.config)
 
     def values(self, benchmark: str | None = None) -> dict[str, AuditValue]:
         """The settings for `benchmark` (a checker name, e.g. gpt-oss-120b), per-benchmark values merged in."""

@@ -11,15 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from submission.errors import PlanError, did_you_mean
+from submission.errors import LaunchError, PlanError, did_you_mean
 
 
 @dataclass(frozen=True)
 class HttpProbe:
-    """Ready when `POST path` with `body` (or `GET path` when body is None) answers 200."""
+    """Ready when `POST path` with `body` (or `GET path` when body is None) answers 200 (and, when `contains` is
+    set, the answer holds that text: e.g. a Dynamo worker's `"generate":"ready"`)."""
 
     path: str
     body: dict[str, Any] | None = None
+    contains: str | None = None
+
+    def accepts(self, status: int, text: str) -> bool:
+        """Whether an answer passes this probe; every launcher judges answers with this."""
+        return status == 200 and (self.contains is None or self.contains in text)
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,13 @@ class ProcessSpec:
     gpus: int = 0
     node_index: int = 0
     probes: tuple[HttpProbe, ...] = ()
+    gpu_ids: tuple[int, ...] = ()  # which GPUs of its node (also in env as CUDA_VISIBLE_DEVICES); () = any `gpus`
+    side_ports: dict[str, int] = field(default_factory=dict)   # other ports it listens on, e.g. nixl side channel
+    mpi_ranks: int = 1             # >1: one MPI rank per GPU across `nodes` (trtllm under srun --mpi=pmix)
+    nodes: int = 1                 # nodes one process spans (with mpi_ranks)
+    files: dict[str, str] = field(default_factory=dict)   # path -> text of the config files it reads; the launcher
+    #                                writes them before it starts the process (a pod gets them from a ConfigMap)
+    bind: str | None = None        # the address it binds when that differs from `host` (0.0.0.0 in a pod)
 
 
 @dataclass(frozen=True)
@@ -48,28 +61,99 @@ class Endpoint:
     returns_token_ids: bool        # the response carries output token ids
     tokenizer: str | None = None   # local tokenizer.json, for engines that take and return text only
     drop_fields: frozenset[str] = frozenset()   # request fields the engine rejects
+    request_fields: dict[str, Any] = field(default_factory=dict)   # added to every request, e.g. what makes the
+    #                                engine return token ids: vLLM {"return_token_ids": true}, TRT-LLM {"detokenize":
+    #                                false}, Dynamo {"nvext": {"extra_fields": ["completion_token_ids"]}}
+    token_ids_in: str = "choice"   # where a streamed chunk carries them: choices[].token_ids ("choice") or
+    #                                nvext.completion_token_ids ("nvext", Dynamo)
 
 
 @dataclass(frozen=True)
-class Placement:
-    """Where the launcher puts a deployment: the bind host and the ports it reserved."""
+class Node:
+    """One node of a placement: the address processes there are reached at, and the ports reserved there."""
 
     host: str
     ports: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the launcher puts a deployment: the bind host and the ports it reserved.
+
+    One node is `host` + `ports`; a multi-node placement lists `nodes` (node 0 first). `bind` is the address servers
+    bind when it differs from the one they are reached at (0.0.0.0 in a pod); `service_address` is a template
+    (`{name}` = process name) when every process has its own address (a Kubernetes Service per process).
+    `workdir` is a directory private to this deployment that every node sees (None: the backend makes one).
+    """
+
+    host: str
+    ports: tuple[int, ...]
+    nodes: tuple[Node, ...] = ()
+    bind: str | None = None
+    service_address: str | None = None
+    workdir: str | None = None
+
+    def node(self, index: int) -> Node:
+        if not self.nodes:
+            if index != 0:
+                raise LaunchError(f"the launcher placed one node; node {index} does not exist",
+                                  fix="give the launcher as many nodes as the topology's `nodes`")
+            return Node(self.host, self.ports)
+        if index >= len(self.nodes):
+            raise LaunchError(f"the launcher placed {len(self.nodes)} node(s); node {index} does not exist",
+                              fix="give the launcher as many nodes as the topology's `nodes`")
+        return self.nodes[index]
+
+    def bind_host(self, index: int) -> str:
+        return self.bind or self.node(index).host
+
+    def address(self, index: int, name: str) -> str:
+        """Where other processes reach process `name` on node `index`."""
+        return self.service_address.format(name=name) if self.service_address else self.node(index).host
+
+
 class EngineBackend(Protocol):
+    """What every backend has. GPU backends also have `demand(options) -> (nodes, ports per node)` and
+    `build(options, model_dir, out_dir, runner) -> list[str]` (the files it wrote); see tasks/engines/build.py."""
+
     name: str
     ports_needed: int
 
-    def version(self) -> str: ...
+    def version(self, options: dict[str, Any] | None = None) -> str: ...
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement) -> list[ProcessSpec]: ...
+    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+                  build_dir: Path | None = None) -> list[ProcessSpec]: ...
 
     def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint: ...
 
 
-BACKENDS = {"smoke": "tasks.engines.smoke"}
+BACKENDS = {
+    "smoke": "tasks.engines.smoke",
+    "smoke-vlm": "tasks.engines.smoke_vlm",
+    "vllm": "tasks.engines.vllm",
+    "trtllm": "tasks.engines.trtllm",
+    "dynamo": "tasks.engines.dynamo",
+    "external": "tasks.engines.external",
+    "simulated": "tasks.engines.simulated",   # a queueing-model server of known capacity (search tests, benchmark)
+}
+
+
+def write_files(spec: ProcessSpec) -> None:
+    """Write a process's config files where its argv expects them (each atomically; the same text is a no-op)."""
+    for name, text in spec.files.items():
+        path = Path(name)
+        if path.is_file() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def demand(engine: EngineBackend, options: dict[str, Any]) -> tuple[int, int]:
+    """(nodes, ports per node) that `engine` needs for `options`."""
+    fn = getattr(engine, "demand", None)
+    return fn(options) if fn is not None else (1, engine.ports_needed)
 
 
 def backend(name: str) -> EngineBackend:

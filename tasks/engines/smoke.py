@@ -33,24 +33,26 @@ class SmokeBackend:
     name = "smoke"
     ports_needed = 1
 
-    def version(self) -> str:
+    def version(self, options: dict[str, Any] | None = None) -> str:
         _cli()   # the CLI must be there before anything counts on it
         try:
             return f"transformers {metadata.version('transformers')}"
         except metadata.PackageNotFoundError:
             raise LaunchError("transformers is not installed", fix="pip install -e '.[smoke]'") from None
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement) -> list[ProcessSpec]:
+    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+                  build_dir: Path | None = None) -> list[ProcessSpec]:
         if options:
             raise LaunchError(f"the smoke engine takes no options, got {sorted(options)}",
                               fix="remove engine.options from the plan")
         port = placement.ports[0]
         argv = (_cli(), "serve", str(model_dir), "--continuous-batching", "--device", "cpu",
-                "--host", placement.host, "--port", str(port), "--log-level", "warning")
+                "--host", placement.bind_host(0), "--port", str(port), "--log-level", "warning")
         ready = (HttpProbe("/health"),
                  HttpProbe("/v1/completions", {"model": str(model_dir), "prompt": "the", "max_tokens": 1}))
         return [ProcessSpec(role="server", name="smoke-server", argv=argv, env=dict(OFFLINE_ENV),
-                            host=placement.host, port=port, probes=ready)]
+                            host=placement.address(0, "smoke-server"), port=port, probes=ready,
+                            bind=placement.bind)]
 
     def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         server = processes[0]

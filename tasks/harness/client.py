@@ -1,4 +1,4 @@
-"""A streaming client for OpenAI-compatible `/v1/completions`, timed from the client side.
+"""A streaming client for OpenAI-compatible `/v1/completions` and `/v1/chat/completions`, timed client-side.
 
 The first streamed text chunk is the first token; the output token ids come from the engine when it returns them,
 otherwise from re-tokenizing the text with the model's own tokenizer (recorded as `token_source`).
@@ -39,17 +39,20 @@ class CompletionClient:
                                       timeout=httpx.Timeout(None, connect=10.0))
 
     def request(self, prompt: tuple[int, ...]) -> dict:
-        body = {
-            "model": self.endpoint.model,
-            "prompt": list(prompt) if self.endpoint.accepts_token_ids else self.tokenizer.decode(list(prompt)),
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if self.endpoint.returns_token_ids:
-            body["return_token_ids"] = True
-        return {k: v for k, v in body.items() if k not in self.endpoint.drop_fields}
+        """A completions body for a token-id prompt with this client's max_tokens and temperature."""
+        return self.prepare("/v1/completions",
+                            {"prompt": list(prompt), "max_tokens": self.max_tokens, "temperature": self.temperature})
+
+    def prepare(self, path: str, body: dict) -> dict:
+        """An engine-neutral body (from a request builder) made ready for this endpoint: model, streaming, token
+        ids turned into text for engines that take text only, and the fields the engine rejects dropped."""
+        out = {"model": self.endpoint.model, **body, "stream": True, "stream_options": {"include_usage": True}}
+        if "prompt" in out:   # /v1/completions; chat bodies carry messages
+            if not self.endpoint.accepts_token_ids and not isinstance(out["prompt"], str):
+                out["prompt"] = self.tokenizer.decode(list(out["prompt"]))
+            if self.endpoint.returns_token_ids:   # what makes this engine stream its output token ids
+                out.update(self.endpoint.request_fields or {"return_token_ids": True})
+        return {k: v for k, v in out.items() if k not in self.endpoint.drop_fields}
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
@@ -57,11 +60,18 @@ class CompletionClient:
     async def complete(self, prompt: tuple[int, ...],
                        on_first: Callable[[list[int]], None] | None = None) -> Completion:
         """Stream one completion; call `on_first(first_token_ids)` as soon as the first token arrives."""
+        return await self.send("/v1/completions", self.request(prompt), on_first, prepared=True)
+
+    async def send(self, path: str, body: dict, on_first: Callable[[list[int]], None] | None = None, *,
+                   prepared: bool = False) -> Completion:
+        """Stream one request to `path` (`/v1/completions` or `/v1/chat/completions`); `on_first` gets the first
+        token ids as soon as the first text (or token) chunk arrives."""
         out = Completion()
         ids: list[int] = []
         chunks: list[str] = []
         try:
-            async with self.http.stream("POST", "/v1/completions", json=self.request(prompt)) as r:
+            request = body if prepared else self.prepare(path, body)
+            async with self.http.stream("POST", path, json=request) as r:
                 if r.status_code != 200:
                     out.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}"
                     return out
@@ -78,7 +88,10 @@ class CompletionClient:
                     if chunk.get("usage"):
                         out.engine_tokens = chunk["usage"].get("completion_tokens")
                     for choice in chunk.get("choices") or []:
-                        text, token_ids = choice.get("text") or "", choice.get("token_ids") or []
+                        delta = choice.get("delta") or {}
+                        text = choice.get("text") or delta.get("content") or ""
+                        token_ids = (choice.get("token_ids") if self.endpoint.token_ids_in == "choice" else
+                                     (chunk.get("nvext") or {}).get("completion_token_ids")) or []
                         if not (text or token_ids):
                             continue
                         if not chunks and on_first is not None:

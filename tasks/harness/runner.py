@@ -27,13 +27,14 @@ def run_in_process(run_dir: Path) -> None:
     import mlperf_loadgen as lg
 
     from tasks.harness.client import CompletionClient
-    from tasks.harness.datasets import read_token_prompts
+    from tasks.harness.requests import build_requests
     from tasks.harness.sut import PromptQSL, StreamingSUT
 
     spec = RunSpec.model_validate_json((run_dir / "run.json").read_text())
     endpoint_data = json.loads((run_dir / "endpoint.json").read_text())
     endpoint = Endpoint(**{**endpoint_data, "drop_fields": frozenset(endpoint_data["drop_fields"])})
-    prompts = read_token_prompts(spec.dataset).prompts
+    requests = build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
+                              temperature=spec.temperature)
     (run_dir / "user.conf").write_text(spec.user_conf_text())
 
     settings = lg.TestSettings()
@@ -48,8 +49,8 @@ def run_in_process(run_dir: Path) -> None:
     client = CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
                               max_concurrency=spec.max_concurrency)
     started = time.time()
-    with PromptQSL(len(prompts)) as qsl, StreamingSUT(
-            client, prompts, report_first_token=spec.loadgen_scenario == "Server") as sut:
+    first_token = spec.loadgen_scenario == "Server" and requests.output == "token_ids"
+    with PromptQSL(len(requests)) as qsl, StreamingSUT(client, requests, report_first_token=first_token) as sut:
         audit = run_dir / "audit.config"   # absent unless a compliance run put it there
         lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log, str(audit))
     stats = dataclasses.asdict(sut.stats) | {"wall_s": round(time.time() - started, 3)}

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import mlperf_loadgen as lg
 import numpy as np
 
-from tasks.harness.client import CompletionClient
+from tasks.harness.client import Completion, CompletionClient
+from tasks.harness.requests import RequestBuilder
 
 MAX_ERRORS_KEPT = 20
 
@@ -36,10 +37,23 @@ def _response(sample_id: int, tokens: list[int]) -> tuple[lg.QuerySampleResponse
     return lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, len(tokens)), data
 
 
+def _text_response(sample_id: int, completion: Completion) -> tuple[lg.QuerySampleResponse, np.ndarray]:
+    """A response over the UTF-8 answer; n_tokens is the engine's count, else the re-tokenized length."""
+    data = np.frombuffer(completion.text.encode("utf-8"), dtype=np.uint8).copy()
+    n_tokens = completion.engine_tokens if completion.engine_tokens is not None else len(completion.tokens)
+    return lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, n_tokens), data
+
+
 class StreamingSUT:
-    def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...], *, report_first_token: bool):
+    """`prompts` is a tuple of token-id prompts (sent with the client's own settings) or a request builder
+    (`tasks.harness.requests`): its bodies are sent as they are, and a text-output builder (Qwen3-VL) gets the
+    UTF-8 answer in the accuracy log, with the engine's completion-token count as n_tokens."""
+
+    def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
+                 report_first_token: bool):
         self.client = client
         self.prompts = prompts
+        self.builder: RequestBuilder | None = None if isinstance(prompts, tuple) else prompts
         self.report_first_token = report_first_token
         self.stats = SutStats(token_source=client.token_source)
         self.loop = asyncio.new_event_loop()
@@ -73,7 +87,10 @@ class StreamingSUT:
                 response, _keep = _response(sample_id, tokens)
                 lg.FirstTokenComplete([response])
 
-        completion = await self.client.complete(self.prompts[index], first)
+        if self.builder is None:
+            completion = await self.client.complete(self.prompts[index], first)
+        else:
+            completion = await self.client.send(self.builder.path, self.builder.body(index), first)
         with self.lock:
             if completion.error:
                 self.stats.failed += 1
@@ -86,7 +103,10 @@ class StreamingSUT:
                     self.stats.engine_token_mismatches += 1
         # A failed sample is still completed (loadgen waits for every sample); with no tokens loadgen logs an
         # error, so the run cannot pass as valid.
-        response, _keep = _response(sample_id, completion.tokens)
+        if self.builder is not None and self.builder.output == "text":
+            response, _keep = _text_response(sample_id, completion)
+        else:
+            response, _keep = _response(sample_id, completion.tokens)
         lg.QuerySamplesComplete([response])
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from submission.errors import PlanError, did_you_mean
-from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
+from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec, demand
 
 
 class Deployment(Protocol):
@@ -20,6 +20,12 @@ class Deployment(Protocol):
 
 
 class Launcher(Protocol):
+    """Start, probe, stop. A launcher for several nodes also takes `placement(ports_needed, nodes=N)` (ports per
+    node), and `max_port=P` when a backend cannot take ports above P. It writes each spec's `files`
+    (tasks.engines.write_files) before starting it, and judges probe answers with `HttpProbe.accepts`. Optional:
+    `alive(deployment) -> bool`, `endpoint(endpoint, deployment) -> Endpoint` when the endpoint is reached another
+    way than the backend says (Kubernetes)."""
+
     name: str
 
     def placement(self, ports_needed: int) -> Placement: ...
@@ -31,7 +37,8 @@ class Launcher(Protocol):
     def stop(self, deployment: Deployment) -> None: ...
 
 
-LAUNCHERS = {"local": "tasks.launchers.local"}
+LAUNCHERS = {"local": "tasks.launchers.local", "kubernetes": "tasks.launchers.kubernetes",
+             "slurm": "tasks.launchers.slurm"}
 
 
 def launcher(name: str, **kwargs: Any) -> Launcher:
@@ -40,14 +47,43 @@ def launcher(name: str, **kwargs: Any) -> Launcher:
     return importlib.import_module(LAUNCHERS[name]).make(**kwargs)
 
 
-@contextlib.contextmanager
-def launched(backend: EngineBackend, options: dict[str, Any], model_dir: Path, where: Launcher, log_dir: Path,
-             logger: logging.Logger, timeout_s: float = 300) -> Iterator[Endpoint]:
-    """Start the backend's processes, yield its endpoint once it generates, stop everything on the way out."""
-    specs = backend.processes(options, model_dir, where.placement(backend.ports_needed))
+def placement_for(backend: EngineBackend, options: dict[str, Any], where: Launcher) -> Placement:
+    """The launcher's placement for what the backend needs: one node, or `nodes` of them; ports no higher than the
+    backend's `max_port` when it has one (Dynamo reads DYN_SYSTEM_PORT as a signed 16-bit number)."""
+    nodes, ports = demand(backend, options)
+    kwargs: dict[str, Any] = {"nodes": nodes} if nodes > 1 else {}
+    if getattr(backend, "max_port", None):
+        kwargs["max_port"] = backend.max_port  # type: ignore[attr-defined]
+    return where.placement(ports, **kwargs)
+
+
+def start_ready(backend: EngineBackend, options: dict[str, Any], model_dir: Path, where: Launcher, log_dir: Path,
+                logger: logging.Logger | logging.LoggerAdapter, timeout_s: float = 300,
+                build_dir: Path | None = None) -> tuple[Deployment | None, Endpoint]:
+    """Start the backend's processes and wait until the endpoint generates; stop them if it never does. An
+    external engine starts nothing: it is probed, and the deployment is None."""
+    if getattr(backend, "external", False):
+        backend.attach(options, timeout_s)  # type: ignore[attr-defined]
+        return None, backend.endpoint(options, model_dir, [])
+    specs = backend.processes(options, model_dir, placement_for(backend, options, where), build_dir)
     deployment = where.start(specs, log_dir, logger)
     try:
         where.wait_ready(deployment, timeout_s)
-        yield backend.endpoint(options, model_dir, specs)
-    finally:
+    except BaseException:
         where.stop(deployment)
+        raise
+    endpoint = backend.endpoint(options, model_dir, specs)
+    rewrite = getattr(where, "endpoint", None)   # a launcher may reach the endpoint another way (kubernetes)
+    return deployment, rewrite(endpoint, deployment) if rewrite else endpoint
+
+
+@contextlib.contextmanager
+def launched(backend: EngineBackend, options: dict[str, Any], model_dir: Path, where: Launcher, log_dir: Path,
+             logger: logging.Logger, timeout_s: float = 300, build_dir: Path | None = None) -> Iterator[Endpoint]:
+    """Start the backend's processes, yield its endpoint once it generates, stop everything on the way out."""
+    deployment, endpoint = start_ready(backend, options, model_dir, where, log_dir, logger, timeout_s, build_dir)
+    try:
+        yield endpoint
+    finally:
+        if deployment is not None:
+            where.stop(deployment)

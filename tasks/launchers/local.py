@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,15 +23,24 @@ from pathlib import Path
 import httpx
 
 from submission.errors import LaunchError
-from tasks.engines import Placement, ProcessSpec
+from tasks.engines import Placement, ProcessSpec, write_files
 
 TAIL_LINES = 30
+LOW_PORTS = 20000   # where ports under a max_port are looked for
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "127.0.0.1", max_port: int | None = None) -> int:
+    """A port nothing listens on now; under `max_port` when the engine cannot take a higher one (the kernel hands
+    out ephemeral ports from 32768 up)."""
+    if max_port is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    for port in random.sample(range(LOW_PORTS, max_port + 1), k=min(200, max_port + 1 - LOW_PORTS)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s, contextlib.suppress(OSError):
+            s.bind((host, port))
+            return port
+    raise LaunchError(f"no free port between {LOW_PORTS} and {max_port} on {host}", fix="free some ports")
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -97,8 +107,13 @@ class LocalLauncher:
         self.host = host
         self.grace_s = grace_s
 
-    def placement(self, ports_needed: int) -> Placement:
-        return Placement(self.host, tuple(free_port(self.host) for _ in range(ports_needed)))
+    def placement(self, ports_needed: int, max_port: int | None = None) -> Placement:
+        ports: list[int] = []
+        while len(ports) < ports_needed:   # distinct, though each was free when picked
+            port = free_port(self.host, max_port)
+            if port not in ports:
+                ports.append(port)
+        return Placement(self.host, tuple(ports))
 
     def start(self, specs: list[ProcessSpec], log_dir: Path, logger: logging.Logger) -> LocalDeployment:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -108,6 +123,7 @@ class LocalLauncher:
         try:
             for spec in specs:
                 log = log_dir / f"{spec.name}.log"
+                write_files(spec)
                 logger.info("starting %s: %s", spec.name, json.dumps(list(spec.argv)))
                 with log.open("ab") as out:
                     popen = subprocess.Popen(  # noqa: S603 - argv list from a typed spec, no shell
@@ -137,7 +153,7 @@ class LocalLauncher:
                                               f"last lines of {proc.log}:\n{tail(proc.log)}")
                         with contextlib.suppress(httpx.HTTPError):
                             r = client.get(url) if probe.body is None else client.post(url, json=probe.body)
-                            if r.status_code == 200:
+                            if probe.accepts(r.status_code, r.text):
                                 break
                         if time.monotonic() > deadline:
                             raise LaunchError(f"{proc.spec.name} was not ready after {timeout_s:.0f} s ({url}); "

@@ -42,7 +42,8 @@ def write_plan(path: Path, store: Path, **changes: object) -> Path:
     bench = data["benchmarks"][0]
     bench["model"]["source"] = str(store / "models" / "tiny-llama")
     bench["dataset"] = {"performance": str(store / "datasets" / "smoke" / "perf_eval_ref.parquet"),
-                        "accuracy": str(store / "datasets" / "smoke" / "acc_eval_inputs.parquet")}
+                        "accuracy": str(store / "datasets" / "smoke" / "acc_eval_inputs.parquet"),
+                        "compliance": {"TEST07": str(store / "datasets" / "smoke" / "acc_eval_inputs.parquet")}}
     data.update(changes)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -111,3 +111,32 @@ def test_rerun_skips_every_finished_step(smoke: dict) -> None:
     assert sorted((smoke["ws"] / "work" / "runs").iterdir()) == smoke["loadgen_dirs"]
     assert result["run_id"] != smoke["first"].result()["run_id"]
     assert [r["metric"] for r in result["rows"]] == [r["metric"] for r in smoke["first"].result()["rows"]]
+
+
+def test_compliance_audits_in_the_tree_and_the_report(smoke: dict) -> None:
+    """TEST07 and TEST09 (what the rules name for gpt-oss-120b) ran for real in every scenario folder and passed;
+    their TESTxx folders are in the tree as run_verification.py leaves them, truncated like the accuracy logs."""
+    result = smoke["first"].result()
+    scenarios = ("Offline", "Server", "Interactive")
+    rows = result["compliance"]
+    assert sorted((r["scenario"], r["test"]) for r in rows) == sorted(
+        (s, t) for s in scenarios for t in ("TEST07", "TEST09"))
+    assert all(r["verdict"] == "PASS" and r["attempts"] == 1 for r in rows), rows
+    audits = json.loads((Path(result["run_folder"]) / "compliance.json").read_text())
+    rates = {(a["scenario"], a["test"]): a["target_qps"] for a in audits}
+    assert rates[("Server", "TEST09")] == 24.25 and rates[("Interactive", "TEST07")] == 9.7   # 0.97 x target_qps
+    assert rates[("Offline", "TEST09")] is None
+    for a in audits:
+        assert not (Path(a["run_dir"]) / "audit.config").exists()
+    results = Path(result["tree"]) / "open" / "Podium" / "results" / "cpu-smoke" / "tiny-llama"
+    logs = {"accuracy/mlperf_log_accuracy.json", "accuracy/accuracy.txt", "performance/run_1/mlperf_log_summary.txt",
+            "performance/run_1/mlperf_log_detail.txt"}
+    for scenario in scenarios:
+        for test, verify in (("TEST07", "verify_accuracy.txt"), ("TEST09", "verify_output_len.txt")):
+            folder = results / scenario / test
+            assert {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} == logs | {verify}
+            assert "TEST PASS" in (folder / verify).read_text()
+            assert (folder / "accuracy" / "accuracy.txt").read_text().startswith("hash=")
+    report = (Path(result["run_folder"]) / "report.md").read_text()
+    assert "## Compliance" in report and "| cpu-smoke | gpt-oss-120b | Server | TEST09 | PASS |" in report
+    assert all(row["compliance"] == "TEST07 PASS, TEST09 PASS" for row in result["rows"])

@@ -54,6 +54,7 @@ def test_keys_are_stable_and_change_with_content() -> None:
 def test_submission_profile_sets_offline_minimum_queries() -> None:
     data = yaml.safe_load(SMOKE.read_text())
     data |= {"profile": "submission"}
+    data.pop("compliance")   # its audit.config overrides are smoke-only
     data["benchmarks"][0]["loadgen"] = {}
     offline = _runs(data)[0]
     assert ("gpt-oss-120b.Offline.min_query_count", "6396") in offline.user_conf

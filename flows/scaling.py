@@ -1,0 +1,80 @@
+"""The scaling check: the same benchmark at 1..N nodes, its throughput, per-GPU throughput and efficiency against
+linear extrapolation from the smallest run, gated by a floor (the plan's `gates.scaling_floor`, default 0.95).
+
+Offline measures the plan's Offline run at each size (its expected rate scaled by the node count, so every run
+lasts its min_duration); Server or Interactive runs the peak-QPS search at each size.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from flows.search import prepare, record_artifacts, scenario_spec, search_peak_qps
+from submission import gates
+from submission import plan as plans
+from submission.errors import PlanError
+from tasks import plots
+from tasks.engine import EngineSession
+from tasks.probes import ProbeCache, Prober, target_qps, with_rate
+from tasks.scaling import scale_options
+from tasks.search import SearchSettings
+from tasks.workspace import Workspace
+
+
+def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: dict[str, Any],
+                   nodes: int) -> tuple[float | None, dict[str, Any]]:
+    """The Offline result of the deployment `options` (cached in the probe cache like every search run)."""
+    specs, model_dir = prepare(plan, bench, ws, options)
+    base = scenario_spec(specs, "Offline")
+    if base is None:
+        raise PlanError(f"{bench.key} has no Offline scenario to measure", fix="add scenarios.Offline to the plan")
+    spec = with_rate(base, target_qps(base) * nodes, min_duration_ms=None, min_query_count=None) \
+        if target_qps(base) else base
+    log_dir = ws.root / "logs" / "scaling" / f"{bench.key.replace('/', '-')}-{nodes}"
+    with EngineSession(bench.engine.name, options, model_dir, str(ws.pids), str(log_dir)) as engine:
+        probe = Prober(spec, SearchSettings(), ProbeCache(ws.root / "search", spec), engine, str(ws.work)).offline(spec)
+    return probe.metric, {"valid": probe.valid, "samples_per_s": probe.completed_qps, "cached": probe.cached,
+                          "reasons": list(probe.reasons)}
+
+
+@flow(name="scaling-check", flow_run_name="scaling[{key}/{scenario}]")
+def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".podium",
+                  nodes: list[int] | None = None, scenario: str = "Offline", floor: float | None = None,
+                  gpus_per_node: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    plan = plans.load(plan_path)
+    bench = plan.benchmark(key) if key else plan.benchmarks[0]
+    ws = Workspace.at(workspace)
+    counts = sorted(set(nodes or [1, 2]))
+    floor = plan.gates.scaling_floor if floor is None else floor
+    points, details = [], []
+    for n in counts:
+        options = scale_options(bench.engine.name, bench.engine.options, n)
+        if scenario == "Offline":
+            metric, detail = offline_metric(plan, bench, ws, options, n)
+        else:
+            out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
+                                  label=f"{n} node(s)")
+            metric, detail = out["metric"], {"qps": out["qps"], "confirmed": out["confirmed"]}
+        if metric is None:
+            raise PlanError(f"the {scenario} run at {n} node(s) measured no result: {detail}",
+                            fix="fix the run at that size (its logs are in the workspace) and run the check again")
+        points.append((n, metric))
+        details.append({"nodes": n, **detail})
+    rows = gates.scaling(points, gpus_per_node)
+    verdicts = gates.scaling_gates(rows, floor, f"{bench.key} {scenario}")
+    passed = all(g.passed for g in verdicts)
+    tag = f"scaling-{bench.key.replace('/', '-')}-{scenario}"
+    png = plots.plot_scaling(rows, ws.root / "search" / f"{tag}.png")
+    table = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    summary = (f"scaling of {bench.key} {scenario} over {counts} node(s): "
+               + ", ".join(f"{r['nodes']}: {r['efficiency']:.3f}" for r in rows)
+               + f" of linear; floor {floor:g}: {'PASS' if passed else 'FAIL'}")
+    out = {"rows": table, "details": details, "gates": [g.model_dump() for g in verdicts], "passed": passed,
+           "floor": floor, "plot": str(png), "summary": summary}
+    (ws.root / "search" / f"{tag}.json").write_text(json.dumps(out, indent=2))
+    record_artifacts(tag, table, summary + "\n\n" + gates.markdown(verdicts), png)
+    get_run_logger().info(summary)
+    return out

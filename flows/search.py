@@ -1,0 +1,176 @@
+"""Peak-QPS search and the prefill:decode sweep, as Prefect flows over `tasks.search` and `tasks.probes`.
+
+`search_peak_qps`: stage -> Offline throughput (the plan's Offline run, cached like `podium run`'s) -> bracket and
+bisect with short probes -> one full-length confirmation (stepping down if it fails). Every verdict is kept in the
+probe cache, so a re-run repeats no probe and, when everything is cached, does not even start the engine.
+
+`sweep_prefill_decode`: one search per prefill:decode split the GPUs allow (each its own deployment), then the
+split with the best scenario metric per GPU, written back as a plan fragment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from submission import plan as plans
+from submission.errors import PlanError
+from submission.rules import load_rules
+from submission.runs import RunSpec, plan_runs
+from tasks import plots, splits
+from tasks.engine import EngineSession, engine_identity
+from tasks.probes import ProbeCache, Prober, deployment_key
+from tasks.search import Probe, SearchResult, SearchSettings, search
+from tasks.staging import stage_task
+from tasks.workspace import Workspace
+
+
+def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: dict[str, Any]) -> tuple[
+        list[RunSpec], str]:
+    """Stage the model and data sets; the benchmark's performance run specs for `options`, and the model folder."""
+    model = stage_task(bench.model.source, str(ws.stage / "models"))
+    staged = stage_task(bench.dataset.performance, str(ws.stage / "datasets"))
+    sha = {bench.dataset.performance: staged["sha256"], bench.dataset.accuracy: staged["sha256"]}
+    specs = plan_runs(plan, bench.model_copy(update={"accuracy": False}), load_rules(plan.round),
+                      model_sha256=model["sha256"], dataset_sha256=sha,
+                      engine=engine_identity(bench.engine.name, options))
+    return [s.model_copy(update={"dataset": staged["path"]}) for s in specs], model["path"]
+
+
+def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
+    return next((s for s in specs if s.scenario == scenario and s.mode == "performance"), None)
+
+
+def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
+    return [{"step": i, "stage": p.stage, "target_qps": p.qps, "verdict": p.verdict, "valid": p.valid,
+             "ttft_p99_ms": p.ttft_p99_ms, "tpot_p99_ms": p.tpot_p99_ms, "metric": p.metric,
+             "seconds": p.duration_s, "cached": p.cached, "reason": "; ".join(p.reasons)[:160]}
+            for i, p in enumerate(result.trace, 1)]
+
+
+def record_artifacts(name: str, rows: list[dict[str, Any]], summary: str, png: Path | None) -> None:
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    key = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:100]
+    create_table_artifact(key=key, table=[{k: ("-" if v is None else v) for k, v in r.items()} for r in rows],
+                          description=summary.splitlines()[0])
+    create_markdown_artifact(key=f"{key}-summary", markdown=summary + (f"\n\nPlot: `{png}`\n" if png else ""))
+
+
+@flow(name="search-peak-qps", flow_run_name="search[{key}/{scenario}]")
+def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Server", workspace: str = ".podium",
+                    settings: dict[str, Any] | None = None, engine_options: dict[str, Any] | None = None,
+                    start_qps: float | None = None, label: str | None = None) -> dict[str, Any]:
+    plan = plans.load(plan_path)
+    bench = plan.benchmark(key) if key else plan.benchmarks[0]
+    ws = Workspace.at(workspace)
+    cfg = SearchSettings(**(settings or {}))
+    options = bench.engine.options if engine_options is None else engine_options
+    specs, model_dir = prepare(plan, bench, ws, options)
+    base = scenario_spec(specs, scenario)
+    if base is None or base.loadgen_scenario != "Server":
+        raise PlanError(f"the search needs a Server-type scenario of {bench.key} in the plan; {scenario!r} is not one",
+                        where=plan_path, fix="add scenarios.Server (or Interactive) with a starting target_qps")
+    offline = scenario_spec(specs, "Offline")
+    if offline is None and start_qps is None:
+        raise PlanError(f"{bench.key} has no Offline scenario to start the bracket from", where=plan_path,
+                        fix="add scenarios.Offline to the plan, or pass --start-qps")
+    folder = ws.root / "search"
+    tag = f"{bench.key.replace('/', '-')}-{scenario}-{deployment_key(base)}"
+    log_dir = ws.root / "logs" / "search" / tag
+    with EngineSession(bench.engine.name, options, model_dir, str(ws.pids), str(log_dir)) as engine:
+        prober = Prober(base, cfg, ProbeCache(folder, base), engine, str(ws.work))
+        first: Probe | None = None
+        if start_qps is None:
+            first = prober.offline(offline)
+            start_qps = first.completed_qps
+            if not start_qps:
+                raise PlanError(f"the Offline run of {bench.key} measured no throughput: {'; '.join(first.reasons)}",
+                                where=plan_path, fix="fix the Offline run (podium run) or pass --start-qps")
+        result = search(prober, start_qps * cfg.start_fraction, cfg)
+        launches = engine.launches
+    if first is not None:
+        result = result.model_copy(update={"trace": (first, *result.trace)})
+    out = summarize(result, plan, bench, scenario, cfg, offline_probe=first, label=label, launches=launches,
+                    ran=prober.ran, options=options)
+    rows = trace_rows(result)
+    png = plots.plot_search_trace(rows, folder / f"{tag}.png")
+    (folder / f"{tag}.result.json").write_text(json.dumps(out | {"trace": rows}, indent=2))
+    record_artifacts(f"search-{tag}", rows, out["summary"], png)
+    get_run_logger().info(out["summary"])
+    return out | {"trace": rows, "plot": str(png)}
+
+
+def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec, scenario: str,
+              cfg: SearchSettings, *, offline_probe: Probe | None, label: str | None, launches: int, ran: int,
+              options: dict[str, Any]) -> dict[str, Any]:
+    confirmed = result.confirmation
+    ratio = None
+    if confirmed and offline_probe and confirmed.metric and offline_probe.metric:
+        ratio = round(confirmed.metric / offline_probe.metric, 4)
+    what = f"{bench.key} {scenario}" + (f" [{label}]" if label else "")
+    if result.confirmed:
+        unit = load_rules(plan.round).benchmark(bench.benchmark).scenario(scenario).unit
+        line = (f"peak {what}: {result.qps:g} q/s confirmed by a full-length run "
+                f"({confirmed.metric if confirmed else '-'} {unit})")
+    else:
+        line = f"peak {what}: not confirmed ({result.message})"
+    summary = "\n".join([line, f"start {result.start_qps:g} q/s, bracket {result.bracket}, "
+                         f"precision {cfg.precision:g}; {result.runs} run(s) made now ({result.run_seconds:g} s), "
+                         f"{len(result.trace) - result.runs} recalled from the probe cache; engine launched "
+                         f"{launches} time(s)", result.message])
+    return {"benchmark": bench.key, "scenario": scenario, "label": label, "qps": result.qps,
+            "confirmed": result.confirmed, "metric": confirmed.metric if confirmed else None,
+            "offline_qps": offline_probe.completed_qps if offline_probe else None,
+            "offline_metric": offline_probe.metric if offline_probe else None, "server_offline_ratio": ratio,
+            "bracket": list(result.bracket), "runs": ran, "run_seconds": result.run_seconds,
+            "engine_launches": launches, "engine": bench.engine.name, "options": options, "summary": summary.strip()}
+
+
+@flow(name="sweep-prefill-decode", flow_run_name="sweep[{key}/{scenario}]")
+def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str = "Interactive",
+                         workspace: str = ".podium", gpus: int | None = None, prefill_tp: int = 1,
+                         decode_tp: int = 1, nodes: int = 1, gpus_per_node: int | None = None,
+                         settings: dict[str, Any] | None = None, fragment_path: str | None = None) -> dict[str, Any]:
+    plan = plans.load(plan_path)
+    bench = plan.benchmark(key) if key else plan.benchmarks[0]
+    if gpus is None:
+        raise PlanError("the sweep needs the deployment's GPU count", fix="pass --gpus, e.g. --gpus 16")
+    candidates = splits.splits(gpus, prefill_tp=prefill_tp, decode_tp=decode_tp, nodes=nodes,
+                               gpus_per_node=gpus_per_node)
+    rows = []
+    for split in candidates:
+        options = splits.split_options(bench.engine.name, bench.engine.options, split)
+        out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
+                              label=split.ratio)
+        metric = out["metric"]
+        rows.append({"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
+                     "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
+                     "metric_per_gpu": None if metric is None else round(metric / split.gpus, 4),
+                     "valid": out["confirmed"], "runs": out["runs"], "options": options})
+    winner = splits.best(rows)
+    ws = Workspace.at(workspace)
+    tag = f"sweep-{bench.key.replace('/', '-')}-{scenario}-{gpus}gpu"
+    png = plots.plot_sweep([{**r, "metric": r["metric_per_gpu"]} for r in rows], ws.root / "search" / f"{tag}.png")
+    unit = load_rules(plan.round).benchmark(bench.benchmark).scenario(scenario).unit
+    lines = [f"prefill:decode sweep of {bench.key} {scenario} on {gpus} GPUs: " +
+             (f"best {winner['label']} at {winner['qps']:g} q/s, {winner['metric_per_gpu']:g} {unit} per GPU"
+              if winner else "no split confirmed a rate")]
+    fragment_file = None
+    if winner:
+        note = (f"podium sweep: the best prefill:decode split of {bench.key} {scenario} on {gpus} GPUs\n"
+                f"{winner['label']}: {winner['qps']:g} q/s, {winner['metric_per_gpu']:g} {unit} per GPU")
+        text = splits.fragment(bench.system, bench.benchmark, scenario, bench.engine.name, winner["options"],
+                               winner["qps"], note)
+        fragment_file = Path(fragment_path) if fragment_path else ws.root / "search" / f"{tag}.plan.yaml"
+        fragment_file.parent.mkdir(parents=True, exist_ok=True)
+        fragment_file.write_text(text)
+        lines.append(f"plan fragment: {fragment_file}")
+    table = [{k: v for k, v in r.items() if k != "options"} for r in rows]
+    record_artifacts(tag, table, "\n".join(lines), png)
+    get_run_logger().info("\n".join(lines))
+    return {"rows": rows, "best": winner, "fragment": str(fragment_file) if fragment_file else None,
+            "plot": str(png), "summary": "\n".join(lines)}

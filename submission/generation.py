@@ -1,0 +1,93 @@
+"""How each benchmark's reference asks for generations, as data: `rules/generation.yaml`, read into frozen models.
+
+    reference_generation("gpt-oss-120b", "accuracy").max_tokens   # 32768
+
+The API (`completions` with token-id prompts, or `chat` with image parts), what the accuracy log must hold
+(`token_ids` as int32, or UTF-8 `text`) and the sampling settings of each mode. A smoke plan may override
+max_tokens and temperature (`Sampling.merged`); everything else is the reference's.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from submission.errors import PlanError, did_you_mean
+
+_FILE = Path(__file__).parent / "rules" / "generation.yaml"
+Mode = Literal["performance", "accuracy"]
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "min_tokens", "repetition_penalty",
+                   "presence_penalty", "frequency_penalty")
+GREEDY_IGNORED = ("top_p", "top_k", "min_p")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sampling(_Frozen):
+    max_tokens: int
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    reasoning_effort: Literal["low", "medium", "high"] | None = None  # baked into pre-tokenized prompts; not sent
+
+    def request_fields(self) -> dict[str, float | int]:
+        """The fields a request carries: max_tokens and every sampling value the reference sets. Under greedy
+        decoding (temperature 0) the truncation knobs top_p/top_k/min_p change nothing and are not sent."""
+        greedy = self.temperature == 0
+        fields: dict[str, float | int] = {"max_tokens": self.max_tokens}
+        fields.update({k: getattr(self, k) for k in SAMPLING_FIELDS
+                       if getattr(self, k) is not None and not (greedy and k in GREEDY_IGNORED)})
+        return fields
+
+    def merged(self, *, max_tokens: int | None = None, temperature: float | None = None) -> Sampling:
+        """These settings with a plan's max_tokens / temperature in place of the reference's."""
+        update = {k: v for k, v in (("max_tokens", max_tokens), ("temperature", temperature)) if v is not None}
+        return self.model_copy(update=update)
+
+
+class BenchmarkGeneration(_Frozen):
+    api: Literal["completions", "chat"]
+    prompt: Literal["token_ids", "chat_image"]
+    output: Literal["token_ids", "text"]
+    performance: Sampling
+    accuracy: Sampling
+
+    def sampling(self, mode: Mode) -> Sampling:
+        return self.performance if mode == "performance" else self.accuracy
+
+
+class GenerationRules(_Frozen):
+    rounds: tuple[str, ...]
+    benchmarks: dict[str, BenchmarkGeneration]
+
+
+@functools.lru_cache(maxsize=1)
+def load_generation() -> GenerationRules:
+    try:
+        return GenerationRules.model_validate(yaml.safe_load(_FILE.read_text(encoding="utf-8")))
+    except (yaml.YAMLError, ValidationError) as error:
+        raise PlanError(f"invalid generation rules: {error}", where=str(_FILE)) from error
+
+
+def benchmark_generation(benchmark: str) -> BenchmarkGeneration:
+    table = load_generation().benchmarks
+    if benchmark not in table:
+        raise PlanError(f"no generation settings for benchmark {benchmark!r}", where=str(_FILE),
+                        fix=did_you_mean(benchmark, table))
+    return table[benchmark]
+
+
+def reference_generation(benchmark: str, mode: Mode) -> Sampling:
+    """The reference's sampling settings of `benchmark` in `mode` (performance or accuracy)."""
+    return benchmark_generation(benchmark).sampling(mode)

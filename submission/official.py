@@ -1,0 +1,161 @@
+"""The official MLCommons submission checker, run from a local checkout of mlcommons/inference, and where its
+verdict differs from Podium's.
+
+    cd <inference_src>/tools/submission
+    python -m submission_checker.main --input TREE --version v6.1 --csv out.csv [--submitter ORG]
+
+Its exit code is 0 ("submission looks OK") or 1 ("submission has errors"); its CSV lists one row per result it
+accepted; it logs `ERROR:...` lines and `NoResults <path>` for the rest (reference §2.1-2.3, §2.6). It needs only
+PyYAML, which Podium's environment has. Podium never fetches the checkout: the plan (`inference_src`) or
+`podium check --inference-src DIR` names it. The comparison is pure: `compare(ours, theirs)`.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from submission.checker import CheckReport
+from submission.errors import PodiumError
+
+MODULE = "submission_checker.main"
+CHECKER_DIR = Path("tools") / "submission"  # the module is run from here (`python -m submission_checker.main`)
+TIMEOUT_S = 1800  # the checker parses every log of the tree; big trees take minutes
+TAIL_CHARS = 4000
+_ERROR = re.compile(r"^ERROR:[^:]*:(?P<text>.*)$")
+_NO_RESULTS = re.compile(r"NoResults (?P<path>\S+)")
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+class OfficialCheckerUnavailable(PodiumError):
+    """The official checker could not be run (no checkout there, a timeout): the CLI's "could not run"."""
+
+    exit_code = 2
+
+
+class OfficialReport(BaseModel):
+    argv: list[str]
+    cwd: str
+    returncode: int
+    rows: list[dict[str, str]] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)  # its ERROR log lines, in order
+    no_results: list[str] = Field(default_factory=list)  # performance logs it rejected
+    crashed: bool = False  # a Python traceback: the checker stopped before checking everything
+    output_tail: str = ""
+    csv_path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.crashed
+
+    def verdict(self) -> str:
+        if self.crashed:
+            return f"crashed (exit code {self.returncode})"
+        return "submission looks OK" if self.ok else f"submission has errors (exit code {self.returncode})"
+
+
+class Difference(BaseModel):
+    kind: Literal["verdict", "accepted-by-official", "rejected-by-official", "unknown-row", "crash"]
+    path: str
+    message: str
+
+    def line(self) -> str:
+        return f"DIFFERS   {self.kind}: {self.path}: {self.message}"
+
+
+def checker_dir(inference_src: str | Path) -> Path:
+    """`<inference_src>/tools/submission`, after checking the checker is there."""
+    folder = Path(inference_src).expanduser().resolve() / CHECKER_DIR
+    if not (folder / "submission_checker" / "main.py").is_file():
+        raise OfficialCheckerUnavailable(
+            f"no official checker at {folder / 'submission_checker' / 'main.py'}",
+            fix="point --inference-src (or the plan's inference_src) at a checkout of mlcommons/inference "
+                "(git clone https://github.com/mlcommons/inference) at a commit of the round")
+    return folder
+
+
+def argv_for(tree: Path, round: str, csv_path: Path, *, submitter: str | None = None,
+             python: str | None = None) -> list[str]:
+    argv = [python or sys.executable, "-m", MODULE, "--input", str(Path(tree).resolve()), "--version", round,
+            "--csv", str(Path(csv_path).resolve())]
+    return argv + (["--submitter", submitter] if submitter else [])
+
+
+def run_official(tree: Path, inference_src: str | Path, round: str, csv_path: Path, *, submitter: str | None = None,
+                 python: str | None = None, timeout_s: float = TIMEOUT_S) -> OfficialReport:
+    """Run the official checker on `tree`; its CSV goes to `csv_path`. Raises OfficialCheckerUnavailable when it
+    cannot run; an exit code of 1 or a crash is a result, not an exception."""
+    cwd = checker_dir(inference_src)
+    csv_path = Path(csv_path)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    csv_path.unlink(missing_ok=True)
+    argv = argv_for(tree, round, csv_path, submitter=submitter, python=python)
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
+                              check=False)
+    except subprocess.TimeoutExpired as error:
+        raise OfficialCheckerUnavailable(f"the official checker ran over {timeout_s:g} s and was stopped",
+                                         fix="run it by hand to see where it hangs, or raise the timeout") from error
+    except OSError as error:
+        raise OfficialCheckerUnavailable(f"cannot start {argv[0]}: {error.strerror}",
+                                         fix="check the Python interpreter used for the official checker") from error
+    output = f"{done.stdout}\n{done.stderr}"
+    lines = output.splitlines()
+    return OfficialReport(
+        argv=argv, cwd=str(cwd), returncode=done.returncode, rows=read_csv(csv_path),
+        errors=[m["text"].strip() for line in lines if (m := _ERROR.match(line.strip()))],
+        no_results=[m["path"] for line in lines if (m := _NO_RESULTS.search(line))],
+        crashed=_TRACEBACK in output, output_tail=output[-TAIL_CHARS:], csv_path=str(csv_path))
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    if not Path(path).is_file():
+        return []
+    with Path(path).open(newline="", encoding="utf-8") as stream:
+        return [dict(row) for row in csv.DictReader(stream)]
+
+
+def _key(division: str, submitter: str, system: str, model: str, scenario: str) -> tuple[str, ...]:
+    return tuple(v.lower() for v in (division, submitter, system, model, scenario))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return PurePosixPath(path) == PurePosixPath(folder) or PurePosixPath(folder) in PurePosixPath(path).parents
+
+
+def compare(ours: CheckReport, theirs: OfficialReport) -> list[Difference]:
+    """Where the two checkers disagree: the overall verdict, then each scenario folder (accepted by one, rejected
+    by the other), rows the official checker lists that Podium does not know, and a crash."""
+    diffs: list[Difference] = []
+    if theirs.crashed:
+        diffs.append(Difference(kind="crash", path=".", message="the official checker crashed (a traceback), so "
+                                f"it did not check everything; last output: {theirs.output_tail[-300:].strip()}"))
+    if ours.ok != theirs.ok:
+        ours_text = "no errors" if ours.ok else f"{len(ours.errors)} error(s): {', '.join(sorted(ours.rules('error')))}"
+        diffs.append(Difference(kind="verdict", path=".", message=f"official: {theirs.verdict()}; Podium: {ours_text}"))
+    rows = {_key(r.get("Division", ""), r.get("Organization", ""), r.get("Platform", ""), r.get("Model", ""),
+                 r.get("Scenario", "")): r for r in theirs.rows}
+    known = set()
+    for result in ours.results:
+        key = _key(result.division, result.submitter, result.system, result.benchmark_folder, result.scenario)
+        known.add(key)
+        errors = sorted({f.rule for f in ours.errors if _inside(f.path, result.path)})
+        if key in rows and errors:
+            diffs.append(Difference(kind="accepted-by-official", path=result.path, message="the official checker "
+                                    f"accepts it; Podium finds: {', '.join(errors)}"))
+        elif key not in rows and not errors:
+            said = [e for e in theirs.errors if result.path in e] + [p for p in theirs.no_results if result.path in p]
+            why = f" ({'; '.join(said[:3])})" if said else ""
+            diffs.append(Difference(kind="rejected-by-official", path=result.path,
+                                    message=f"Podium accepts it; the official checker lists no result{why}"))
+    for key, row in rows.items():
+        if key not in known:
+            diffs.append(Difference(kind="unknown-row", path=row.get("Location", ""), message="the official checker "
+                                    f"lists {'/'.join(key)}, which Podium did not check"))
+    return diffs

@@ -1,0 +1,157 @@
+"""`podium package TREE`: the submission tarball, its sha256 and a manifest of every file in it.
+
+The tarball is reproducible: entries in sorted order, owner 0, fixed mode and time, no gzip timestamp, so the same
+tree always gives the same sha256. The three files go into a folder of their own (by default `<tree>.package/`
+beside the tree), which `tasks.packaging.upload` puts into object storage as it is.
+
+    <name>.tar.gz                 everything under TREE, inside a top folder <name>/
+    <name>.tar.gz.sha256          "<sha256>  <name>.tar.gz" (sha256sum -c reads it)
+    <name>.manifest.json          every file: path, size, sha256; and the tarball's
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tarfile
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from submission.errors import PlanError
+from submission.plan import check_name
+
+MTIME = 0  # every entry's time: the tarball depends on the content only
+_CHUNK = 1 << 20
+
+
+class Package(BaseModel):
+    name: str
+    folder: Path
+    tarball: Path
+    sha256: str
+    sha256_file: Path
+    manifest_file: Path
+    files: int
+    bytes: int
+
+    def outputs(self) -> list[Path]:
+        return [self.tarball, self.sha256_file, self.manifest_file]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files(tree: Path) -> list[Path]:
+    links = sorted(p for p in tree.rglob("*") if p.is_symlink())
+    if links:
+        raise PlanError(f"{len(links)} symbolic link(s) in the tree, e.g. {links[0]}",
+                        fix="copy the files in place of the links; a submission holds plain files only")
+    return sorted((p for p in tree.rglob("*") if p.is_file()), key=lambda p: p.relative_to(tree).as_posix())
+
+
+def _dirs(tree: Path) -> list[Path]:
+    return sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: p.relative_to(tree).as_posix())
+
+
+def manifest(tree: Path) -> dict[str, dict[str, int | str]]:
+    """Every file under `tree`: relative path -> size and sha256."""
+    return {p.relative_to(tree).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(tree)}
+
+
+def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
+    info.mode, info.size, info.mtime = (0o755 if directory else 0o644), size, MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _write_tarball(tree: Path, name: str, target: Path) -> None:
+    partial = target.with_name(f".{target.name}.partial")
+    with partial.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=MTIME) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_info(name, directory=True))
+        entries = [(p, True) for p in _dirs(tree)] + [(p, False) for p in _files(tree)]
+        for path, directory in sorted(entries, key=lambda e: e[0].relative_to(tree).as_posix()):
+            arcname = f"{name}/{path.relative_to(tree).as_posix()}"
+            if directory:
+                tar.addfile(_info(arcname, directory=True))
+            else:
+                with path.open("rb") as stream:
+                    tar.addfile(_info(arcname, size=path.stat().st_size), stream)
+    os.replace(partial, target)
+
+
+def _write_text(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> Package:
+    """Write the tarball, its sha256 file and the manifest into `out` (default `<tree>.package`)."""
+    tree = Path(tree).resolve()
+    if not tree.is_dir():
+        raise PlanError(f"{tree} is not a folder", fix="pass the submission tree (the folder holding closed/ ...)")
+    name = name or tree.name
+    try:
+        check_name(name)
+    except ValueError as error:
+        raise PlanError(f"package name: {error}", fix="pass --name with a plain name, e.g. submission") from None
+    out = Path(out).resolve() if out else tree.with_name(f"{tree.name}.package")
+    if out == tree or tree in out.parents:
+        raise PlanError(f"the package folder {out} is inside the tree", fix="choose a folder outside the tree")
+    ours = {f"{name}.tar.gz", f"{name}.tar.gz.sha256", f"{name}.manifest.json"}
+    strangers = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
+    if strangers:
+        raise PlanError(f"the package folder {out} holds other files ({', '.join(strangers[:3])})",
+                        fix="choose an empty folder: it is uploaded as it is")
+    out.mkdir(parents=True, exist_ok=True)
+    files = manifest(tree)
+    tarball = out / f"{name}.tar.gz"
+    _write_tarball(tree, name, tarball)
+    digest = _sha256(tarball)
+    sha_file = out / f"{tarball.name}.sha256"
+    _write_text(sha_file, f"{digest}  {tarball.name}\n")
+    total = sum(int(entry["size"]) for entry in files.values())
+    manifest_file = out / f"{name}.manifest.json"
+    _write_text(manifest_file, json.dumps({
+        "name": name, "tarball": {"file": tarball.name, "sha256": digest, "size": tarball.stat().st_size},
+        "file_count": len(files), "total_bytes": total, "files": files}, indent=2, sort_keys=True) + "\n")
+    return Package(name=name, folder=out, tarball=tarball, sha256=digest, sha256_file=sha_file,
+                   manifest_file=manifest_file, files=len(files), bytes=total)
+
+
+def verify(manifest_file: Path) -> list[str]:
+    """Problems found (empty when good): the tarball's sha256, and every file in it against the manifest."""
+    data = json.loads(Path(manifest_file).read_text(encoding="utf-8"))
+    tarball = Path(manifest_file).with_name(data["tarball"]["file"])
+    if not tarball.is_file():
+        return [f"{tarball}: missing"]
+    problems = [] if _sha256(tarball) == data["tarball"]["sha256"] else [f"{tarball.name}: sha256 differs"]
+    seen = set()
+    with tarfile.open(tarball, "r:gz") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            rel = member.name.split("/", 1)[1] if "/" in member.name else member.name
+            seen.add(rel)
+            want = data["files"].get(rel)
+            stream = tar.extractfile(member)
+            got = hashlib.sha256(stream.read() if stream else b"").hexdigest()
+            if want is None:
+                problems.append(f"{rel}: in the tarball, not in the manifest")
+            elif got != want["sha256"]:
+                problems.append(f"{rel}: sha256 differs from the manifest")
+    problems += [f"{rel}: in the manifest, not in the tarball" for rel in sorted(set(data["files"]) - seen)]
+    return problems
+

@@ -1,0 +1,90 @@
+"""The Slurm launcher's settings: the plan's `engine.slurm` section, validated when the plan loads.
+
+Podium takes one allocation per deployment (`salloc --no-shell`), or uses the one it runs in (`allocation:
+inherit`, when `podium` itself runs inside `sbatch`), and starts each process as an `srun` job step on its node.
+The `container_*` fields are pyxis options that every step gets (`--container-image` and friends); the image must
+hold the engine, its Python and the model path (or mount it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^UNLIMITED$|^INFINITE$")   # the forms `--time` accepts
+
+
+class SlurmSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allocation: Literal["auto", "new", "inherit"] = Field(
+        "auto", description="new: salloc one for the deployment and scancel it at the end; inherit: use the job "
+                            "Podium runs in ($SLURM_JOB_ID, never cancelled); auto: inherit inside a job, else new")
+    slurm_conf: str | None = Field(None, description="slurm.conf for the client commands (SLURM_CONF); "
+                                                     "None: the cluster's default")
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    constraint: str | None = None
+    nodelist: tuple[str, ...] = Field((), description="exactly these nodes (salloc --nodelist)")
+    nodes: int | None = Field(None, ge=1, description="nodes to allocate; None: as many as the engine's topology")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs to allocate per node (salloc --gpus-per-node)")
+    cpus_per_gpu: int | None = Field(None, ge=1, description="CPUs of a GPU step per GPU (srun --cpus-per-gpu)")
+    exclusive: bool = Field(True, description="whole nodes (salloc --exclusive): no other job shares them")
+    time_limit: str = Field("04:00:00", description="the allocation's time limit (salloc --time)")
+    job_name: str = Field("podium", pattern=r"^[A-Za-z0-9._-]+$")
+    allocation_timeout_s: int = Field(600, ge=1, description="give up when the allocation is not granted in time "
+                                                             "(salloc --immediate)")
+    step_timeout_s: float = Field(120, gt=0, description="how long a step may take to be created")
+    grace_s: float = Field(10, ge=0, description="after SIGTERM, how long steps get before SIGKILL")
+    python: str = Field("python3", description="a Python on the nodes, for the step that finds free ports there")
+    mpi: str = Field("pmix", description="srun --mpi for processes with several MPI ranks (TensorRT-LLM)")
+    container_image: str | None = Field(None, description="pyxis: the image every step runs in, e.g. "
+                                                          "nvcr.io#nvidia/tensorrt-llm/release:1.2.0")
+    container_mounts: tuple[str, ...] = Field((), description="pyxis: SRC:DST[:FLAGS] mounts, e.g. "
+                                                             "/lustre/models:/models:ro")
+    container_workdir: str | None = None
+    container_name: str | None = Field(None, description="pyxis: a named container, reused by later steps")
+    container_writable: bool = False
+    container_mount_home: bool = False
+    srun_args: tuple[str, ...] = Field((), description="more srun options for every step, e.g. --network=...")
+    salloc_args: tuple[str, ...] = Field((), description="more salloc options, e.g. --switches=1")
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        if not TIME.match(v):
+            raise ValueError(f"{v!r} is not a Slurm time; use minutes, HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00")
+        return v
+
+    @field_validator("srun_args", "salloc_args")
+    @classmethod
+    def _options_only(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [a for a in v if not a.startswith("--") or any(c.isspace() for c in a)]
+        if bad:
+            raise ValueError(f"{bad[0]!r}: give long options, each with its value after '=', e.g. --network=sn_all")
+        return v
+
+    @field_validator("container_mounts")
+    @classmethod
+    def _mounts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in v if ":" not in m or "," in m]
+        if bad:
+            raise ValueError(f"{bad[0]!r}: a mount is SRC:DST[:FLAGS], one per list item")
+        return v
+
+
+def settings_problems(settings: dict[str, Any], launcher: str) -> list[str]:
+    """Everything wrong with an `engine.slurm` section, each naming its field (relative to `engine`)."""
+    if not settings:
+        return []
+    if launcher != "slurm":
+        return ["slurm: only the slurm launcher reads it; set launcher: slurm or remove it"]
+    try:
+        SlurmSettings.model_validate(settings)
+    except ValidationError as e:
+        return [f"slurm.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+    return []

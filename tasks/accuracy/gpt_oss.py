@@ -1,0 +1,106 @@
+"""gpt-oss-120b exact match, as `language/gpt-oss-120b/eval_mlperf_accuracy.py` defines it.
+
+Each log entry's data is little-endian int32 token ids, decoded with the model's tokenizer keeping special tokens
+(the harmony markers). Per source data set (the `dataset` column): AIME compares the integer answer, GPQA the
+letter A-D, LiveCodeBench runs the program against the problem's tests (`ground_truth` is the question_id). A data
+set whose problems repeat r times weighs 1/r:
+
+    score = 100 * sum_d(correct_d / r_d) / sum_d(total_d / r_d),   r = {aime25: 8, gpqa_diamond: 5, livecodebench_v6: 3}
+
+i.e. the mean over unique problems of each problem's pass rate. Printed as `'exact_match': 83.500` (3 decimals),
+the line the checker's pattern reads. An output without a final channel is scored on its whole text (reference
+behaviour) and counted in the notes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from submission.errors import PlanError
+from submission.evaluation import evaluation_constant
+from tasks.accuracy import AccuracyResult
+from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
+from tasks.accuracy.common import decoder, unique_entries
+from tasks.accuracy.livecodebench import DEFAULT_LIMITS, Limits, find_tests, read_problems, run_program
+from tasks.harness.datasets import read_gpt_oss
+
+BENCHMARK = "gpt-oss-120b"
+KINDS = ("aime", "gpqa", "livecodebench")   # matched as substrings of the dataset name, as the reference does
+
+
+def kind_of(subset: str) -> str:
+    name = subset.lower()
+    for kind in KINDS:
+        if kind in name:
+            return kind
+    raise PlanError(f"no gpt-oss-120b scoring rule for data set {subset!r}",
+                    fix=f"the accuracy file's dataset column holds names containing one of {', '.join(KINDS)}")
+
+
+def weighted_score(counts: dict[str, tuple[int, int]], repeats: dict[str, int]) -> float:
+    """100 * sum_d(correct_d / r_d) / sum_d(total_d / r_d); 0 when nothing was scored."""
+    correct = sum(c / repeats.get(d, 1) for d, (c, _) in counts.items())
+    total = sum(t / repeats.get(d, 1) for d, (_, t) in counts.items())
+    return 100.0 * correct / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class GptOssExactMatch:
+    name: str = BENCHMARK
+    lcb_tests: Path | None = None
+    limits: Limits = DEFAULT_LIMITS
+    workers: int = 2
+
+    def with_options(self, *, lcb_tests: Path | None = None, workers: int | None = None) -> GptOssExactMatch:
+        return GptOssExactMatch(lcb_tests=lcb_tests or self.lcb_tests, limits=self.limits,
+                                workers=workers or self.workers)
+
+    def evaluate(self, accuracy_log: Path, dataset: Path, tokenizer: Path | None) -> AccuracyResult:
+        data = read_gpt_oss(Path(dataset), accuracy=True)
+        decode = decoder(tokenizer, skip_special_tokens=False, benchmark=BENCHMARK)
+        entries = unique_entries(accuracy_log, len(data), Path(dataset))
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        no_final = 0
+        code_jobs = []
+        for entry in entries:
+            subset, truth = data.subsets[entry.qsl_idx], data.ground_truth[entry.qsl_idx]
+            text = decode(entry.tokens())
+            no_final += not final_section(text)[1]
+            counts[subset][1] += 1
+            kind = kind_of(subset)
+            if kind == "aime":
+                counts[subset][0] += int_correct(aime_answer(text), truth)
+            elif kind == "gpqa":
+                counts[subset][0] += choice_correct(choice_answer(text, "D"), truth, "ABCD")
+            else:
+                code_jobs.append((subset, code_answer(text), truth.strip()))
+        unrun = 0
+        if code_jobs:
+            problems = read_problems(find_tests(self.lcb_tests, Path(dataset)))
+            runnable = [(s, c, problems.get(q)) for s, c, q in code_jobs]
+            unrun = sum(1 for _, c, p in runnable if c is None or p is None)
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                passed = pool.map(lambda job: job[1] is not None and job[2] is not None
+                                  and run_program(job[1], job[2], self.limits).passed, runnable)
+                for (subset, _, _), ok in zip(runnable, passed, strict=True):
+                    counts[subset][0] += bool(ok)
+        repeats = evaluation_constant(BENCHMARK, "dataset_repeats")
+        final = {d: (c, t) for d, (c, t) in counts.items()}
+        notes = tuple(f"{d}: {c} of {t} correct (repeats {repeats.get(d, 1)})" for d, (c, t) in sorted(final.items()))
+        if no_final:
+            notes += (f"{no_final} output(s) had no harmony final channel and were scored on their whole text",)
+        if unrun:
+            notes += (f"{unrun} LiveCodeBench output(s) had no code block or an unknown question_id (scored wrong)",)
+        return AccuracyResult({"exact_match": weighted_score(final, repeats)}, len(entries), notes)
+
+    def accuracy_txt(self, result: AccuracyResult) -> str:
+        lines = ["gpt-oss-120b exact match (Podium; definition of language/gpt-oss-120b/eval_mlperf_accuracy.py)",
+                 *result.notes,
+                 f"{{'exact_match': {result.metrics['exact_match']:.3f}, 'num_samples': {result.samples}}}"]
+        return "\n".join(lines) + "\n"
+
+
+EVALUATOR = GptOssExactMatch()

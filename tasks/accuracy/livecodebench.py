@@ -1,0 +1,168 @@
+"""LiveCodeBench: a program passes when it passes every test of its problem, run in a sandboxed child process.
+
+The tests are not in the MLCommons parquet (its `ground_truth` for LiveCodeBench rows is the `question_id`); the
+reference loads them from LiveCodeBench `release_v6` (Hugging Face `livecodebench/code_generation_lite`). Podium
+reads that data set's rows from a JSON list or JSON-lines file (`read_problems`): `question_id`,
+`public_test_cases` and `private_test_cases` (JSON text, or the data set's compressed form: base64 of zlib of a
+pickled JSON string, read with an unpickler that admits plain strings only), and `metadata` (JSON text with
+`func_name` for call-based problems).
+
+Each program runs in `python -I lcb_child.py` in a fresh temporary folder, in its own session, with a minimal
+environment, no network, and rlimits on memory, CPU, file size; the whole process group is killed when the
+wall-clock budget (per-test timeout x tests + slack) runs out.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import pickle
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from submission.errors import PlanError
+
+CHILD = Path(__file__).with_name("lcb_child.py")
+FIX = ("export LiveCodeBench release_v6 (code_generation_lite) as JSON lines and pass it with --lcb-tests, or put "
+       "it beside the data set as livecodebench_tests.jsonl")
+DEFAULT_NAMES = ("livecodebench_tests.jsonl", "livecodebench_tests.json")
+
+
+@dataclass(frozen=True)
+class Limits:
+    test_timeout_s: float = 6.0     # per test case (LiveCodeBench's own default timeout)
+    memory_mb: int = 2048           # RLIMIT_AS of the child
+    file_mb: int = 16               # RLIMIT_FSIZE: largest file the program may write
+    slack_s: float = 5.0            # start-up and teardown on top of the tests' budget
+
+    def child(self, tests: int) -> dict[str, float]:
+        return {"test_timeout_s": self.test_timeout_s, "memory_mb": self.memory_mb, "file_mb": self.file_mb,
+                "cpu_s": int(self.test_timeout_s * max(tests, 1) + self.slack_s)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    question_id: str
+    tests: tuple[dict[str, str], ...]          # {"input", "output", "testtype": "stdin" | "functional"}
+    func_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    passed: bool
+    detail: str
+    isolation: str = ""
+    tests_passed: int = 0
+    tests: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _StringsOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing {module}.{name}: only plain strings are expected")
+
+
+def _cases(value: Any, where: str) -> list[dict[str, str]]:
+    if isinstance(value, list):
+        return value
+    if not isinstance(value, str) or not value:
+        return []
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    try:
+        raw = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(value)))).load()
+        return json.loads(raw)
+    except Exception as e:
+        raise PlanError(f"{where}: test cases are neither JSON nor the compressed LiveCodeBench form ({e})",
+                        fix=FIX) from None
+
+
+def read_problems(path: Path) -> dict[str, Problem]:
+    """question_id -> Problem, from a JSON list or JSON-lines file of LiveCodeBench rows."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise PlanError(f"cannot read the LiveCodeBench tests: {e.strerror}", where=str(path), fix=FIX) from None
+    try:
+        rows = json.loads(text) if text.lstrip().startswith("[") else [
+            json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as e:
+        raise PlanError(f"not JSON or JSON lines: {e}", where=str(path), fix=FIX) from None
+    problems = {}
+    for i, row in enumerate(rows):
+        where = f"{path} row {i}"
+        if not isinstance(row, dict) or "question_id" not in row:
+            raise PlanError(f"{where}: no question_id key", fix=FIX)
+        tests = _cases(row.get("public_test_cases"), where) + _cases(row.get("private_test_cases"), where)
+        for case in tests:
+            if not isinstance(case, dict) or "input" not in case or "output" not in case:
+                raise PlanError(f"{where}: a test case lacks its input or output key", fix=FIX)
+        metadata = row.get("metadata") or {}
+        metadata = json.loads(metadata) if isinstance(metadata, str) and metadata else metadata
+        if not tests:
+            raise PlanError(f"{where}: problem {row['question_id']} has no test cases", fix=FIX)
+        problems[str(row["question_id"])] = Problem(str(row["question_id"]), tuple(tests),
+                                                    metadata.get("func_name") if isinstance(metadata, dict) else None)
+    return problems
+
+
+def find_tests(explicit: Path | None, dataset: Path) -> Path:
+    if explicit is not None:
+        return Path(explicit)
+    for name in DEFAULT_NAMES:
+        if (Path(dataset).parent / name).is_file():
+            return Path(dataset).parent / name
+    raise PlanError("the accuracy log has LiveCodeBench samples but no LiveCodeBench tests were given",
+                    where=str(dataset), fix=FIX)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def run_program(code: str, problem: Problem, limits: Limits = DEFAULT_LIMITS) -> RunResult:
+    """Run `code` against every test of `problem` in the sandboxed child; passed only if all tests pass."""
+    if problem.func_name is None and any(t.get("testtype") == "functional" for t in problem.tests):
+        return RunResult(False, "call-based tests but no func_name in the problem's metadata")
+    work = Path(tempfile.mkdtemp(prefix="podium-lcb-"))
+    nonce = secrets.token_hex(16)
+    try:
+        (work / "solution.py").write_text(code, encoding="utf-8")
+        spec = {"tests": list(problem.tests), "func_name": problem.func_name,
+                "limits": limits.child(len(problem.tests))}
+        (work / "tests.json").write_text(json.dumps(spec), encoding="utf-8")
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        budget = limits.test_timeout_s * max(len(problem.tests), 1) + limits.slack_s
+        child = subprocess.Popen([sys.executable, "-I", str(CHILD), nonce], cwd=work, env=env,  # noqa: S603
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+        try:
+            out, _ = child.communicate(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            return RunResult(False, f"killed after the {budget:g} s wall-clock budget", tests=len(problem.tests))
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        for line in reversed(out.decode("utf-8", errors="replace").splitlines()):
+            if line.startswith(nonce + " "):
+                verdict = json.loads(line[len(nonce) + 1:])
+                return RunResult(verdict["passed"] == verdict["total"], verdict["detail"], verdict["isolation"],
+                                 verdict["passed"], verdict["total"])
+        reason = "killed by a resource limit" if child.returncode and child.returncode < 0 else "no verdict"
+        return RunResult(False, f"{reason} (exit code {child.returncode})", tests=len(problem.tests))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

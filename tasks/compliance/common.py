@@ -1,0 +1,121 @@
+"""What every audit shares: its audit.config lines from the rules, the audit.config file that exists only while
+its run runs, the `TESTxx/` folder it leaves (reference §1.5), and the official verification's pass lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from submission.logs import DETAIL_FILE, SUMMARY_FILE, LoadgenRun
+from submission.rules import AuditValue, Rules
+from submission.runs import AuditCheck
+from tasks.compliance import AuditJob, Verdict
+
+AUDIT_CONFIG = "audit.config"
+ACCURACY_LOG = "mlperf_log_accuracy.json"
+PERF_LOGS = (SUMMARY_FILE, DETAIL_FILE)
+PASS, FAIL = "TEST PASS", "TEST FAIL"   # the lines the checker looks for in verify_*.txt
+
+
+@contextlib.contextmanager
+def audit_config_file(run_dir: Path, lines: tuple[str, ...]) -> Iterator[Path]:
+    """`run_dir/audit.config` for the duration of the block, removed afterwards even when the run fails."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / AUDIT_CONFIG
+    tmp = run_dir / f".{AUDIT_CONFIG}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def samples_per_second(run: LoadgenRun) -> float | None:
+    """The score verify_performance.py compares: Offline samples/s, Server completed samples/s."""
+    return run.samples_per_second if run.scenario == "Offline" else run.completed_samples_per_second
+
+
+def reference_folder(work: Path, performance: str | None, accuracy: str | None = None) -> Path:
+    """A results folder (`performance/run_1`, `accuracy`) made of links to the reference runs, as the official
+    TEST01/TEST04 scripts read one with `-r`."""
+    results = work / "results"
+    if performance:
+        (results / "performance").mkdir(parents=True, exist_ok=True)
+        (results / "performance" / "run_1").symlink_to(Path(performance).resolve(), target_is_directory=True)
+    if accuracy:
+        results.mkdir(parents=True, exist_ok=True)
+        (results / "accuracy").symlink_to(Path(accuracy).resolve(), target_is_directory=True)
+    return results
+
+
+def verdict_line(passed: bool) -> str:
+    return PASS if passed else FAIL
+
+
+def check_lines(checks: tuple[AuditCheck, ...] | list[AuditCheck]) -> list[str]:
+    return [check.line() for check in checks]
+
+
+class BaseAudit:
+    """Defaults an audit module overrides where its test differs."""
+
+    name = ""
+    perf_logs = False          # TESTxx/performance/run_1/ holds the audit run's summary and detail logs
+    accuracy_log = False       # TESTxx/accuracy/ holds the audit run's mlperf_log_accuracy.json
+    verify_files: tuple[str, ...] = ()
+    needs_performance_run = False   # compares against the scenario's performance run (TEST01, TEST04)
+    needs_accuracy_run = False      # compares against the scenario's accuracy run (TEST01)
+    needs_eos = False               # reads the model's EOS token ids (TEST06)
+
+    def config_lines(self, rules: Rules, benchmark: str, overrides: dict[str, AuditValue] | None = None,
+                     ) -> tuple[str, ...]:
+        """The audit.config: a comment naming its source, then the rules' lines for `benchmark`. Overrides (the
+        smoke profile's) replace values and are named in the comment."""
+        rules_audit = rules.audit(self.name)
+        head = [f"# {self.name} audit.config written by Podium from the {rules.round} rules for {benchmark}"]
+        if overrides:
+            merged = {**rules_audit.per_benchmark.get(benchmark, {}), **overrides}
+            rules_audit = rules_audit.model_copy(update={"per_benchmark": {**rules_audit.per_benchmark,
+                                                                           benchmark: merged}})
+            head.append("# SMOKE values (not the rules'): " + ", ".join(f"{k} = {v}" for k, v in overrides.items()))
+        return (*head, *rules_audit.config_lines(benchmark))
+
+    def run_settings(self, user_conf: tuple[tuple[str, str], ...], loadgen_model: str,
+                     set_size: int | None) -> tuple[tuple[str, str], ...]:
+        return user_conf
+
+    def verify(self, run_dir: Path, job: AuditJob) -> Verdict:
+        raise NotImplementedError
+
+    def lay_out(self, run_dir: Path, verdict: Verdict, dest: Path) -> Path:
+        """Write `dest/<TESTxx>/` as the official run_verification.py leaves it; returns that folder."""
+        folder = dest / self.name
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        for rel, text in verdict.files.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(text)
+        if self.accuracy_log:
+            (folder / "accuracy").mkdir(exist_ok=True)
+            shutil.copy2(run_dir / ACCURACY_LOG, folder / "accuracy" / ACCURACY_LOG)
+        if self.perf_logs:
+            (folder / "performance" / "run_1").mkdir(parents=True)
+            for name in PERF_LOGS:
+                shutil.copy2(run_dir / name, folder / "performance" / "run_1" / name)
+        return folder
+
+    def official_argv(self, script: Path, run_dir: Path, out_dir: Path, job: AuditJob, work: Path) -> list[str]:
+        raise NotImplementedError
+
+    def official_verdict(self, folder: Path) -> bool | None:
+        """The official script's verdict from the files it left in `folder` (TESTxx); None when it left none."""
+        texts = [(folder / name).read_text(errors="replace") for name in self.verify_files
+                 if (folder / name).is_file()]
+        if len(texts) != len(self.verify_files):
+            return None
+        return all(PASS in text for text in texts)

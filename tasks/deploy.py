@@ -1,0 +1,173 @@
+"""A benchmark's engine deployment, seen from the plan: which launcher, which model path, and the review that
+`podium launch PLAN --dry-run` prints (every process spec: node, argv, env, ports, GPUs, probes, files) without
+starting anything or asking any cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from submission.errors import PlanError, PodiumError
+from submission.plan import BenchmarkSpec, EngineSpec, Plan
+from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend, demand
+from tasks.launchers import Launcher, launched, launcher
+
+REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
+
+
+def make_launcher(engine: EngineSpec, state_dir: Path) -> Launcher:
+    """The plan's launcher for this engine, with its own section of settings."""
+    if engine.launcher == "kubernetes":
+        return launcher("kubernetes", state_dir=state_dir, settings=engine.kubernetes, engine=engine.name)
+    if engine.launcher == "slurm" and engine.slurm:
+        return launcher("slurm", state_dir=state_dir, settings=engine.slurm)
+    return launcher(engine.launcher, state_dir=state_dir)
+
+
+def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
+    """The model folder as the engine's processes see it (a pod may mount it elsewhere)."""
+    k8s = engine.kubernetes
+    return Path(k8s.model_path) if engine.launcher == "kubernetes" and k8s and k8s.model_path else staged
+
+
+def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
+    """The placement a launch would get, without reserving anything: the kubernetes launcher's own (it is fixed);
+    for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `node<i>`."""
+    nodes, ports = demand(backend(engine.name), engine.options)
+    if engine.launcher == "kubernetes":
+        where = make_launcher(engine, state_dir)
+        return where.placement(ports) if nodes == 1 else where.placement(ports, nodes=nodes)  # type: ignore[call-arg]
+    hosts = ["127.0.0.1"] * nodes if engine.launcher == "local" else [f"node{i}" for i in range(nodes)]
+    step = ports if engine.launcher == "local" else 0   # one host: every node's ports differ
+    per_node = tuple(Node(h, tuple(REVIEW_PORT + i * step + p for p in range(ports))) for i, h in enumerate(hosts))
+    return Placement(hosts[0], per_node[0].ports, nodes=per_node if nodes > 1 else (),
+                     workdir="<deployment folder>")
+
+
+def _probe(p: HttpProbe) -> dict[str, Any]:
+    out: dict[str, Any] = {"method": "GET" if p.body is None else "POST", "path": p.path}
+    if p.body is not None:
+        out["body"] = p.body
+    if p.contains is not None:
+        out["contains"] = p.contains
+    return out
+
+
+def process_view(spec: ProcessSpec) -> dict[str, Any]:
+    return {"name": spec.name, "role": spec.role, "node": spec.node_index, "host": spec.host,
+            "bind": spec.bind or spec.host, "port": spec.port, "side_ports": spec.side_ports, "gpus": spec.gpus,
+            "gpu_ids": list(spec.gpu_ids), "mpi_ranks": spec.mpi_ranks, "nodes": spec.nodes, "argv": list(spec.argv),
+            "env": spec.env, "probes": [_probe(p) for p in spec.probes], "files": spec.files}
+
+
+def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
+    """Everything a launch of this benchmark's engine would start, as plain data."""
+    engine = bench.engine
+    be = backend(engine.name)
+    try:
+        version = be.version(engine.options)
+    except PodiumError as e:
+        version = f"not detected here ({e.message})"
+    staged = Path(bench.model.source) if not bench.model.source.startswith("s3://") else Path("<staged model>")
+    model_dir = model_dir_for(engine, staged)
+    build_dir = workspace / "builds" / f"{engine.name}-<build key>"
+    placement = review_placement(engine, workspace / "pids")
+    specs = be.processes(engine.options, model_dir, placement, build_dir)
+    endpoint = be.endpoint(engine.options, model_dir, specs)
+    out: dict[str, Any] = {
+        "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
+        "options": engine.options, "model_dir": str(model_dir), "build_dir": str(build_dir),
+        "processes": [process_view(s) for s in specs]}
+    if engine.launcher == "kubernetes":
+        where = make_launcher(engine, workspace / "pids")
+        out["kubernetes"] = where.objects(specs)  # type: ignore[attr-defined]
+        endpoint = where.endpoint(endpoint, _Review(specs, where.graph))  # type: ignore[attr-defined]
+    out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
+    return out
+
+
+@dataclasses.dataclass
+class _Review:
+    """What the kubernetes launcher's `endpoint` reads of a deployment."""
+
+    processes: list[ProcessSpec]
+    graph: bool
+
+
+def reviews(plan: Plan, workspace: Path, key: str | None = None) -> list[dict[str, Any]]:
+    benches = [plan.benchmark(key)] if key else plan.benchmarks
+    return [review(plan, b, workspace) for b in benches]
+
+
+def _indent(text: str, prefix: str = "      | ") -> str:
+    return "\n".join(prefix + line for line in text.rstrip("\n").splitlines())
+
+
+def render(items: list[dict[str, Any]]) -> str:
+    """The review as text, one block per process."""
+    lines = []
+    for r in items:
+        lines += [f"{r['benchmark']}: engine {r['engine']} ({r['version']}), launcher {r['launcher']}",
+                  f"  model {r['model_dir']}; build folder {r['build_dir']}"]
+        if r["launcher"] != "kubernetes":
+            lines.append(f"  ports are picked free at launch; shown here counted from {REVIEW_PORT}")
+        for p in r["processes"]:
+            gpus = f"{p['gpus']} GPU(s) {p['gpu_ids']}" if p["gpus"] else "no GPU"
+            mpi = f", {p['mpi_ranks']} MPI ranks over {p['nodes']} node(s)" if p["mpi_ranks"] > 1 else ""
+            side = "".join(f", {k} {v}" for k, v in p["side_ports"].items())
+            lines += [f"  [node {p['node']}] {p['name']} ({p['role']}) on {p['host']}:{p['port']}{side}; "
+                      f"{gpus}{mpi}",
+                      f"    argv: {shlex.join(p['argv'])}",
+                      f"    env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in sorted(p['env'].items()))}",
+                      "    ready when: " + "; ".join(
+                          f"{q['method']} {q['path']}" + (f" {json.dumps(q['body'])}" if "body" in q else "")
+                          + (f" contains {q['contains']}" if "contains" in q else "") for q in p["probes"])]
+            for path, text in p["files"].items():
+                lines += [f"    file {path}:", _indent(text)]
+        e = r["endpoint"]
+        lines.append(f"  endpoint {e['base_url']} model {e['model']!r}; token-id prompts: "
+                     f"{'yes' if e['accepts_token_ids'] else 'no'}; token ids back: "
+                     f"{'yes' if e['returns_token_ids'] else 'no'}")
+        if "kubernetes" in r:
+            kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
+            lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+        lines.append("")
+    return "\n".join(lines)
+
+
+
+@contextlib.contextmanager
+def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
+            logger: logging.Logger | logging.LoggerAdapter) -> Iterator[Endpoint]:
+    """Stage the model, build the engine (or reuse the build), launch it where the plan says, yield its endpoint
+    once it generates, and always stop it. Plain functions: `podium launch` uses it outside any flow."""
+    from tasks.engines.build import build
+    from tasks.staging import S3Access, stage
+    from tasks.workspace import Workspace
+
+    ws, engine = Workspace.at(workspace), bench.engine
+    staged = stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
+    be = backend(engine.name)
+    built = build(engine.name, engine.options, Path(staged.path), staged.sha256, be.version(engine.options),
+                  ws.root / "builds", logger)
+    where = make_launcher(engine, ws.pids)
+    log_dir = ws.root / "launch" / bench.key.replace("/", "-")
+    with launched(be, engine.options, model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]
+                  engine.ready_timeout_s, Path(built.path)) as endpoint:
+        yield endpoint
+
+
+def pick(plan: Plan, key: str | None) -> BenchmarkSpec:
+    if key is not None:
+        return plan.benchmark(key)
+    if len(plan.benchmarks) > 1:
+        raise PlanError(f"plan {plan.name!r} has {len(plan.benchmarks)} benchmarks",
+                        fix="name one: --benchmark " + " | ".join(b.key for b in plan.benchmarks))
+    return plan.benchmarks[0]

@@ -1,0 +1,196 @@
+"""NVIDIA Dynamo (1.6.1): a frontend, N prefill and M decode workers each at its own TP, and the infrastructure its
+discovery needs (engines.md §3): etcd for `discovery: etcd` (Slurm), NATS when a plane uses it; none for `file`
+(one node) or `kubernetes` (the operator, see tasks/launchers/kubernetes.py).
+
+Workers are `python -m dynamo.vllm` (or `dynamo.mocker`, the simulated engine that runs on a CPU). Each worker gets
+its own system port (`DYN_SYSTEM_PORT`, readiness: its /health says `"generate":"ready"`) and, for vLLM, its own
+NIXL side-channel port and host, unique on its node; the prefill worker's explicit `--kv-transfer-config` is required
+by 1.6.1. The frontend comes last: it is ready when a one-token request goes through it. Output token ids stream in
+`nvext.completion_token_ids` when a request asks for them in `nvext.extra_fields`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from submission.engines import DynamoOptions, parse_options
+from submission.topology import Slot, place
+from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.engines.common import (
+    OFFLINE_ENV,
+    check_checkpoint,
+    engine_version,
+    gpu_env,
+    ready_probes,
+    scratch,
+    served_name,
+)
+from tasks.engines.vllm import kv_transfer_config, mm_limits, nixl_env
+
+DISTS = ("ai-dynamo",)
+WORKER_READY = '"generate":"ready"'   # a worker's system /health once its generate endpoint serves
+# 1.6.1 parses DYN_SYSTEM_PORT as a signed 16-bit number ("expected i16 for key SYSTEM_PORT"): every port given to a
+# Dynamo deployment stays under 32768 (found running the mocker here; the kernel's ephemeral ports start at 32768).
+MAX_PORT = 32767
+
+
+class Ports:
+    """Hands out each node's reserved ports in order."""
+
+    def __init__(self, placement: Placement, nodes: int) -> None:
+        self.placement = placement
+        self.used = [0] * nodes
+
+    def take(self, node: int) -> int:
+        port = self.placement.node(node).ports[self.used[node]]
+        self.used[node] += 1
+        return port
+
+
+class DynamoBackend:
+    name = "dynamo"
+    ports_needed = 1
+    max_port = MAX_PORT
+
+    def options(self, options: dict[str, Any]) -> DynamoOptions:
+        return parse_options(self.name, options)
+
+    def version(self, options: dict[str, Any] | None = None) -> str:
+        o = self.options(options or {})
+        return engine_version("Dynamo", o.version, o.python, DISTS,
+                              fix="install ai-dynamo for options.python (see docs/engines.md), or pin "
+                                  "options.version when it runs in a container")
+
+    def slots(self, o: DynamoOptions) -> list[Slot]:
+        return place(o.pools(), o.nodes, o.gpus_per_node)
+
+    def _infra_ports(self, o: DynamoOptions) -> int:
+        nats = "nats" in (o.request_plane, o.event_plane)
+        return 2 * (o.discovery == "etcd") + 2 * nats
+
+    def demand(self, options: dict[str, Any]) -> tuple[int, int]:
+        o = self.options(options)
+        per_node = [0] * o.nodes
+        per_node[0] = 1 + self._infra_ports(o)
+        for slot in self.slots(o):
+            per_node[slot.node] += 2 if o.worker == "vllm" else 1
+        return o.nodes, max(per_node)
+
+    def build(self, options: dict[str, Any], model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
+        """Dynamo workers load the checkpoint themselves: check it."""
+        return runner.check_checkpoint(model_dir, check_checkpoint(model_dir))
+
+    def _common_env(self, o: DynamoOptions, infra: dict[str, str], kv_dir: Path) -> dict[str, str]:
+        env = {**OFFLINE_ENV, **infra}
+        if o.discovery == "file":
+            env["DYN_FILE_KV"] = str(kv_dir)
+        return env
+
+    def _infra(self, o: DynamoOptions, placement: Placement, ports: Ports, work: Path,
+               env: dict[str, str]) -> tuple[list[ProcessSpec], dict[str, str]]:
+        specs, infra = [], {}
+        bind, address = placement.bind_host(0), placement.address(0, "etcd")
+        if o.discovery == "etcd":
+            client, peer = ports.take(0), ports.take(0)
+            argv = (o.etcd, "--name", "podium", "--data-dir", str(work / "etcd"),
+                    "--listen-client-urls", f"http://{bind}:{client}",
+                    "--advertise-client-urls", f"http://{address}:{client}",
+                    "--listen-peer-urls", f"http://{bind}:{peer}",
+                    "--initial-advertise-peer-urls", f"http://{address}:{peer}",
+                    "--initial-cluster", f"podium=http://{address}:{peer}")
+            specs.append(ProcessSpec(role="etcd", name="etcd", argv=argv, env=dict(env), host=address, port=client,
+                                     side_ports={"peer": peer}, probes=(HttpProbe("/health", contains='"true"'),),
+                                     bind=placement.bind))
+            infra["ETCD_ENDPOINTS"] = f"http://{address}:{client}"
+        if "nats" in (o.request_plane, o.event_plane):
+            address = placement.address(0, "nats")
+            client, monitor = ports.take(0), ports.take(0)
+            argv = (o.nats, "-js", "-a", bind, "-p", str(client), "-m", str(monitor), "-sd", str(work / "nats"))
+            specs.append(ProcessSpec(role="nats", name="nats", argv=argv, env=dict(env), host=address, port=monitor,
+                                     side_ports={"client": client}, probes=(HttpProbe("/healthz"),),
+                                     bind=placement.bind))
+            infra["NATS_SERVER"] = f"nats://{address}:{client}"
+        return specs, infra
+
+    def _planes(self, o: DynamoOptions) -> list[str]:
+        args = ["--discovery-backend", o.discovery]
+        if o.request_plane != "tcp":
+            args += ["--request-plane", o.request_plane]
+        if o.event_plane is not None:
+            args += ["--event-plane", o.event_plane]
+        return args
+
+    def _worker(self, o: DynamoOptions, slot: Slot, model_dir: Path, model: str, placement: Placement,
+                ports: Ports, env: dict[str, str]) -> ProcessSpec:
+        pool = o.prefill if slot.role == "prefill" else o.decode
+        assert pool is not None
+        name, node = f"{slot.role}-{slot.index}", slot.node
+        address = placement.address(node, name)
+        system_port = ports.take(node)
+        mode = ["--disaggregation-mode", slot.role] if o.prefill is not None else []
+        if o.worker == "mocker":
+            argv = [o.python, "-m", "dynamo.mocker", "--model-path", str(model_dir), "--model-name", model, *mode]
+            side: dict[str, int] = {}
+            extra_env: dict[str, str] = {}
+        else:
+            argv = [o.python, "-m", "dynamo.vllm", "--model", str(model_dir), "--served-model-name", model,
+                    "--tensor-parallel-size", str(pool.tensor_parallel_size),
+                    "--pipeline-parallel-size", str(pool.pipeline_parallel_size), *mode]
+            if pool.expert_parallel_size is not None:
+                argv.append("--enable-expert-parallel")
+            if o.prefill is not None:
+                argv += ["--kv-transfer-config", kv_transfer_config(o.kv_transfer)]
+            if o.discovery == "file":   # no event plane to publish KV events on (engines.md §3.2)
+                argv += ["--kv-events-config", '{"enable_kv_cache_events":false}']
+            if o.max_model_len is not None:
+                argv += ["--max-model-len", str(o.max_model_len)]
+            if o.limit_mm_per_prompt:
+                argv += ["--limit-mm-per-prompt", mm_limits(o.limit_mm_per_prompt)]
+            if o.enable_multimodal:
+                argv.append("--enable-multimodal")
+            side = {"nixl_side_channel": ports.take(node)}
+            extra_env = nixl_env(address, side["nixl_side_channel"])
+        argv += [*self._planes(o), *o.worker_args, *pool.extra_args, *o.extra_args]
+        bind = placement.bind_host(node)
+        host_env = {"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": bind, "DYN_TCP_RPC_HOST": address,
+                    "DYN_TCP_RESPONSE_STREAM_HOST": address, "DYN_EVENT_PLANE_HOST": address}
+        return ProcessSpec(role=slot.role, name=name, argv=tuple(argv),
+                           env={**env, **host_env, **extra_env, **gpu_env(slot.gpu_ids), **o.env}, host=address,
+                           port=system_port, gpus=len(slot.gpu_ids), gpu_ids=slot.gpu_ids, node_index=node,
+                           side_ports=side, probes=(HttpProbe("/health", contains=WORKER_READY),),
+                           bind=placement.bind)
+
+    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+                  build_dir: Path | None = None) -> list[ProcessSpec]:
+        o = self.options(options)
+        model = served_name(o, model_dir)
+        ports = Ports(placement, o.nodes)
+        front_port = ports.take(0)
+        work = scratch(placement.workdir, build_dir, self.name) / f"dynamo-{front_port}"
+        infra_specs, infra = self._infra(o, placement, ports, work, OFFLINE_ENV)
+        env = self._common_env(o, infra, work / "discovery")
+        workers = [self._worker(o, slot, model_dir, model, placement, ports, env) for slot in self.slots(o)]
+        address = placement.address(0, "frontend")
+        argv = (o.python, "-m", "dynamo.frontend", "--http-host", placement.bind_host(0), "--http-port",
+                str(front_port), "--router-mode", o.frontend.router_mode, *self._planes(o), *o.frontend.extra_args)
+        probes = ready_probes(model)
+        if o.prefill is not None:   # the frontend lists what registered; prefill workers register as `prefill`
+            probes = (probes[0], HttpProbe("/health", contains='"component":"prefill"'), *probes[1:])
+        frontend = ProcessSpec(role="frontend", name="frontend", argv=argv,
+                               env={**env, "DYN_TCP_RPC_HOST": address, "DYN_TCP_RESPONSE_STREAM_HOST": address,
+                                    "DYN_EVENT_PLANE_HOST": address, **o.env},
+                               host=address, port=front_port, probes=probes, bind=placement.bind)
+        return [*infra_specs, *workers, frontend]
+
+    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+        front = next(p for p in processes if p.role == "frontend")
+        tokenizer = model_dir / "tokenizer.json"
+        return Endpoint(base_url=f"http://{front.host}:{front.port}", model=served_name(self.options(options),
+                                                                                       model_dir),
+                        accepts_token_ids=True, returns_token_ids=True,
+                        tokenizer=str(tokenizer) if tokenizer.is_file() else None,
+                        request_fields={"nvext": {"extra_fields": ["completion_token_ids"]}}, token_ids_in="nvext")
+
+
+BACKEND = DynamoBackend()

@@ -1,0 +1,65 @@
+"""The simulated engine: `tasks.harness.testing`, an OpenAI-compatible streaming server over a queueing model whose
+capacity is known exactly (`tasks.harness.simulated`). It needs no model and no GPU; the peak-QPS search, the
+prefill:decode sweep and the scaling check run against it on the CPU, and their tests know the right answer.
+
+Options are the model's (`SimConfig`: prefill_workers, prefill_ms, decode_workers, decode_slots, tpot_ms, tpot_load,
+output_tokens) plus `nodes`: that many copies of the per-node workers behind the one endpoint, as a deployment
+spread over nodes would be, scaled by `node_efficiency` per added node (1.0: perfect scaling).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from submission.engines import SimulatedOptions, parse_options
+from submission.errors import PlanError
+from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.harness.simulated import SimConfig
+from tasks.harness.testing import MODEL_NAME
+
+
+def config(options: dict[str, Any]) -> SimConfig:
+    """The model behind `options` (`submission.engines.SimulatedOptions`): the per-node workers times `nodes`, with
+    prefill and decode times stretched by 1 / node_efficiency ** (nodes - 1)."""
+    try:
+        o: SimulatedOptions = parse_options("simulated", options)
+    except ValidationError as e:
+        raise PlanError(f"invalid simulated-engine options: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}",
+                        where="engine.options", fix="see submission/engines.py SimulatedOptions") from None
+    slow = 1 / o.node_efficiency ** (o.nodes - 1)
+    return SimConfig(prefill_workers=o.prefill_workers * o.nodes, prefill_ms=o.prefill_ms * slow,
+                     decode_workers=o.decode_workers * o.nodes, decode_slots=o.decode_slots, tpot_ms=o.tpot_ms * slow,
+                     tpot_load=o.tpot_load, output_tokens=o.output_tokens)
+
+
+class SimulatedBackend:
+    name = "simulated"
+    ports_needed = 1
+
+    def version(self, options: dict[str, Any] | None = None) -> str:
+        return "podium-simulated 1"
+
+    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+                  build_dir: Path | None = None) -> list[ProcessSpec]:
+        cfg = config(options)
+        port = placement.ports[0]
+        argv = [sys.executable, "-m", "tasks.harness.testing", "--host", placement.bind_host(0), "--port", str(port)]
+        for name, value in asdict(cfg).items():
+            argv += ["--" + name.replace("_", "-"), str(value)]
+        probe = HttpProbe("/v1/completions", {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 1})
+        return [ProcessSpec(role="server", name="simulated-server", argv=tuple(argv),
+                            cwd=str(Path(__file__).resolve().parents[2]), host=placement.address(0, "simulated-server"),
+                            port=port, probes=(HttpProbe("/health"), probe), bind=placement.bind)]
+
+    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+        server = processes[0]
+        return Endpoint(base_url=f"http://{server.host}:{server.port}", model=MODEL_NAME, accepts_token_ids=True,
+                        returns_token_ids=True)
+
+
+BACKEND = SimulatedBackend()

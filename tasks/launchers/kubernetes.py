@@ -1,0 +1,281 @@
+"""The kubernetes launcher: the deployment's objects (tasks/launchers/kubernetes_manifests.py) applied with the
+kubernetes client; readiness through each Service, by the API server's service proxy, so Podium needs no route into
+the cluster to know the engine generates; stopped by deleting exactly the objects it created.
+
+Each pod has its own address, so every process binds 0.0.0.0 on fixed ports and is reached at its Service's name.
+A pod whose container crashes or cannot pull its image fails the launch at once with the tail of its log. The
+objects a launch created are recorded under the state folder, so a later launch removes what a killed run left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from submission.engines import KubernetesSettings
+from submission.errors import LaunchError
+from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.launchers.kubernetes_manifests import DGD, dns_name, labels, manifests, validate
+
+BAD_WAITING = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
+               "CreateContainerError", "InvalidImageName", "RunContainerError"}
+TAIL_LINES = 30
+POLL_S = 2.0
+
+
+@dataclass
+class KubernetesDeployment:
+    processes: list[ProcessSpec]
+    prefix: str
+    objects: list[dict]
+    graph: bool
+    created: list[tuple[str, str]] = field(default_factory=list)   # (kind, name) in creation order
+
+
+def _api_error(e: Exception, what: str) -> LaunchError:
+    status, reason, body = getattr(e, "status", "?"), getattr(e, "reason", ""), getattr(e, "body", "") or ""
+    try:
+        message = json.loads(body).get("message", body)
+    except (ValueError, AttributeError):
+        message = body
+    fix = {401: "check the kubeconfig credentials", 403: "grant the service account rights in the namespace",
+           404: "check the namespace (and that the Dynamo operator's CRDs are installed for a graph)"}
+    return LaunchError(f"kubernetes API: {what} failed: {status} {reason}: {str(message)[:300]}",
+                       fix=fix.get(status, "read the API server's message above"))
+
+
+class KubernetesLauncher:
+    name = "kubernetes"
+
+    def __init__(self, state_dir: Path, settings: KubernetesSettings | dict[str, Any], engine: str = "",
+                 api_client: Any = None) -> None:
+        self.state_dir = state_dir
+        self.settings = settings if isinstance(settings, KubernetesSettings) else \
+            KubernetesSettings.model_validate(settings)
+        self.prefix = self.settings.name or dns_name("podium", engine or "engine")
+        self.graph = self.settings.dynamo_graph if self.settings.dynamo_graph is not None else engine == "dynamo"
+        self._api = api_client
+
+    # --- what the backends see ------------------------------------------------------------------------------
+    def service_name(self, process: str) -> str:
+        return dns_name(self.prefix, process)
+
+    def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
+        ports = tuple(self.settings.port + i for i in range(ports_needed))
+        if max_port is not None and ports and ports[-1] > max_port:
+            raise LaunchError(f"this engine takes ports up to {max_port}; kubernetes.port {self.settings.port} "
+                              f"gives up to {ports[-1]}", fix=f"set engine.kubernetes.port under {max_port}")
+        template = f"{self.prefix}-{{name}}.{self.settings.namespace}.svc.cluster.local"
+        return Placement("0.0.0.0", ports, nodes=tuple(_node(ports) for _ in range(nodes)) if nodes > 1 else (),
+                         bind="0.0.0.0", service_address=template, workdir="/tmp/podium")
+
+    def model_path(self, staged: Path) -> Path:
+        return Path(self.settings.model_path) if self.settings.model_path else staged
+
+    def objects(self, specs: list[ProcessSpec]) -> list[dict]:
+        objects = manifests(self.prefix, specs, self.settings, self.graph)
+        validate(objects)
+        return objects
+
+    # --- the API ------------------------------------------------------------------------------------------------
+    @property
+    def api(self) -> Any:
+        if self._api is None:
+            from kubernetes import config
+
+            try:
+                if self.settings.kubeconfig is None and self.settings.context is None and \
+                        os.environ.get("KUBERNETES_SERVICE_HOST"):
+                    config.load_incluster_config()
+                    from kubernetes.client import ApiClient
+
+                    self._api = ApiClient()
+                else:
+                    self._api = config.new_client_from_config(config_file=self.settings.kubeconfig,
+                                                              context=self.settings.context)
+            except (config.ConfigException, OSError) as e:
+                raise LaunchError(f"no Kubernetes credentials: {e}",
+                                  fix="set engine.kubernetes.kubeconfig/context, or run Podium inside the cluster") \
+                    from None
+        return self._api
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as e:
+            raise _api_error(e, what) from None
+
+    def _create(self, obj: dict) -> None:
+        from kubernetes import client
+
+        ns, kind, name = self.settings.namespace, obj["kind"], obj["metadata"]["name"]
+        core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
+        create = {"ConfigMap": lambda: core.create_namespaced_config_map(ns, client.V1ConfigMap.from_dict(obj)),
+                  "Service": lambda: core.create_namespaced_service(ns, client.V1Service.from_dict(obj)),
+                  "Deployment": lambda: apps.create_namespaced_deployment(ns, client.V1Deployment.from_dict(obj)),
+                  DGD[3]: lambda: custom.create_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], obj)}
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            create[kind]()
+        except ApiException as e:
+            if e.status == 409:
+                raise LaunchError(f"{kind} {name} already exists in namespace {ns} and this workspace did not "
+                                  f"create it", fix="delete it, or set engine.kubernetes.name to another prefix") \
+                    from None
+            raise _api_error(e, f"creating {kind} {name}") from None
+
+    def _delete(self, kind: str, name: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        ns = self.settings.namespace
+        core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
+        delete = {"ConfigMap": lambda: core.delete_namespaced_config_map(name, ns),
+                  "Service": lambda: core.delete_namespaced_service(name, ns),
+                  "Deployment": lambda: apps.delete_namespaced_deployment(name, ns, propagation_policy="Foreground"),
+                  DGD[3]: lambda: custom.delete_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], name)}
+        try:
+            delete[kind]()
+        except ApiException as e:
+            if e.status != 404:
+                raise _api_error(e, f"deleting {kind} {name}") from None
+
+    @property
+    def _record(self) -> Path:
+        return self.state_dir / f"k8s-{self.settings.namespace}-{self.prefix}.json"
+
+    def _save(self, deployment: KubernetesDeployment) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._record.write_text(json.dumps(deployment.created))
+
+    def reap(self, logger: logging.Logger | logging.LoggerAdapter) -> int:
+        """Delete the objects an earlier launch recorded and never deleted (it was killed). Returns how many."""
+        if not self._record.is_file():
+            return 0
+        left = [tuple(x) for x in json.loads(self._record.read_text())]
+        for kind, name in reversed(left):
+            logger.warning("deleting %s %s left behind by an earlier run", kind, name)
+            self._delete(kind, name)
+        self._record.unlink()
+        return len(left)
+
+    # --- the launcher ------------------------------------------------------------------------------------------
+    def start(self, specs: list[ProcessSpec], log_dir: Path, logger: logging.Logger | logging.LoggerAdapter
+              ) -> KubernetesDeployment:
+        objects = self.objects(specs)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / "manifests.json").write_text(json.dumps(objects, indent=2))
+        self.reap(logger)
+        deployment = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=objects, graph=self.graph)
+        try:
+            for obj in objects:
+                logger.info("creating %s %s in %s", obj["kind"], obj["metadata"]["name"], self.settings.namespace)
+                self._create(obj)
+                deployment.created.append((obj["kind"], obj["metadata"]["name"]))
+                self._save(deployment)
+        except BaseException:
+            self.stop(deployment)
+            raise
+        return deployment
+
+    def _fail_fast(self, deployment: KubernetesDeployment, spec: ProcessSpec) -> None:
+        """A pod of this process that cannot run fails the launch now, with its log."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api)
+        selector = ",".join(f"{k}={v}" for k, v in labels(self.prefix, spec.name).items())
+        pods = self._call("listing pods", core.list_namespaced_pod, self.settings.namespace,
+                          label_selector=selector)
+        for pod in pods.items or []:
+            for status in (pod.status.container_statuses or []) if pod.status else []:
+                waiting = status.state.waiting if status.state else None
+                done = status.state.terminated if status.state else None
+                if (waiting and waiting.reason in BAD_WAITING) or done:
+                    why = (waiting.reason if waiting else f"exited with code {done.exit_code}")
+                    tail = ""
+                    with contextlib.suppress(Exception):
+                        tail = core.read_namespaced_pod_log(pod.metadata.name, self.settings.namespace,
+                                                            tail_lines=TAIL_LINES)
+                    raise LaunchError(f"{spec.name} (pod {pod.metadata.name}) {why} while starting; last lines of "
+                                      f"its log:\n{tail}", fix="read the pod's events: kubectl describe pod "
+                                                               f"{pod.metadata.name} -n {self.settings.namespace}")
+
+    def _probe(self, service: str, port: int, probe: HttpProbe) -> bool:
+        """One probe through the API server's service proxy."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        api = self.api
+        params = api.param_serialize(   # the probe's path goes in as is: a path parameter would escape its '/'
+            method="GET" if probe.body is None else "POST",
+            resource_path="/api/v1/namespaces/{namespace}/services/{name}/proxy" + probe.path,
+            path_params={"namespace": self.settings.namespace, "name": f"{service}:{port}"},
+            header_params={"Accept": "*/*", **({"Content-Type": "application/json"} if probe.body else {})},
+            body=probe.body, auth_settings=["BearerToken"])
+        try:
+            response = api.call_api(*params, _request_timeout=30)
+            response.read()
+        except (ApiException, HTTPError, OSError):
+            return False   # the API server or the Service is not answering yet
+        return probe.accepts(response.status, (response.data or b"").decode(errors="replace"))
+
+    def _targets(self, deployment: KubernetesDeployment) -> list[tuple[ProcessSpec, str]]:
+        if deployment.graph:   # the operator's Service for the Frontend carries the end-to-end probes
+            front = next(s for s in deployment.processes if s.role == "frontend")
+            return [(front, self.settings.frontend_service or f"{self.prefix}-frontend")]
+        return [(s, self.service_name(s.name)) for s in deployment.processes if s.port]
+
+    def wait_ready(self, deployment: KubernetesDeployment, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for spec, service in self._targets(deployment):
+            for probe in spec.probes:
+                while not self._probe(service, spec.port or 0, probe):
+                    if not deployment.graph:
+                        self._fail_fast(deployment, spec)
+                    if time.monotonic() > deadline:
+                        raise LaunchError(f"{spec.name} was not ready after {timeout_s:.0f} s (Service {service}, "
+                                          f"{probe.path})", fix="raise engine.ready_timeout_s or read the pod logs")
+                    time.sleep(POLL_S)
+
+    def endpoint(self, endpoint: Endpoint, deployment: KubernetesDeployment) -> Endpoint:
+        """How Podium reaches the endpoint: the plan's endpoint_url, else the Service's cluster DNS name."""
+        if self.settings.endpoint_url:
+            return replace(endpoint, base_url=self.settings.endpoint_url.rstrip("/"))
+        if deployment.graph:
+            front = next(s for s in deployment.processes if s.role == "frontend")
+            service = self.settings.frontend_service or f"{self.prefix}-frontend"
+            return replace(endpoint, base_url=f"http://{service}.{self.settings.namespace}.svc.cluster.local:"
+                                              f"{front.port}")
+        return endpoint
+
+    def alive(self, deployment: KubernetesDeployment) -> bool:
+        return bool(deployment.created)
+
+    def stop(self, deployment: KubernetesDeployment) -> None:
+        """Delete what this launch created, newest first; the record goes when all are gone."""
+        for kind, name in reversed(deployment.created):
+            self._delete(kind, name)
+        deployment.created.clear()
+        self._record.unlink(missing_ok=True)
+
+
+def _node(ports: tuple[int, ...]) -> Any:
+    from tasks.engines import Node
+
+    return Node("0.0.0.0", ports)
+
+
+def make(state_dir: Path, settings: KubernetesSettings | dict[str, Any] | None = None, engine: str = "",
+         **kwargs: Any) -> KubernetesLauncher:
+    if settings is None:
+        raise LaunchError("the kubernetes launcher needs settings", fix="add engine.kubernetes to the plan")
+    return KubernetesLauncher(state_dir, settings, engine=engine, **kwargs)

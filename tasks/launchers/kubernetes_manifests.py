@@ -1,0 +1,215 @@
+"""Kubernetes objects for a deployment, built as the kubernetes client's own models (pure: no API calls).
+
+One Deployment and one Service per process (the Service is how Podium probes it and how its peers reach it), one
+ConfigMap with every config file a process reads (mounted at the path its argv names), and for Dynamo a
+`DynamoGraphDeployment` (nvidia.com/v1alpha1, the Dynamo operator's CRD: engines.md §3.3) in their place. Objects
+are validated by round-tripping through the client's models: `sanitize_for_serialization`, then `from_dict`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from submission.engines import KubernetesSettings
+from submission.errors import LaunchError
+from tasks.engines import ProcessSpec
+
+LABEL = "podium.mlcommons.org"
+DGD = ("nvidia.com", "v1alpha1", "dynamographdeployments", "DynamoGraphDeployment")
+GPU = "nvidia.com/gpu"
+POD_IP_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST", "DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST",
+              "DYN_EVENT_PLANE_HOST")   # addresses a worker advertises: its pod's IP (downward API) in a graph
+PER_PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES",)   # the device plugin gives a pod its GPUs, numbered from 0
+COMPONENTS = {"frontend": ("Frontend", "frontend", None), "prefill": ("PrefillWorker", "worker", "prefill"),
+              "decode": ("DecodeWorker", "worker", "decode")}
+
+
+def dns_name(*parts: str) -> str:
+    """A DNS-1035 label (lowercase, digits, '-', at most 63, starting with a letter)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"p-{name}"
+    return name[:63].rstrip("-")
+
+
+def labels(prefix: str, process: str | None = None) -> dict[str, str]:
+    out = {"app.kubernetes.io/managed-by": "podium", f"{LABEL}/deployment": prefix}
+    return out | ({f"{LABEL}/process": dns_name(process)} if process else {})
+
+
+def file_keys(specs: list[ProcessSpec]) -> dict[str, str]:
+    """A ConfigMap key for every config file path."""
+    paths = sorted({p for s in specs for p in s.files})
+    return {p: re.sub(r"[^-._a-zA-Z0-9]", "-", f"f{i}-{Path(p).name}") for i, p in enumerate(paths)}
+
+
+def config_map(prefix: str, namespace: str, specs: list[ProcessSpec]) -> k8s.V1ConfigMap | None:
+    keys = file_keys(specs)
+    if not keys:
+        return None
+    data = {keys[p]: text for s in specs for p, text in s.files.items()}
+    return k8s.V1ConfigMap(api_version="v1", kind="ConfigMap", data=data,
+                           metadata=k8s.V1ObjectMeta(name=dns_name(prefix, "files"), namespace=namespace,
+                                                     labels=labels(prefix)))
+
+
+def _env(spec: ProcessSpec, pod_ip: bool) -> list[k8s.V1EnvVar]:
+    out = []
+    for name, value in sorted(spec.env.items()):
+        if name in PER_PLACEMENT_ENV:
+            continue
+        if pod_ip and name in POD_IP_ENV:
+            out.append(k8s.V1EnvVar(name=name, value_from=k8s.V1EnvVarSource(
+                field_ref=k8s.V1ObjectFieldSelector(field_path="status.podIP"))))
+        else:
+            out.append(k8s.V1EnvVar(name=name, value=value))
+    return out
+
+
+def _ports(spec: ProcessSpec) -> list[tuple[str, int]]:
+    named = [("http", spec.port)] if spec.port else []
+    return named + [(dns_name(n)[:15].rstrip("-"), p) for n, p in sorted(spec.side_ports.items())]
+
+
+def _volumes(prefix: str, settings: KubernetesSettings, specs: list[ProcessSpec]) -> list[k8s.V1Volume]:
+    volumes = []
+    if settings.model_claim:
+        volumes.append(k8s.V1Volume(name="model", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+            claim_name=settings.model_claim, read_only=True)))
+    elif settings.model_host_path:
+        volumes.append(k8s.V1Volume(name="model", host_path=k8s.V1HostPathVolumeSource(
+            path=settings.model_host_path, type="Directory")))
+    if settings.shm_gib:
+        volumes.append(k8s.V1Volume(name="shm", empty_dir=k8s.V1EmptyDirVolumeSource(
+            medium="Memory", size_limit=f"{settings.shm_gib}Gi")))
+    if file_keys(specs):
+        volumes.append(k8s.V1Volume(name="files", config_map=k8s.V1ConfigMapVolumeSource(
+            name=dns_name(prefix, "files"))))
+    return volumes
+
+
+def container(spec: ProcessSpec, settings: KubernetesSettings, keys: dict[str, str],
+              pod_ip: bool = False) -> k8s.V1Container:
+    if spec.mpi_ranks > 1 or spec.nodes > 1:
+        raise LaunchError(f"{spec.name} spans {spec.nodes} nodes with {spec.mpi_ranks} MPI ranks; the kubernetes "
+                          f"launcher runs one pod per process",
+                          fix="fit each server on one node (gpus_per_node), or launch it under Slurm")
+    mounts = []
+    if settings.model_claim or settings.model_host_path:
+        mounts.append(k8s.V1VolumeMount(name="model", mount_path=settings.volume_mount, read_only=True))
+    if settings.shm_gib:
+        mounts.append(k8s.V1VolumeMount(name="shm", mount_path="/dev/shm"))
+    mounts += [k8s.V1VolumeMount(name="files", mount_path=path, sub_path=keys[path], read_only=True)
+               for path in sorted(spec.files)]
+    get = next((p for p in spec.probes if p.body is None), None)
+    readiness = k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=get.path, port=spec.port), period_seconds=10,
+                            failure_threshold=6) if get and spec.port else None
+    return k8s.V1Container(
+        name="engine", image=settings.image, command=list(spec.argv), env=_env(spec, pod_ip) or None,
+        ports=[k8s.V1ContainerPort(name=n, container_port=p) for n, p in _ports(spec)] or None,
+        resources=k8s.V1ResourceRequirements(limits={GPU: str(spec.gpus)}) if spec.gpus else None,
+        readiness_probe=readiness, volume_mounts=mounts or None)
+
+
+def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec]) -> k8s.V1PodSpec:
+    return k8s.V1PodSpec(
+        containers=[container(spec, settings, file_keys(specs))], volumes=_volumes(prefix, settings, specs) or None,
+        node_selector=settings.node_selector or None, service_account_name=settings.service_account,
+        image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets] or None,
+        restart_policy="Always")
+
+
+def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings,
+               specs: list[ProcessSpec]) -> k8s.V1Deployment:
+    meta = labels(prefix, spec.name)
+    return k8s.V1Deployment(
+        api_version="apps/v1", kind="Deployment",
+        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, spec.name), namespace=settings.namespace, labels=meta,
+                                  annotations={f"{LABEL}/role": spec.role,
+                                               f"{LABEL}/node-index": str(spec.node_index)}),
+        spec=k8s.V1DeploymentSpec(
+            replicas=1, selector=k8s.V1LabelSelector(match_labels=meta),
+            template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=meta),
+                                           spec=_pod_spec(prefix, spec, settings, specs))))
+
+
+def service(prefix: str, spec: ProcessSpec, settings: KubernetesSettings) -> k8s.V1Service:
+    meta = labels(prefix, spec.name)
+    return k8s.V1Service(
+        api_version="v1", kind="Service",
+        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, spec.name), namespace=settings.namespace, labels=meta),
+        spec=k8s.V1ServiceSpec(selector=meta, ports=[k8s.V1ServicePort(name=n, port=p, target_port=p)
+                                                     for n, p in _ports(spec)]))
+
+
+def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings) -> dict[str, Any]:
+    """A DynamoGraphDeployment: one service per role, `replicas` = its workers; the operator places the pods and
+    does discovery. Worker addresses come from the pod's IP; GPUs from the device plugin."""
+    api = ApiClient()
+    keys = file_keys(specs)
+    services: dict[str, Any] = {}
+    for role, (name, kind, sub) in COMPONENTS.items():
+        members = [s for s in specs if s.role == role]
+        if not members:
+            continue
+        first = members[0]
+        main = api.sanitize_for_serialization(container(first, settings, keys, pod_ip=True))
+        main.pop("name", None)   # the operator names the main container
+        pod = {"mainContainer": main}
+        volumes = _volumes(prefix, settings, specs)
+        if volumes:
+            pod["volumes"] = api.sanitize_for_serialization(volumes)
+        entry: dict[str, Any] = {"componentType": kind, "replicas": len(members), "extraPodSpec": pod}
+        if sub:
+            entry["subComponentType"] = sub
+        if first.gpus:
+            entry["resources"] = {"limits": {"gpu": str(first.gpus)}}
+        services[name] = entry
+    unknown = sorted({s.role for s in specs} - set(COMPONENTS))
+    if unknown:
+        raise LaunchError(f"a DynamoGraphDeployment has no place for {', '.join(unknown)} processes",
+                          fix="use discovery: kubernetes (the operator's), which needs no etcd or NATS")
+    group, version, _, kind = DGD
+    return {"apiVersion": f"{group}/{version}", "kind": kind,
+            "metadata": {"name": prefix, "namespace": settings.namespace, "labels": labels(prefix)},
+            "spec": {"services": services}}
+
+
+def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings, graph: bool) -> list[dict]:
+    """Every object of the deployment as plain dicts, in the order they are applied."""
+    api = ApiClient()
+    if graph:
+        objects: list[Any] = [config_map(prefix, settings.namespace, specs), dynamo_graph(prefix, specs, settings)]
+    else:
+        objects = [config_map(prefix, settings.namespace, specs)]
+        for spec in specs:
+            objects += [deployment(prefix, spec, settings, specs), service(prefix, spec, settings)]
+    return [api.sanitize_for_serialization(o) for o in objects if o is not None]
+
+
+MODELS = {"ConfigMap": k8s.V1ConfigMap, "Deployment": k8s.V1Deployment, "Service": k8s.V1Service}
+
+
+def validate(objects: list[dict]) -> None:
+    """Round-trip every object through the client's models; a graph's containers through V1Container."""
+    api = ApiClient()
+    for obj in objects:
+        kind = obj["kind"]
+        if kind in MODELS:
+            again = api.sanitize_for_serialization(MODELS[kind].from_dict(obj))
+            if again != obj:
+                raise LaunchError(f"{kind} {obj['metadata']['name']} does not survive the client's model",
+                                  fix="report this: the manifest builder and the kubernetes client disagree")
+        elif kind == DGD[3]:
+            for name, svc in obj["spec"]["services"].items():
+                main = svc["extraPodSpec"]["mainContainer"]
+                k8s.V1Container.from_dict({"name": name.lower(), **main})
+                for volume in svc["extraPodSpec"].get("volumes", []):
+                    k8s.V1Volume.from_dict(volume)
+        else:
+            raise LaunchError(f"unexpected kind {kind}")

@@ -1,0 +1,388 @@
+"""The Slurm launcher: one allocation, one `srun` job step per process on its node, readiness by HTTP probes against
+each node's address, and `scancel` of the steps, then of the allocation, by the ids it recorded.
+
+The allocation is taken with `salloc --no-shell` when the first placement is asked for: salloc returns as soon as
+Slurm grants it (or fails at once with the controller's reason), holds no process on any node, and names the job;
+an sbatch'd holder job would need a placeholder script on the first node and polling until it runs. When Podium
+itself runs inside a job (`sbatch deployments/slurm/podium.sbatch`), the launcher uses that job instead and never
+cancels it (`allocation: auto|inherit`).
+
+Ports are found free on each node by a short step there, and differ across the deployment (nodes of a test cluster
+share one address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the
+run logger. The allocation and the step ids are recorded under the state folder, so a later launch cancels what a
+killed run left behind (after checking that the job still carries the recorded name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from submission.errors import CommandError, LaunchError, PlanError, PodiumError
+from submission.slurm import SlurmSettings
+from tasks.engines import Node, Placement, ProcessSpec, write_files
+from tasks.launchers import slurm_cli as cli
+from tasks.launchers.local import _forward, tail
+
+Logger = logging.Logger | logging.LoggerAdapter
+POLL_S = 0.5
+
+
+@dataclass
+class Allocation:
+    job_id: str
+    nodes: tuple[str, ...]       # node names, in Slurm's order: node_index i of a spec is nodes[i]
+    hosts: tuple[str, ...]       # where each is reached (its NodeAddr)
+    owned: bool                  # taken by this launcher, so cancelled by it
+
+
+@dataclass
+class Step:
+    spec: ProcessSpec
+    srun: subprocess.Popen
+    log: Path
+    name: str                    # the step's job name, unique to this launch
+    nodes: tuple[str, ...]
+    step_id: str | None = None   # "<job>.<step>" once Slurm lists it
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name} (step {self.step_id or '?'} on {','.join(self.nodes)})"
+
+
+@dataclass
+class SlurmDeployment:
+    processes: list[ProcessSpec]
+    allocation: Allocation
+    steps: list[Step] = field(default_factory=list)
+    stop_forwarding: threading.Event = field(default_factory=threading.Event)
+
+
+def _fix(text: str, default: str) -> str:
+    known = cli.explain(text)
+    return f"{known[0]}: {known[1]}" if known else default
+
+
+def _failure(step: Step, code: int, when: str) -> LaunchError:
+    text = tail(step.log)
+    return LaunchError(f"{step.label} exited with code {code} {when}; last lines of {step.log}:\n{text}",
+                       fix=_fix(text, f"read {step.log}"))
+
+
+class SlurmLauncher:
+    name = "slurm"
+
+    def __init__(self, state_dir: Path, settings: SlurmSettings | Mapping[str, Any] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        try:
+            self.settings = settings if isinstance(settings, SlurmSettings) else \
+                SlurmSettings.model_validate(dict(settings or {}))
+        except ValidationError as e:
+            lines = [f"slurm.{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
+            raise PlanError("invalid Slurm settings:\n  " + "\n  ".join(lines), where="engine",
+                            fix="see docs/slurm.md for every engine.slurm field") from None
+        environ = os.environ if environ is None else environ
+        self.state_dir = state_dir
+        self.env = cli.client_env(self.settings, environ)
+        mode = self.settings.allocation
+        self.inherited = environ.get("SLURM_JOB_ID") if mode in ("auto", "inherit") else None
+        if mode == "inherit" and not self.inherited:
+            raise PlanError("engine.slurm.allocation is inherit but Podium does not run inside a Slurm job "
+                            "(no SLURM_JOB_ID)", fix="run podium inside sbatch/salloc, or set allocation: new")
+        self.tag = f"{self.settings.job_name}-{uuid.uuid4().hex[:8]}"
+        self.allocation: Allocation | None = None
+        self.steps: list[Step] = []   # live steps of every deployment started here: what the record lists
+
+    # --- the allocation -----------------------------------------------------------------------------------------
+    @property
+    def _record(self) -> Path:
+        return self.state_dir / f"slurm-{self.tag}.json"
+
+    def _write_record(self) -> None:
+        if self.allocation is None:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        data = {"job_id": self.allocation.job_id, "job_name": self.tag, "owned": self.allocation.owned,
+                "slurm_conf": self.env.get("SLURM_CONF"),
+                "steps": [[s.step_id, s.name] for s in self.steps if s.step_id]}
+        tmp = self._record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self._record)
+
+    def allocate(self, nodes: int, logger: Logger | None = None) -> Allocation:
+        """The allocation of this launcher: taken now (salloc) unless it exists or Podium runs inside one."""
+        log = logger or logging.getLogger("podium.slurm")
+        if self.allocation is not None:
+            if nodes > len(self.allocation.nodes):
+                raise LaunchError(f"the topology needs {nodes} nodes but allocation {self.allocation.job_id} has "
+                                  f"{len(self.allocation.nodes)}", fix="raise engine.slurm.nodes")
+            return self.allocation
+        reap_stale(self.state_dir, self.env, log, keep=self.tag)
+        if self.inherited:
+            job, owned = self.inherited, False
+        else:
+            want = self.settings.nodes or nodes
+            argv = cli.salloc_argv(self.settings, want, self.tag)
+            log.info("allocating %d node(s): %s", want, json.dumps(argv))
+            try:
+                done = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=False,  # noqa: S603
+                                      timeout=self.settings.allocation_timeout_s + 60)
+            except FileNotFoundError:
+                raise LaunchError("salloc is not installed here", fix="run Podium on a Slurm login or batch node "
+                                  "(slurm-client), or use another launcher") from None
+            except subprocess.TimeoutExpired:
+                raise LaunchError(f"salloc did not return in {self.settings.allocation_timeout_s + 60} s",
+                                  fix="check the controller (`scontrol ping`) and `squeue --me`") from None
+            granted = re.search(r"Granted job allocation (\d+)", done.stderr)
+            if done.returncode != 0 or not granted:
+                known = cli.explain(done.stderr)
+                raise LaunchError(
+                    f"Slurm refused the allocation of {want} node(s)"
+                    + (f": {known[0]}" if known else "") + f"\n{done.stderr.strip()[-1500:]}",
+                    fix=known[1] if known else "read salloc's message above")
+            job, owned = granted.group(1), True
+        self.allocation = Allocation(job, (), (), owned)
+        self._write_record()
+        try:
+            self.allocation = self._describe(job, owned)
+        except BaseException:
+            self.release()
+            raise
+        log.info("allocation %s: %s", job, ", ".join(f"{n} ({h})" for n, h in zip(self.allocation.nodes,
+                                                                                  self.allocation.hosts, strict=True)))
+        if nodes > len(self.allocation.nodes):
+            have = len(self.allocation.nodes)
+            self.release()
+            raise LaunchError(f"the topology needs {nodes} nodes but job {job} has {have}",
+                              fix="raise engine.slurm.nodes, or sbatch Podium with more nodes")
+        return self.allocation
+
+    def _describe(self, job: str, owned: bool) -> Allocation:
+        state = cli.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T|%N"], self.env).strip()
+        status, _, nodelist = state.partition("|")
+        if status != "RUNNING" or not nodelist:
+            raise LaunchError(f"Slurm job {job} is {status or 'gone'}, not running",
+                              fix="run Podium inside a running job, or set engine.slurm.allocation: new")
+        names = cli.hostnames(nodelist, self.env)
+        out = cli.run(["sinfo", "--noheader", "--Node", f"--nodes={nodelist}", "--format=%N|%o"], self.env)
+        addr = dict(line.split("|", 1) for line in out.split())
+        return Allocation(job, tuple(names), tuple(addr.get(n, n) for n in names), owned)
+
+    def release(self) -> None:
+        """Cancel the allocation if this launcher took it, and wait until Slurm has ended it."""
+        alloc, self.allocation = self.allocation, None
+        if alloc is not None and alloc.owned:
+            with contextlib.suppress(CommandError):
+                cli.run(["scancel", alloc.job_id], self.env)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _job_exists(alloc.job_id, self.env):
+                time.sleep(POLL_S)
+        self._record.unlink(missing_ok=True)
+
+    # --- what the backends see ----------------------------------------------------------------------------------
+    def placement(self, ports_needed: int, nodes: int = 1) -> Placement:
+        alloc = self.allocate(nodes)
+        taken: set[int] = set()
+        per_node = []
+        for i in range(nodes):
+            ports = self._free_ports(alloc, i, ports_needed, taken) if ports_needed else ()
+            taken.update(ports)
+            per_node.append(Node(alloc.hosts[i], ports))
+        workdir = self._workdir(alloc)
+        workdir.mkdir(parents=True, exist_ok=True)
+        return Placement(per_node[0].host, per_node[0].ports, nodes=tuple(per_node) if nodes > 1 else (),
+                         workdir=str(workdir))
+
+    def _workdir(self, alloc: Allocation) -> Path:
+        """The deployment's private folder for config files; on a real cluster the workspace must be on a shared
+        filesystem, since the processes read these files on their nodes."""
+        return self.state_dir / "slurm-work" / f"{alloc.job_id}-{self.tag}"
+
+    def _free_ports(self, alloc: Allocation, index: int, count: int, skip: set[int]) -> tuple[int, ...]:
+        argv = cli.port_finder_argv(self.settings, alloc.job_id, alloc.nodes[index], alloc.hosts[index], count,
+                                    skip, f"{self.tag}-ports")
+        try:
+            out = cli.run(argv, self.env)
+        except CommandError as e:
+            raise LaunchError(f"cannot find free ports on {alloc.nodes[index]}: {e.message}",
+                              fix=f"{e.fix}; engine.slurm.python must be a Python on the nodes") from None
+        return tuple(int(p) for p in out.split())
+
+    # --- start, probe, stop -------------------------------------------------------------------------------------
+    def start(self, specs: list[ProcessSpec], log_dir: Path, logger: Logger) -> SlurmDeployment:
+        needed = max((s.node_index + s.nodes for s in specs), default=1)
+        alloc = self.allocate(needed, logger)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        deployment = SlurmDeployment(processes=specs, allocation=alloc)
+        try:
+            for spec in specs:
+                nodes = alloc.nodes[spec.node_index:spec.node_index + spec.nodes]
+                write_files(spec)
+                step_name = f"{self.tag}-{spec.name}"
+                argv = cli.srun_argv(self.settings, alloc.job_id, spec, nodes, step_name)
+                log = log_dir / f"{spec.name}.log"
+                logger.info("starting %s on %s: %s", spec.name, ",".join(nodes), json.dumps(argv))
+                with log.open("ab") as out:
+                    srun = subprocess.Popen(  # noqa: S603 - argv list from a typed spec, no shell
+                        argv, env={**self.env, **spec.env}, stdout=out, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, process_group=0)
+                deployment.steps.append(Step(spec, srun, log, step_name, nodes))
+                self.steps.append(deployment.steps[-1])
+                threading.Thread(target=_forward, args=(log, spec.name, logger, deployment.stop_forwarding),
+                                 daemon=True).start()
+            self._find_steps(deployment)
+        except BaseException:
+            self.stop(deployment)
+            raise
+        return deployment
+
+    def _find_steps(self, deployment: SlurmDeployment) -> None:
+        """Wait until Slurm lists every step (its id is what stop cancels); a step that exits first fails."""
+        deadline = time.monotonic() + self.settings.step_timeout_s + 30   # srun gives up first (--immediate)
+        job = deployment.allocation.job_id
+        while True:
+            listed = cli.run(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i|%j"], self.env)
+            by_name = {name: sid for sid, _, name in (line.partition("|") for line in listed.split())}
+            for step in deployment.steps:
+                step.step_id = step.step_id or by_name.get(step.name)
+            self._write_record()
+            for step in deployment.steps:
+                code = step.srun.poll()
+                if code is not None:
+                    raise _failure(step, code, "while starting")
+            missing = [s for s in deployment.steps if s.step_id is None]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                s = missing[0]
+                raise LaunchError(f"Slurm did not create the step of {s.label} in {self.settings.step_timeout_s:.0f} "
+                                  f"s; last lines of {s.log}:\n{tail(s.log)}",
+                                  fix=_fix(tail(s.log), f"read {s.log}"))
+            time.sleep(POLL_S)
+
+    def alive(self, deployment: SlurmDeployment) -> bool:
+        return all(s.srun.poll() is None for s in deployment.steps)
+
+    def wait_ready(self, deployment: SlurmDeployment, timeout_s: float) -> None:
+        """Ready means every probe of every process answers on its node; a step that exits fails at once."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=30.0) as client:
+            for step in deployment.steps:
+                for probe in step.spec.probes:
+                    url = f"http://{step.spec.host}:{step.spec.port}{probe.path}"
+                    while True:
+                        for other in deployment.steps:
+                            code = other.srun.poll()
+                            if code is not None:
+                                raise _failure(other, code, "while starting")
+                        with contextlib.suppress(httpx.HTTPError):
+                            r = client.get(url) if probe.body is None else client.post(url, json=probe.body)
+                            if probe.accepts(r.status_code, r.text):
+                                break
+                        if time.monotonic() > deadline:
+                            raise LaunchError(f"{step.label} was not ready after {timeout_s:.0f} s ({url}); "
+                                              f"last lines of {step.log}:\n{tail(step.log)}",
+                                              fix="raise engine.ready_timeout_s or read the engine log")
+                        time.sleep(POLL_S)
+        for step in deployment.steps:   # a process without probes is ready while it runs
+            code = step.srun.poll()
+            if code is not None:
+                raise _failure(step, code, "while starting")
+
+    def stop(self, deployment: SlurmDeployment) -> None:
+        """SIGTERM the steps (scancel --signal), SIGKILL them after the grace period (scancel), then cancel the
+        allocation this launcher took. Everything by the ids recorded at start."""
+        try:
+            self._cancel_steps(deployment)
+        finally:
+            deployment.stop_forwarding.set()
+            with contextlib.suppress(OSError):   # kept when a backend wrote files there (they help debugging)
+                self._workdir(deployment.allocation).rmdir()
+            self.steps = [s for s in self.steps if s not in deployment.steps]
+            if deployment.allocation.owned:   # one deployment per allocation taken: it ends with it
+                self.release()
+            elif self.steps:
+                self._write_record()
+            else:
+                self._record.unlink(missing_ok=True)
+
+    def _cancel_steps(self, deployment: SlurmDeployment) -> None:
+        running = [s for s in deployment.steps if s.srun.poll() is None]
+        for s in running:
+            if s.step_id is None:   # still asking Slurm for its step: ending srun withdraws the request
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(s.srun.pid, signal.SIGTERM)
+        ids = [s.step_id for s in running if s.step_id]
+        if ids:
+            with contextlib.suppress(CommandError):   # a step that ended meanwhile
+                cli.run(["scancel", "--signal=TERM", *ids], self.env)
+        deadline = time.monotonic() + self.settings.grace_s
+        while time.monotonic() < deadline and any(s.srun.poll() is None for s in running):
+            time.sleep(0.2)
+        left = [s.step_id for s in running if s.srun.poll() is None and s.step_id]
+        if left:
+            with contextlib.suppress(CommandError):
+                cli.run(["scancel", *left], self.env)
+        for step in deployment.steps:
+            try:
+                step.srun.wait(timeout=30)
+            except subprocess.TimeoutExpired:   # srun itself stuck (or its step never created): end our srun
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(step.srun.pid, signal.SIGKILL)
+                step.srun.wait()
+
+
+def _job_exists(job: str, env: Mapping[str, str]) -> bool:
+    try:
+        return bool(cli.run(["squeue", "--noheader", f"--jobs={job}", "--format=%i"], env).strip())
+    except CommandError:   # "Invalid job id specified": gone
+        return False
+
+
+def reap_stale(state_dir: Path, env: Mapping[str, str], logger: Logger, keep: str = "") -> int:
+    """Cancel the allocations and steps recorded by launches that died without stopping them: only a job (or step)
+    that still carries the recorded name. Returns how many were cancelled."""
+    ended = 0
+    for record in sorted(state_dir.glob("slurm-*.json")):
+        data = json.loads(record.read_text())
+        if data["job_name"] == keep:
+            continue
+        job, cenv = data["job_id"], {**env, **({"SLURM_CONF": data["slurm_conf"]} if data.get("slurm_conf") else {})}
+        try:
+            if data["owned"]:
+                name = cli.run(["squeue", "--noheader", f"--jobs={job}", "--format=%j"], cenv).strip()
+                if name == data["job_name"]:
+                    logger.warning("cancelling Slurm job %s left behind by an earlier run", job)
+                    cli.run(["scancel", job], cenv)
+                    ended += 1
+            else:
+                listed = cli.run(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i|%j"], cenv)
+                alive = {tuple(line.split("|", 1)) for line in listed.split()}
+                stale = [sid for sid, name in data["steps"] if (sid, name) in alive]
+                if stale:
+                    logger.warning("cancelling Slurm steps %s left behind by an earlier run", ", ".join(stale))
+                    cli.run(["scancel", *stale], cenv)
+                    ended += len(stale)
+        except PodiumError:   # the job is gone (or its cluster is): nothing to cancel
+            pass
+        record.unlink(missing_ok=True)
+    return ended
+
+
+def make(state_dir: Path, settings: SlurmSettings | Mapping[str, Any] | None = None, **kwargs: Any) -> SlurmLauncher:
+    return SlurmLauncher(state_dir, settings, **kwargs)

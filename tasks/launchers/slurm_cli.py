@@ -1,0 +1,195 @@
+"""Slurm's command line as the Slurm launcher uses it: argv for `salloc` and `srun` built from the typed settings and
+process specs, the query commands, and Slurm's error messages translated into errors that say what to fix.
+
+Facts measured on Slurm 22.05 (Debian 12) with the local cluster of deployments/slurm, which back the choices here:
+- `srun --overlap --gpus=N` shares GPUs between steps: two such steps on one node both got GPUs 0,1. A GPU step
+  therefore runs with `--exact --gpus=N` (not `--overlap`): Slurm then gives concurrent steps distinct GPUs (0,1
+  and 2,3) and refuses a step when none are left. Steps without GPUs run with `--overlap`.
+- Slurm sets CUDA_VISIBLE_DEVICES in every step that holds GPUs, over any value passed with `--export`.
+- `--export` splits on commas, so a value holding one is passed by name only, from srun's own environment.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from submission.errors import CommandError, LaunchError
+from submission.slurm import SlurmSettings
+from tasks.engines import ProcessSpec
+
+QUERY_TIMEOUT_S = 60
+# Inputs srun/salloc read from the environment (SLURM_*, SALLOC_*, SRUN_*): inside a job they would silently change
+# the options Podium gives. They are dropped from the commands' environment; SLURM_CONF is kept.
+SCRUBBED = ("SLURM_", "SALLOC_", "SRUN_", "SBATCH_")
+
+# (pattern in Slurm's stderr, what it means, what to do): the first match wins.
+KNOWN: tuple[tuple[str, str, str], ...] = (
+    (r"Unable to contact slurm controller|Zero Bytes were transmitted|Connection refused",
+     "the Slurm controller does not answer",
+     "check slurm_conf (SLURM_CONF) and that slurmctld runs (`scontrol ping`); for the local test cluster run "
+     "deployments/slurm/local-cluster.sh up"),
+    (r"DUE TO TIME LIMIT|already completing or completed|Invalid job id specified",
+     "the allocation has ended", "raise engine.slurm.time_limit; a later launch takes a new allocation"),
+    (r"Unable to create step.*busy|step creation temporarily disabled",
+     "the step's GPUs or CPUs on its node are taken by other steps",
+     "give the processes distinct GPUs, or allocate more (engine.slurm.gpus_per_node)"),
+    (r"Node count specification invalid",
+     "the allocation asks for more nodes than the partition has",
+     "lower engine.slurm.nodes (or the topology's nodes), or pick a larger partition (`sinfo -s`)"),
+    (r"Requested node configuration is not available",
+     "no node has what was asked (GPUs, CPUs, features)",
+     "check engine.slurm.gpus_per_node, constraint and partition against `sinfo -o '%P %D %c %G %f'`"),
+    (r"Invalid node name specified",
+     "a node in the node list does not exist",
+     "fix engine.slurm.nodelist (`sinfo -N` lists the nodes)"),
+    (r"[Ii]nvalid partition", "the partition does not exist", "fix engine.slurm.partition (`sinfo -s`)"),
+    (r"Invalid account", "the account is unknown or may not use this partition",
+     "fix engine.slurm.account (`sacctmgr show assoc user=$USER`)"),
+    (r"Invalid qos|QOSMax|violates accounting/QOS policy", "the request breaks a QOS or association limit",
+     "lower nodes, GPUs or time_limit, or use another engine.slurm.qos"),
+    (r"Requested time limit is invalid", "the time limit is beyond the partition's",
+     "lower engine.slurm.time_limit (`sinfo -o '%P %l'`)"),
+    (r"Invalid generic resource|Invalid GRES|gres.*not configured",
+     "the cluster has no such GPUs (GRES) on these nodes",
+     "set engine.slurm.gpus_per_node to what `sinfo -o '%N %G'` shows, or 0 on CPU nodes"),
+    (r"Unable to allocate resources|Requested nodes are busy|queued and waiting",
+     "the nodes were not free in time",
+     "wait for free nodes or raise engine.slurm.allocation_timeout_s; `squeue` shows who holds them"),
+    (r"pyxis|enroot|container-image", "pyxis could not start the container",
+     "check engine.slurm.container_image (pullable from the nodes) and that pyxis is installed"),
+    (r"execve\(\)", "the command could not run on the node",
+     "install the engine on every node (or in engine.slurm.container_image) and check its path"),
+)
+
+
+def explain(text: str) -> tuple[str, str] | None:
+    """(what it means, what to do) for the first known Slurm error in `text`."""
+    for pattern, what, fix in KNOWN:
+        if re.search(pattern, text):
+            return what, fix
+    return None
+
+
+def client_env(settings: SlurmSettings, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of Slurm's commands: `base` without the option-changing SLURM_* inputs, with SLURM_CONF."""
+    env = {k: v for k, v in base.items() if not k.startswith(SCRUBBED)}
+    conf = settings.slurm_conf or base.get("SLURM_CONF")
+    if conf:
+        env["SLURM_CONF"] = conf
+    return env
+
+
+def run(argv: Sequence[str], env: Mapping[str, str], timeout_s: float = QUERY_TIMEOUT_S) -> str:
+    """stdout of a Slurm command; a failure raises CommandError with Slurm's message and the fix."""
+    try:
+        done = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True,  # noqa: S603
+                              timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise LaunchError(f"{argv[0]} is not installed here",
+                          fix="run Podium on a host with the Slurm client commands (slurm-client)") from None
+    except subprocess.TimeoutExpired:
+        raise CommandError(argv, -1, f"no answer in {timeout_s:.0f} s",
+                           fix="check that slurmctld answers (`scontrol ping`)") from None
+    if done.returncode != 0:
+        known = explain(done.stderr)
+        raise CommandError(argv, done.returncode, done.stderr.strip()[-2000:],
+                           fix=f"{known[0]}: {known[1]}" if known else "read Slurm's message above")
+    return done.stdout
+
+
+def hostnames(nodelist: str, env: Mapping[str, str]) -> list[str]:
+    """`node[1-3],gpu7` -> its node names, in Slurm's order."""
+    return run(["scontrol", "show", "hostnames", nodelist], env).split()
+
+
+def salloc_argv(settings: SlurmSettings, nodes: int, job_name: str) -> list[str]:
+    s = settings
+    argv = ["salloc", "--no-shell", f"--job-name={job_name}", f"--nodes={nodes}", f"--time={s.time_limit}",
+            f"--immediate={s.allocation_timeout_s}"]
+    for flag, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
+                        ("reservation", s.reservation), ("constraint", s.constraint)):
+        if value:
+            argv.append(f"--{flag}={value}")
+    if s.nodelist:
+        argv.append(f"--nodelist={','.join(s.nodelist)}")
+    if s.gpus_per_node:
+        argv.append(f"--gpus-per-node={s.gpus_per_node}")
+    if s.exclusive:
+        argv.append("--exclusive")
+    return argv + list(s.salloc_args)
+
+
+def export_arg(env: Mapping[str, str]) -> str:
+    """`--export=ALL,K=V,...`; a value with a comma goes by name (srun reads it from its own environment)."""
+    items = [k if "," in v else f"{k}={v}" for k, v in sorted(env.items())]
+    return "--export=" + ",".join(["ALL", *items])
+
+
+def container_args(s: SlurmSettings) -> list[str]:
+    """The pyxis options of every step (none without `container_image`)."""
+    if not s.container_image:
+        return []
+    argv = [f"--container-image={s.container_image}"]
+    if s.container_mounts:
+        argv.append(f"--container-mounts={','.join(s.container_mounts)}")
+    if s.container_workdir:
+        argv.append(f"--container-workdir={s.container_workdir}")
+    if s.container_name:
+        argv.append(f"--container-name={s.container_name}")
+    argv.append("--container-writable" if s.container_writable else "--container-readonly")
+    argv.append("--container-mount-home" if s.container_mount_home else "--no-container-mount-home")
+    return argv
+
+
+def srun_argv(settings: SlurmSettings, job_id: str, spec: ProcessSpec, nodes: Sequence[str],
+              step_name: str) -> list[str]:
+    """The `srun` job step of one process spec on its node(s) of the allocation."""
+    ranks = max(1, spec.mpi_ranks)
+    argv = ["srun", f"--jobid={job_id}", f"--job-name={step_name}", f"--nodes={len(nodes)}",
+            f"--nodelist={','.join(nodes)}", f"--ntasks={ranks}"]
+    if ranks > 1:
+        argv += [f"--ntasks-per-node={math.ceil(ranks / len(nodes))}", f"--mpi={settings.mpi}"]
+    if spec.gpus > 0:
+        # not --overlap: overlapping steps share GPUs (see the module docstring); --exact takes only what it asks
+        argv.append("--exact")
+        argv.append(f"--gpus-per-node={math.ceil(spec.gpus / len(nodes))}" if len(nodes) > 1
+                    else f"--gpus={spec.gpus}")
+        if settings.cpus_per_gpu:
+            argv.append(f"--cpus-per-gpu={settings.cpus_per_gpu}")
+    else:
+        argv.append("--overlap")
+    # a step Slurm cannot create in time (its GPUs taken) fails with Slurm's reason instead of waiting for ever
+    argv += [f"--immediate={math.ceil(settings.step_timeout_s)}", "--unbuffered", "--kill-on-bad-exit=1",
+             export_arg(spec.env)]
+    if spec.cwd:
+        argv.append(f"--chdir={spec.cwd}")
+    return argv + container_args(settings) + list(settings.srun_args) + list(spec.argv)
+
+
+# Run on a node (bare, not in the container): bind N ports on the node's address, skipping ones already handed out,
+# and print them. The sockets stay bound until all N are found, so the N differ.
+PORT_FINDER = """
+import socket, sys
+host, count, skip = sys.argv[1], int(sys.argv[2]), {int(p) for p in sys.argv[3].split(",") if p}
+held, found = [], []
+while len(found) < count:
+    s = socket.socket()
+    try:
+        s.bind((host, 0))
+    except OSError:
+        s.bind(("", 0))
+    held.append(s)
+    if s.getsockname()[1] not in skip:
+        found.append(s.getsockname()[1])
+print(" ".join(map(str, found)))
+"""
+
+
+def port_finder_argv(settings: SlurmSettings, job_id: str, node: str, host: str, count: int, skip: set[int],
+                     step_name: str) -> list[str]:
+    return ["srun", f"--jobid={job_id}", f"--job-name={step_name}", "--nodes=1", f"--nodelist={node}",
+            "--ntasks=1", "--overlap", settings.python,
+            "-c", PORT_FINDER, host, str(count), ",".join(map(str, sorted(skip)))]

@@ -1,0 +1,142 @@
+"""One engine per GPU node: a Prefect global concurrency limit `gpu-<node>` (one slot) held while an engine runs.
+
+`NodeSlot` takes one slot of every node's limit before the engine launches and gives them back when it stops, so
+two flows (deployments, schedules, ad-hoc runs) never share a node. The slot is a lease the server forgets if the
+holder dies; a thread renews it while it is held. A limit that does not exist yet is created on the fly with one
+slot, so the same code works against a production server (where `podium dev up` or the operator created the
+limits) and against the ephemeral API of a plain `podium run` (where the limit lives in the local database).
+The slot is held by this object, not by a Prefect task context, so it can span many tasks of one flow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import re
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from submission.errors import LaunchError
+
+PREFIX = "gpu-"
+LEASE_S = 300.0
+RENEW_FRACTION = 0.5
+POLL_S = (1.0, 15.0)   # first and longest wait between attempts while the node is taken
+LOCKED = 423
+
+log = logging.getLogger("podium.nodes")
+
+
+def limit_name(node: str) -> str:
+    """`gpu-<node>` with anything but letters, digits, '.', '_' and '-' replaced by '-'."""
+    return PREFIX + re.sub(r"[^A-Za-z0-9._-]", "-", node)
+
+
+def ensure_limits(nodes: Sequence[str], slots: int = 1) -> list[str]:
+    """Create `gpu-<node>` limits that do not exist yet (existing ones keep their settings); returns the names."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    names = [limit_name(n) for n in nodes]
+    with get_client(sync_client=True) as client:
+        for name in names:
+            try:
+                client.read_global_concurrency_limit_by_name(name)
+            except ObjectNotFound:
+                with contextlib.suppress(ObjectAlreadyExists):   # another flow created it first
+                    client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
+    return names
+
+
+class NodeSlot:
+    """Hold one slot of `gpu-<node>` for each node, from `acquire()` until `release()`."""
+
+    def __init__(self, nodes: Sequence[str], timeout_s: float | None = None, lease_s: float = LEASE_S,
+                 holder: str = "podium engine") -> None:
+        self.nodes, self.timeout_s, self.lease_s, self.holder = list(nodes), timeout_s, lease_s, holder
+        self.names = [limit_name(n) for n in self.nodes]
+        self.lease_id: UUID | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.lease_id is not None
+
+    def acquire(self) -> None:
+        if self.held or not self.names:
+            return
+        import httpx
+        from prefect.client.orchestration import get_client
+
+        ensure_limits(self.nodes)
+        began, wait = time.monotonic(), POLL_S[0]
+        with get_client(sync_client=True) as client:
+            while True:
+                try:
+                    response = client.increment_concurrency_slots_with_lease(
+                        names=self.names, slots=1, mode="concurrency", lease_duration=self.lease_s)
+                    break
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code != LOCKED:
+                        raise LaunchError(f"could not take {', '.join(self.names)}: {exc}",
+                                          fix="check that the Prefect API answers (PREFECT_API_URL)") from exc
+                    retry_after = _float(exc.response.headers.get("Retry-After"), wait)
+                if self.timeout_s is not None and time.monotonic() - began > self.timeout_s:
+                    raise LaunchError(f"{', '.join(self.names)} stayed taken for {self.timeout_s:.0f} s: another "
+                                      f"flow is using the node", fix="wait for it to finish, or cancel it in the UI")
+                log.info("waiting for %s (another flow holds the node)", ", ".join(self.names))
+                time.sleep(min(max(retry_after, wait), POLL_S[1]))
+                wait = min(wait * 2, POLL_S[1])
+        self.lease_id = UUID(str(response.json()["lease_id"]))
+        self._stop.clear()
+        context = contextvars.copy_context()   # the renewal talks to the same API as the caller
+        self._renewer = threading.Thread(target=context.run, args=(self._renew,), name=f"renew-{self.names[0]}",
+                                         daemon=True)
+        self._renewer.start()
+        log.info("holding %s (lease %s)", ", ".join(self.names), self.lease_id)
+
+    def release(self) -> None:
+        if self.lease_id is None:
+            return
+        from prefect.client.orchestration import get_client
+
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=10)
+        try:
+            with get_client(sync_client=True) as client:
+                client.release_concurrency_slots_with_lease(lease_id=self.lease_id)
+        except Exception as exc:   # the lease expires by itself; never hide the caller's own error
+            log.warning("could not release %s (it expires within %.0f s): %s", self.names, self.lease_s, exc)
+        finally:
+            self.lease_id = None
+
+    def _renew(self) -> None:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            while not self._stop.wait(self.lease_s * RENEW_FRACTION):
+                try:
+                    client.renew_concurrency_lease(lease_id=self.lease_id, lease_duration=self.lease_s)
+                except Exception as exc:  # keep trying until the lease would expire
+                    log.warning("renewing the lease on %s failed: %s", self.names, exc)
+
+    def __enter__(self) -> NodeSlot:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _float(value: str | None, default: float) -> float:
+    try:
+        return float(value) if value is not None else default
+    except ValueError:
+        return default

@@ -1,0 +1,191 @@
+"""Peak-QPS search: the bracketing, bisection and confirmation logic, as plain functions over a `judge`.
+
+A judge runs (or recalls) one loadgen run at a rate and says what loadgen said: `judge(qps, stage) -> Probe`, with
+stage "probe" (a short run) or "confirm" (a full-length run). The search:
+
+1. probes at `start_fraction` x the Offline throughput; while probes fail it steps down by `step_down`, while they
+   pass it steps up by `step_up`, until one passing and one failing rate bracket the peak;
+2. bisects the bracket (geometric midpoint) until `high / low - 1 <= precision`;
+3. confirms the highest passing rate with one full-length run; if that fails it steps down by `precision`, then
+   2x, 4x ... that, until a full-length run passes, and bisects what is left with full-length runs.
+
+Rates are rounded to 4 significant digits, so a re-run asks for exactly the same rates and finds them cached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from submission.errors import RunFailed
+
+Stage = Literal["offline", "probe", "confirm"]   # the search itself judges probes and confirmations
+
+
+class SearchSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    precision: float = Field(0.02, gt=0, lt=1, description="stop when the bracket is this narrow (relative)")
+    start_fraction: float = Field(1.0, gt=0, description="first probe at this fraction of the Offline throughput")
+    step_down: float = Field(0.8, gt=0, lt=1, description="after a failing probe, try this fraction of it")
+    step_up: float = Field(1.25, gt=1, description="after a passing probe (while none failed), try this multiple")
+    max_probes: int = Field(24, ge=2, description="short probes at most")
+    max_confirmations: int = Field(8, ge=1, description="full-length runs at most")
+    probe_duration_ms: int = Field(60_000, ge=0, description="a probe's min_duration (a full run: 600 s)")
+    probe_queries: int = Field(640, ge=1, description="a probe's min_query_count (early stopping needs ~460)")
+
+
+class Probe(BaseModel):
+    """One run of the search: its rate, loadgen's verdict and what was measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    qps: float
+    stage: Stage
+    valid: bool
+    reasons: tuple[str, ...] = ()
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    latency_p99_ms: float | None = None
+    metric: float | None = None                 # the scenario's result (e.g. completed tokens/s)
+    completed_qps: float | None = None          # loadgen's completed samples per second
+    duration_s: float = 0.0                     # wall seconds the run took (when it ran)
+    cached: bool = False                        # recalled from the probe cache, not run now
+    run_dir: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.valid else "FAIL"
+
+
+class SearchResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    qps: float | None                           # the highest rate a full-length run confirmed
+    confirmed: bool
+    start_qps: float
+    bracket: tuple[float, float | None]         # (highest passing probe, lowest failing probe)
+    trace: tuple[Probe, ...]
+    message: str = ""
+
+    @property
+    def runs(self) -> int:
+        """Runs actually made (not recalled from the cache)."""
+        return sum(not p.cached for p in self.trace)
+
+    @property
+    def run_seconds(self) -> float:
+        return round(sum(p.duration_s for p in self.trace if not p.cached), 3)
+
+    @property
+    def confirmation(self) -> Probe | None:
+        passing = [p for p in self.trace if p.stage == "confirm" and p.valid and p.qps == self.qps]
+        return passing[-1] if passing else None
+
+
+Judge = Callable[[float, Stage], Probe]
+
+
+def round_qps(qps: float) -> float:
+    """4 significant digits: stable cache keys and user.conf values."""
+    if qps <= 0 or not math.isfinite(qps):
+        raise ValueError(f"a rate must be positive and finite, got {qps}")
+    return float(f"{qps:.4g}")
+
+
+def _narrow(low: float, high: float, precision: float) -> bool:
+    return high / low - 1 <= precision
+
+
+def _midpoint(low: float, high: float) -> float | None:
+    """The rounded geometric midpoint, or None when rounding leaves nothing between the two."""
+    mid = round_qps(math.sqrt(low * high))
+    return None if mid in (low, high) else mid
+
+
+def bisect(judge: Judge, stage: Stage, low: float, high: float, precision: float, budget: int,
+           trace: list[Probe]) -> tuple[float, float, int]:
+    """Narrow a (passing, failing) pair to `precision`; returns the new pair and the budget left."""
+    while budget > 0 and not _narrow(low, high, precision):
+        mid = _midpoint(low, high)
+        if mid is None:
+            break
+        probe = judge(mid, stage)
+        trace.append(probe)
+        budget -= not probe.cached
+        low, high = (mid, high) if probe.valid else (low, mid)
+    return low, high, budget
+
+
+def bracket(judge: Judge, start: float, settings: SearchSettings,
+            trace: list[Probe]) -> tuple[float | None, float | None, int]:
+    """(highest passing, lowest failing) probe rates around the peak, stepping from `start`; budget left."""
+    budget = settings.max_probes
+    qps = round_qps(start)
+    low = high = None
+    while budget > 0:
+        probe = judge(qps, "probe")
+        trace.append(probe)
+        budget -= not probe.cached
+        if probe.valid:
+            low = qps
+            if high is not None:
+                break
+            qps = round_qps(qps * settings.step_up)
+        else:
+            high = qps
+            if low is not None:
+                break
+            qps = round_qps(qps * settings.step_down)
+            if qps < start * 1e-3:
+                break
+    return low, high, budget
+
+
+def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Probe]) -> tuple[float | None, str]:
+    """The highest rate a full-length run confirms, at or below `qps`; None when none did within the budget."""
+    budget = settings.max_confirmations
+    probe = judge(qps, "confirm")
+    trace.append(probe)
+    budget -= not probe.cached
+    if probe.valid:
+        return qps, f"confirmed at {qps:g} q/s with a full-length run"
+    high, step, low = qps, settings.precision, None
+    while budget > 0 and low is None:
+        candidate = round_qps(qps * max(1 - step, 0.05))
+        probe = judge(candidate, "confirm")
+        trace.append(probe)
+        budget -= not probe.cached
+        if probe.valid:
+            low = candidate
+        else:
+            high, step = candidate, step * 2
+        if step >= 1:
+            break
+    if low is None:
+        return None, f"no full-length run passed at or below {qps:g} q/s ({settings.max_confirmations} tried)"
+    low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace)
+    return low, (f"the short probes passed {qps:g} q/s but a full-length run did not; stepped down and confirmed "
+                 f"{low:g} q/s")
+
+
+def search(judge: Judge, start_qps: float, settings: SearchSettings) -> SearchResult:
+    """Bracket, bisect, confirm. Raises RunFailed when no rate passes at all."""
+    trace: list[Probe] = []
+    low, high, budget = bracket(judge, start_qps, settings, trace)
+    if low is None:
+        raise RunFailed(f"no probe passed between {start_qps:g} and {trace[-1].qps:g} q/s; the last one said: "
+                        f"{'; '.join(trace[-1].reasons) or 'INVALID'}",
+                        fix="check the engine and its latency at low load, or start lower with --start-qps")
+    message = ""
+    if high is None:
+        message = (f"every probe passed up to {low:g} q/s (the probe budget ran out before one failed); "
+                   f"raise max_probes or start_fraction")
+    else:
+        low, high, budget = bisect(judge, "probe", low, high, settings.precision, budget, trace)
+    qps, note = confirm(judge, low, settings, trace)
+    return SearchResult(qps=qps, confirmed=qps is not None, start_qps=round_qps(start_qps), bracket=(low, high),
+                        trace=tuple(trace), message="; ".join(m for m in (message, note) if m))

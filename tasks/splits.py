@@ -1,0 +1,114 @@
+"""Prefill:decode splits of a disaggregated deployment: which ones the GPUs allow, how a split becomes engine
+options, which one won, and the plan fragment that records the winner.
+
+A split of G GPUs gives `prefill` workers of `prefill_tp` GPUs each and `decode` workers of `decode_tp` GPUs each,
+using every GPU: prefill TP2 and decode TP1 on 4 nodes x 4 GPUs allow 2+14, 4+12, ..., 14+2 GPUs; "75:25" is
+6 prefill workers (12 GPUs) and 4 decode workers (4 GPUs). Each split must also place on the nodes
+(`submission.topology.place`: no worker spans nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from submission.errors import PlanError, did_you_mean
+from submission.topology import Pool, TopologyError, place
+
+
+class Split(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill: int          # prefill workers
+    decode: int           # decode workers
+    prefill_tp: int
+    decode_tp: int
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill * self.prefill_tp + self.decode * self.decode_tp
+
+    @property
+    def ratio(self) -> str:
+        """The GPU share, e.g. "75:25" (prefill:decode)."""
+        share = round(100 * self.prefill * self.prefill_tp / self.gpus)
+        return f"{share}:{100 - share}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.ratio} ({self.prefill}P x TP{self.prefill_tp} + {self.decode}D x TP{self.decode_tp})"
+
+
+def splits(gpus: int, *, prefill_tp: int = 1, decode_tp: int = 1, nodes: int = 1,
+           gpus_per_node: int | None = None, min_workers: int = 1) -> list[Split]:
+    """Every split that uses all `gpus` with at least `min_workers` of each kind and places on `nodes` nodes,
+    most prefill first."""
+    if gpus < prefill_tp + decode_tp:
+        raise PlanError(f"{gpus} GPU(s) cannot hold one prefill worker (TP{prefill_tp}) and one decode worker "
+                        f"(TP{decode_tp})", fix="give the sweep more GPUs or smaller tensor-parallel sizes")
+    per_node = gpus_per_node if gpus_per_node is not None else -(-gpus // nodes)
+    found = []
+    for prefill_gpus in range(gpus - decode_tp * min_workers, prefill_tp * min_workers - 1, -1):
+        decode_gpus = gpus - prefill_gpus
+        if prefill_gpus % prefill_tp or decode_gpus % decode_tp:
+            continue
+        split = Split(prefill=prefill_gpus // prefill_tp, decode=decode_gpus // decode_tp, prefill_tp=prefill_tp,
+                      decode_tp=decode_tp)
+        if split.prefill < min_workers or split.decode < min_workers:
+            continue
+        try:
+            place([Pool("prefill", split.prefill, prefill_tp), Pool("decode", split.decode, decode_tp)], nodes,
+                  per_node)
+        except TopologyError:
+            continue
+        found.append(split)
+    if not found:
+        raise PlanError(f"no prefill:decode split of {gpus} GPUs fits {nodes} node(s) x {per_node} GPUs with "
+                        f"prefill TP{prefill_tp} and decode TP{decode_tp}",
+                        fix="check --gpus, --nodes and the TP sizes")
+    return found
+
+
+def _simulated(options: dict[str, Any], split: Split) -> dict[str, Any]:
+    return {**options, "prefill_workers": split.prefill, "decode_workers": split.decode}
+
+
+def _dynamo(options: dict[str, Any], split: Split) -> dict[str, Any]:
+    """Dynamo: worker counts and TP sizes of the prefill and decode pools (`tasks.engines.dynamo` options)."""
+    out = dict(options)
+    for role, count, tp in (("prefill", split.prefill, split.prefill_tp), ("decode", split.decode, split.decode_tp)):
+        pool = dict(out.get(role) or {})
+        pool.update(workers=count, tensor_parallel_size=tp)
+        out[role] = pool
+    return out
+
+
+SPLITTERS: dict[str, Callable[[dict[str, Any], Split], dict[str, Any]]] = {"simulated": _simulated,
+                                                                           "dynamo": _dynamo}
+
+
+def split_options(engine: str, options: dict[str, Any], split: Split) -> dict[str, Any]:
+    """The engine options of `options` with the prefill and decode pools sized as `split`."""
+    if engine not in SPLITTERS:
+        raise PlanError(f"engine {engine!r} has no prefill and decode pools to split",
+                        fix=f"sweep a disaggregated engine; {did_you_mean(engine, SPLITTERS)}")
+    return SPLITTERS[engine](options, split)
+
+
+def best(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The confirmed row with the highest metric per GPU (ties: fewer prefill workers first, i.e. later rows)."""
+    confirmed = [r for r in rows if r.get("confirmed") and r.get("metric_per_gpu") is not None]
+    return max(reversed(confirmed), key=lambda r: r["metric_per_gpu"], default=None)
+
+
+def fragment(system: str, benchmark: str, scenario: str, engine: str, options: dict[str, Any], qps: float,
+             note: str) -> str:
+    """The winning topology as a plan fragment (YAML) to merge into the plan's benchmark entry."""
+    body = {"benchmarks": [{"system": system, "benchmark": benchmark,
+                            "engine": {"name": engine, "options": options},
+                            "scenarios": {scenario: {"target_qps": qps}}}]}
+    head = "".join(f"# {line}\n" for line in note.splitlines())
+    return head + yaml.safe_dump(body, sort_keys=False)

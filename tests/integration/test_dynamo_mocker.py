@@ -1,0 +1,67 @@
+"""Real NVIDIA Dynamo 1.6.1 (ai-dynamo installed with --no-deps, in its own virtualenv): the frontend, a prefill
+mocker and a decode mocker with file discovery, launched by the dynamo backend and the local launcher inside their
+own network namespace (the mocker listens on 0.0.0.0), driven by a loadgen Offline run from inside that namespace.
+The mocker's tokens are random: this checks plumbing (readiness, P/D registration, token ids, loadgen), not accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from submission.logs import load_run
+from tasks.launchers.local import reap_stale
+from tests.integration.engines_support import REPO, engine_python
+
+pytestmark = [pytest.mark.integration, pytest.mark.engines]
+SAMPLES, MAX_TOKENS = 16, 8
+
+
+def test_dynamo_frontend_prefill_and_decode_mockers(smoke_store: Path, tmp_path: Path) -> None:
+    python = engine_python(".venv-dynamo", "venv-dynamo")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a network namespace")
+    spec = {"python": str(python), "model": str(smoke_store / "models" / "tiny-llama"), "work": str(tmp_path),
+            "data": str(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"), "samples": SAMPLES,
+            "max_tokens": MAX_TOKENS}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    child = subprocess.Popen(["unshare", "-n", sys.executable, "-m", "tests.integration.dynamo_netns",
+                              str(tmp_path / "spec.json")],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output, _ = child.communicate(timeout=420)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        reap_stale(tmp_path / "pids", logging.getLogger("test.dynamo"))   # what a killed run left, if anything
+    assert child.returncode == 0, output.decode(errors="replace")[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["version"] == "ai-dynamo 1.6.1"
+    # both workers registered with the frontend, each in its role
+    components = {(i["component"], i["endpoint"]) for i in result["frontend_health"]["instances"]}
+    assert {("prefill", "generate"), ("backend", "generate")} <= components
+    assert all(h["endpoints"]["generate"] == "ready" for h in result["worker_health"].values())
+    assert result["argv"]["prefill-0"][3:] == ["--model-path", spec["model"], "--model-name", "tiny",
+                                               "--disaggregation-mode", "prefill", "--discovery-backend", "file",
+                                               "--speedup-ratio", "20"]
+    # the mocker's ZMQ listeners on 0.0.0.0 are why this runs in a namespace of its own
+    assert any(s.startswith("0.0.0.0:") for s in result["listening"])
+    stats = result["stats"]
+    assert stats["failed"] == 0 and stats["completed"] >= SAMPLES, stats["errors"]
+    assert stats["token_source"] == "engine" and stats["output_tokens"] == stats["completed"] * MAX_TOKENS
+    assert stats["engine_token_mismatches"] == 0   # nvext.completion_token_ids agree with usage.completion_tokens
+    run = load_run(tmp_path / "run")
+    assert run.num_errors == 0 and run.valid, run
+    assert result["left"] == []
+    for pgid in result["pgids"]:   # every process group the launcher started is gone
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)

@@ -1,0 +1,244 @@
+"""The Slurm launcher on a real Slurm cluster of 4 nodes on this machine (deployments/slurm/local-cluster.sh: munged,
+slurmctld and one slurmd per node name, all on 127.0.0.1): the smoke engine as a two-node topology with a real
+loadgen run against one node, GPU steps that get their own (device-file) GPUs, the allocation Podium runs inside,
+and the failures a submitter meets (a step that exits while starting, a missing command, an allocation Slurm
+refuses, a run killed before it stopped its allocation)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from submission.errors import LaunchError
+from submission.logs import load_run
+from tasks.engines import HttpProbe, Placement, ProcessSpec, backend
+from tasks.harness import runner
+from tasks.launchers import launcher
+from tasks.launchers.slurm import SlurmLauncher
+from tests.integration.engines_support import offline_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+LOG = logging.getLogger("test.slurm")
+SCRIPT = Path(__file__).parents[2] / "deployments" / "slurm" / "local-cluster.sh"
+
+# Serves HTTP on 127.0.0.1:<port>; first prints what Slurm gave the step.
+WEB = """
+import http.server, os, sys
+print("node", os.environ.get("SLURMD_NODENAME"), "gpus", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+@pytest.fixture(scope="session")
+def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The cluster, started for this session (seconds) and stopped at its end."""
+    folder = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "PODIUM_SLURM_DIR": str(folder)}
+    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600, check=False)
+    try:
+        assert up.returncode == 0, f"local-cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
+        yield folder / "slurm.conf"
+    finally:
+        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert down.returncode == 0, down.stderr
+
+
+def _slurm(conf: Path, *argv: str) -> str:
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def _jobs(conf: Path) -> list[str]:
+    return _slurm(conf, "squeue", "--noheader", "--format=%i").split()
+
+
+def _settings(conf: Path, **more: object) -> dict[str, object]:
+    return {"slurm_conf": str(conf), "allocation": "new", "python": sys.executable, "grace_s": 5,
+            "step_timeout_s": 30, **more}
+
+
+def _web(name: str, port: int, node: int = 0, gpus: int = 0, host: str = "127.0.0.1") -> ProcessSpec:
+    return ProcessSpec(role="server", name=name, argv=(sys.executable, "-c", WEB, str(port)), host=host, port=port,
+                       node_index=node, gpus=gpus, probes=(HttpProbe("/"),))
+
+
+def _process_on_port(port: int) -> int:
+    """The pid of the process whose command line ends in `--port <port> ...` (the smoke server)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "serve" in args and "--port" in args and args[args.index("--port") + 1] == str(port):
+            return int(cmdline.parent.name)
+    raise AssertionError(f"no process serves port {port}")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def _stepd_of(pid: int) -> str:
+    """The command line of the slurmstepd this process runs under."""
+    while pid > 1:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        name = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        if name.startswith("slurmstepd"):
+            return name.strip("\0")
+    raise AssertionError("not under a slurmstepd")
+
+
+def _listening(pid: int) -> list[str]:
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
+
+
+def test_smoke_engine_on_two_nodes_with_loadgen(slurm_conf: Path, smoke_store: Path, tmp_path: Path) -> None:
+    model = smoke_store / "models" / "tiny-llama"
+    smoke = backend("smoke")
+    where = launcher("slurm", state_dir=tmp_path / "state", settings=_settings(slurm_conf, nodes=3))
+    placement = where.placement(1, nodes=3)
+    # Two smoke servers of one deployment, on the first and the third node of the allocation.
+    specs = []
+    for index in (0, 2):
+        node = placement.node(index)
+        spec = smoke.processes({}, model, Placement(node.host, node.ports))[0]
+        specs.append(dataclasses.replace(spec, name=f"smoke-{index}", node_index=index))
+    assert specs[0].port != specs[1].port   # the nodes share one address here, so ports differ across nodes
+    deployment = where.start(specs, tmp_path / "logs", LOG)
+    try:
+        alloc = deployment.allocation
+        assert alloc.nodes == ("node1", "node2", "node3") and alloc.owned
+        where.wait_ready(deployment, timeout_s=300)
+        for step in deployment.steps:   # each process runs under the slurmd of its node, in its recorded step
+            pid = _process_on_port(step.spec.port)
+            env = _environ(pid)
+            assert env["SLURMD_NODENAME"] == alloc.nodes[step.spec.node_index] == step.nodes[0]
+            assert f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}" == step.step_id
+            assert env["HF_HUB_OFFLINE"] == "1"   # the backend's env reached the step (--export)
+            assert _stepd_of(pid) == f"slurmstepd: [{step.step_id}]"
+            assert _listening(pid) == [f"127.0.0.1:{step.spec.port}"]
+        steps = _slurm(slurm_conf, "squeue", "--noheader", "--steps", "--format=%i %N").split("\n")
+        assert {f"{s.step_id} {s.nodes[0]}" for s in deployment.steps} <= set(steps)
+        endpoint = smoke.endpoint({}, model, [specs[1]])   # the server on node3
+        data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
+        stats = runner.run(offline_spec(data, "performance", samples=8, max_tokens=8, engine="smoke under slurm"),
+                           endpoint, tmp_path / "perf", timeout_s=300)
+        assert stats["failed"] == 0 and stats["completed"] >= 8, stats
+        run = load_run(tmp_path / "perf")
+        assert run.valid and run.num_errors == 0, run
+    finally:
+        where.stop(deployment)
+    assert all(s.srun.poll() is not None for s in deployment.steps)
+    assert _jobs(slurm_conf) == []                              # steps and allocation cancelled
+    for spec in specs:
+        with pytest.raises(AssertionError, match="no process serves"):
+            _process_on_port(spec.port)
+    assert not list((tmp_path / "state").glob("slurm-*.json"))   # nothing left on record
+    log = (tmp_path / "logs" / "smoke-2.log").read_text()
+    assert f"STEP {deployment.steps[1].step_id} ON node3 CANCELLED" in log
+
+
+def test_gpu_steps_get_their_own_gpus_inside_the_job_podium_runs_in(slurm_conf: Path, tmp_path: Path) -> None:
+    """Podium inside a job (as under sbatch): steps go into that job, which Podium never cancels. Each GPU step gets
+    GPUs of its own; a step that asks for more than are left is not created and says why."""
+    out = subprocess.run(["salloc", "--no-shell", "--nodes=1", "--gpus-per-node=4", "--exclusive", "--job-name=outer"],
+                         env={**os.environ, "SLURM_CONF": str(slurm_conf)}, capture_output=True, text=True,
+                         check=True, timeout=60)
+    job = out.stderr.split("Granted job allocation ")[1].split()[0]
+    try:
+        where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, allocation="auto", step_timeout_s=4),
+                              environ={**os.environ, "SLURM_JOB_ID": job})
+        ports = where.placement(3).ports
+        deployment = where.start([_web("a", ports[0], gpus=2), _web("b", ports[1], gpus=2)], tmp_path / "logs", LOG)
+        try:
+            assert deployment.allocation.job_id == job and not deployment.allocation.owned
+            where.wait_ready(deployment, timeout_s=30)
+            seen = {(tmp_path / "logs" / f"{n}.log").read_text().splitlines()[0] for n in "ab"}
+            assert seen == {"node node1 gpus 0,1", "node node1 gpus 2,3"}
+            with pytest.raises(LaunchError) as e:
+                where.start([_web("c", ports[2], gpus=1)], tmp_path / "logs", LOG)
+            assert "c (step ? on node1) exited with code 1 while starting" in str(e.value)
+            assert "taken by other steps" in str(e.value)
+        finally:
+            where.stop(deployment)
+        listed = _slurm(slurm_conf, "squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i")
+        assert listed.split() == []               # every step cancelled
+        assert _jobs(slurm_conf) == [job]          # the job Podium ran in is still there
+    finally:
+        _slurm(slurm_conf, "scancel", job)
+
+
+def _launch_error(where: SlurmLauncher, specs: list[ProcessSpec], logs: Path) -> LaunchError:
+    with pytest.raises(LaunchError) as e:
+        deployment = where.start(specs, logs, LOG)
+        try:
+            where.wait_ready(deployment, timeout_s=120)
+        finally:
+            where.stop(deployment)
+    return e.value
+
+
+def test_a_step_that_exits_while_starting_fails_at_once(slurm_conf: Path, tmp_path: Path) -> None:
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
+    port = where.placement(1, nodes=2).node(1).ports[0]
+    broken = ProcessSpec(role="server", name="broken", node_index=1, port=port, probes=(HttpProbe("/health"),),
+                         argv=(sys.executable, "-c", "import time; time.sleep(2); print('weights not found: /m/x'); "
+                                                     "raise SystemExit(3)"))
+    started = time.monotonic()
+    text = str(_launch_error(where, [broken], tmp_path / "logs"))
+    assert time.monotonic() - started < 20
+    assert "broken (step " in text and "on node2) exited with code 3" in text and "weights not found: /m/x" in text
+    assert _jobs(slurm_conf) == []
+
+
+def test_a_missing_command_names_the_fix(slurm_conf: Path, tmp_path: Path) -> None:
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
+    where.placement(0)
+    spec = ProcessSpec(role="server", name="nothere", argv=("/opt/none/bin/trtllm-serve", "model"), port=1)
+    error = _launch_error(where, [spec], tmp_path / "logs")
+    assert "nothere (step " in error.message and "exited with code" in error.message
+    assert error.fix is not None and "install the engine on every node" in error.fix, error
+    assert _jobs(slurm_conf) == []
+
+
+@pytest.mark.parametrize(("settings", "meaning", "fix"), [
+    ({"nodes": 5}, "more nodes than the partition has", "lower engine.slurm.nodes"),
+    ({"gpus_per_node": 8}, "no node has what was asked", "gpus_per_node"),
+    ({"partition": "gpu-h200"}, "the partition does not exist", "fix engine.slurm.partition"),
+])
+def test_an_allocation_slurm_refuses(slurm_conf: Path, tmp_path: Path, settings: dict, meaning: str,
+                                     fix: str) -> None:
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, **settings))
+    with pytest.raises(LaunchError) as e:
+        where.placement(1)
+    assert "Slurm refused the allocation" in e.value.message and meaning in e.value.message
+    assert e.value.fix is not None and fix in e.value.fix
+    assert _jobs(slurm_conf) == [] and not list((tmp_path / "state").glob("slurm-*.json"))
+
+
+def test_a_later_launch_cancels_what_a_killed_run_left(slurm_conf: Path, tmp_path: Path) -> None:
+    first = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
+    port = first.placement(1).ports[0]
+    orphan = first.start([_web("orphan", port)], tmp_path / "logs", LOG)
+    first.wait_ready(orphan, timeout_s=30)   # the run that took it "dies" here without stopping it
+    left = orphan.allocation.job_id
+    second = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
+    again = second.start([], tmp_path / "logs2", LOG)
+    try:
+        orphan.steps[0].srun.wait(timeout=30)   # its srun ends with the cancelled job
+        assert left not in _jobs(slurm_conf) and again.allocation.job_id in _jobs(slurm_conf)
+    finally:
+        second.stop(again)
+    assert _jobs(slurm_conf) == []

@@ -1,0 +1,104 @@
+"""gpt-oss-120b exact match end to end on a hand-made log: decoding, per-data-set rules, LiveCodeBench in the
+sandbox, the repeat weighting, the printed line and the verdict."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from submission.errors import PlanError
+from tasks.accuracy import evaluate_log, evaluator, judge
+from tasks.accuracy.gpt_oss import weighted_score
+from tests.accuracy_logs import byte_tokenizer, encoder, write_log
+from tests.unit.test_answers import ANALYSIS, harmony
+
+ROWS = [  # (dataset, ground truth, model output)
+    ("aime25", "42", harmony("Two candidates, \\boxed{41} and finally \\boxed{42}")),   # correct (last box)
+    ("aime25", "42", ANALYSIS + " and then it stopped"),          # no final channel, no box but \\boxed{7}: wrong
+    ("gpqa_diamond", "C", harmony("C")),                          # correct
+    ("gpqa_diamond", "B", harmony("**Answer: D**")),               # wrong letter
+    ("gpqa_diamond", "A", harmony("A) because ...")),              # correct
+    ("livecodebench_v6", "q-add", harmony("```python\na, b = map(int, input().split())\nprint(a + b)\n```")),
+    ("livecodebench_v6", "q-add", harmony("```python\nprint(0)\n```")),   # runs, wrong output
+]
+# hand computed: aime 1/2 (r=8), gpqa 2/3 (r=5), livecodebench 1/2 (r=3)
+EXPECTED = 100 * (1 / 8 + 2 / 5 + 1 / 3) / (2 / 8 + 3 / 5 + 2 / 3)   # 56.593..., raw accuracy would be 57.14
+
+
+def _compressed(cases: list[dict]) -> str:
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(cases)))).decode()
+
+
+@pytest.fixture()
+def case(tmp_path: Path) -> dict[str, Path]:
+    tokenizer = byte_tokenizer(tmp_path / "tok", [text for _, _, text in ROWS])
+    encode = encoder(tokenizer)
+    pq.write_table(pa.table({
+        "dataset": [d for d, _, _ in ROWS], "ground_truth": [g for _, g, _ in ROWS],
+        "input_tokens": pa.array([[1, 2]] * len(ROWS), type=pa.list_(pa.int32()))}), tmp_path / "acc.parquet")
+    tests = {"question_id": "q-add", "metadata": "{}",
+             "public_test_cases": json.dumps([{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]),
+             "private_test_cases": _compressed([{"input": "-4 10\n", "output": "6\n", "testtype": "stdin"}])}
+    (tmp_path / "livecodebench_tests.jsonl").write_text(json.dumps(tests) + "\n")
+    answers = [(i, encode(text)) for i, (_, _, text) in enumerate(ROWS)]
+    answers.append((3, encode(harmony("B"))))   # a repeated qsl_idx: only the first entry counts
+    log = write_log(tmp_path / "mlperf_log_accuracy.json", answers)
+    return {"log": log, "data": tmp_path / "acc.parquet", "tokenizer": tokenizer, "dir": tmp_path}
+
+
+def test_weighted_score_by_hand() -> None:
+    assert weighted_score({"aime25": (1, 2), "gpqa_diamond": (2, 3), "livecodebench_v6": (1, 2)},
+                          {"aime25": 8, "gpqa_diamond": 5, "livecodebench_v6": 3}) == pytest.approx(EXPECTED)
+    assert weighted_score({}, {}) == 0.0
+    assert weighted_score({"other": (1, 4)}, {}) == 25.0   # a data set without repeats weighs 1
+
+
+def test_exact_match_and_verdict(case: dict[str, Path]) -> None:
+    result, text = evaluate_log("gpt-oss-120b", case["log"], case["data"], case["tokenizer"],
+                                benchmark="gpt-oss-120b", scenario="Offline")
+    assert result.metrics["exact_match"] == pytest.approx(EXPECTED) and result.samples == 7
+    assert f"'exact_match': {EXPECTED:.3f}" in text and "56.593" in text
+    assert "livecodebench_v6: 1 of 2 correct (repeats 3)" in result.notes
+    assert any("1 output(s) had no harmony final channel" in n for n in result.notes)
+    verdict = result.verdict
+    assert verdict is not None and not verdict.passed
+    exact = verdict.metrics[0]
+    assert (exact.metric, exact.value, exact.target) == ("exact_match", 56.593, 82.2987)
+    tokens = verdict.metrics[1]   # the upper-limit-only metric the script does not print: absent, not failing
+    assert tokens.metric == "TOKENS_PER_SAMPLE" and tokens.value is None and tokens.passed
+
+
+def test_verdict_passes_above_the_target() -> None:
+    verdict = judge("{'exact_match': 83.500, 'num_samples': 4395}", "gpt-oss-120b", "Interactive")
+    assert verdict.passed and verdict.lines()[0] == "exact_match 83.5 (target >= 82.2987): PASS"
+
+
+def test_lcb_tests_are_required_and_can_be_given(case: dict[str, Path], tmp_path: Path) -> None:
+    moved = case["dir"] / "elsewhere.jsonl"
+    (case["dir"] / "livecodebench_tests.jsonl").rename(moved)
+    with pytest.raises(PlanError, match="LiveCodeBench samples but no LiveCodeBench tests"):
+        evaluate_log("gpt-oss-120b", case["log"], case["data"], case["tokenizer"])
+    result, _ = evaluate_log("gpt-oss-120b", case["log"], case["data"], case["tokenizer"], lcb_tests=moved)
+    assert result.metrics["exact_match"] == pytest.approx(EXPECTED)
+
+
+def test_log_from_another_dataset_and_missing_tokenizer(case: dict[str, Path]) -> None:
+    write_log(case["dir"] / "other.json", [(99, [1, 2])])
+    with pytest.raises(PlanError, match="qsl_idx 99 is outside the data set"):
+        evaluator("gpt-oss-120b").evaluate(case["dir"] / "other.json", case["data"], case["tokenizer"])
+    with pytest.raises(PlanError, match="needs the model's tokenizer"):
+        evaluator("gpt-oss-120b").evaluate(case["log"], case["data"], None)
+
+
+def test_unknown_evaluator_and_option() -> None:
+    with pytest.raises(PlanError, match="did you mean 'gpt-oss-120b'"):
+        evaluator("gpt-oss-12b")
+    with pytest.raises(PlanError, match="takes no options"):
+        evaluator("qwen3-vl-235b-a22b", lcb_tests=Path("x"))

@@ -1,0 +1,77 @@
+"""Qwen3-VL hierarchical F1: hand-computed cases, the unparsable answers, and accuracy.txt read as the checker does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.accuracy import evaluate_log
+from tasks.accuracy.qwen3_vl import hierarchical_f1, parse_answer, prefix_components
+from tests.accuracy_logs import write_log
+from tests.unit.test_datasets import _png
+
+
+def answer(category: str, brand: str = "Acme", secondhand: bool = False) -> bytes:
+    return json.dumps({"category": category, "brand": brand, "is_secondhand": secondhand}).encode()
+
+
+CASES = [  # (true category, answer bytes): inter, pred_len, true_len
+    ("A > B > C", answer("A > B > C")),                          # exact: 3, 3, 3
+    ("A > B > C", answer("A > B")),                              # partial prefix: 2, 2, 3
+    ("A > B > C", answer("X > B > C")),                          # right leaf, wrong parent: 0, 3, 3
+    ("D > E", b'{category: "D > E", brand: "Acme"}'),            # malformed JSON: pad x2: 0, 2, 2
+    ("F", b""),                                                  # empty output: pad x1: 0, 1, 1
+    ("G > H", b'{"category": "G > H", "brand": "Acme"}'),        # missing is_secondhand: pad x2: 0, 2, 2
+    ("A > B", answer("A > B > C > D", "acme", True)),            # deeper than the truth: 2, 4, 2
+]
+EXPECTED = 98 / 231   # inter 7, predicted 17, true 16: hP 7/17, hR 7/16
+
+
+def test_prefix_rule() -> None:
+    assert prefix_components("A > B > C", "A > B > C", " > ") == (3, 3, 3)
+    assert prefix_components("A > X > C", "A > B > C", " > ") == (1, 3, 3)   # counting stops at the mismatch
+    assert prefix_components(" A  >  B ", "A > B", " > ") == (2, 2, 2)      # levels are stripped
+    assert hierarchical_f1([]) == 0.0 and hierarchical_f1([("X", "Y")]) == 0.0
+
+
+def test_schema_validation() -> None:
+    assert parse_answer(answer("A")).category == "A"
+    assert parse_answer('{"category": "A", "brand": "b", "is_secondhand": "maybe"}') is None   # wrong type
+    assert parse_answer('```json\n{"category": "A", "brand": "b", "is_secondhand": false}\n```') is None
+    assert parse_answer("") is None
+
+
+@pytest.fixture()
+def case(tmp_path: Path) -> dict[str, Path]:
+    n = len(CASES)
+    pq.write_table(pa.table({
+        "product_title": [f"p{i}" for i in range(n)], "product_description": ["d"] * n,
+        "potential_product_categories": [[c] for c, _ in CASES],
+        "product_image": [{"bytes": _png((i, i, i)), "path": None} for i in range(n)],
+        "ground_truth_category": [c for c, _ in CASES], "ground_truth_brand": ["Acme"] * n,
+        "ground_truth_is_secondhand": [False] * n}), tmp_path / "shopify.parquet")
+    log = write_log(tmp_path / "log.json", [(i, a) for i, (_, a) in enumerate(CASES)])
+    return {"log": log, "data": tmp_path / "shopify.parquet"}
+
+
+def test_hierarchical_f1_by_hand(case: dict[str, Path]) -> None:
+    result, text = evaluate_log("qwen3-vl-235b-a22b", case["log"], case["data"], None,
+                                benchmark="qwen3-vl-235b-a22b", scenario="Offline")
+    assert result.metrics["F1_HIERARCHICAL"] == pytest.approx(EXPECTED)
+    assert result.notes[0].startswith("3 of 7 answer(s) did not validate")
+    assert "brand match (ratio > 90): 4 of 7; is_secondhand equal: 3 of 7" in result.notes[1]
+    assert text.splitlines()[:3] == ["Results", "", json.dumps({"f1": EXPECTED})]
+    verdict = result.verdict
+    assert verdict is not None and verdict.metrics[0].value == pytest.approx(EXPECTED) and not verdict.passed
+
+
+def test_interactive_target_differs(tmp_path: Path) -> None:
+    from tasks.accuracy import judge
+
+    text = 'Results\n\n{"f1": 0.781}\n'
+    assert not judge(text, "qwen3-vl-235b-a22b", "Offline").passed         # 0.781 < 0.782397
+    assert judge(text, "qwen3-vl-235b-a22b", "Interactive").passed         # 0.781 >= 0.779922

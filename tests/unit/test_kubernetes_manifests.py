@@ -1,0 +1,112 @@
+"""Kubernetes objects built as the kubernetes client's models and round-tripped through them; the Dynamo topology as
+a DynamoGraphDeployment. No cluster: these are the manifests `podium launch` would apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client import ApiClient
+
+from submission.engines import KubernetesSettings
+from submission.errors import LaunchError
+from tasks.engines import backend, demand
+from tasks.launchers.kubernetes import KubernetesLauncher
+from tasks.launchers.kubernetes_manifests import container, dns_name, validate
+
+SETTINGS = KubernetesSettings(image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0", namespace="mlperf",
+                              model_claim="mlperf-models", volume_mount="/mnt/mlperf", shm_gib=64,
+                              image_pull_secrets=("ngc",), node_selector={"nvidia.com/gpu.product": "B200"})
+GPT_OSS = {"version": "1.2.0", "gpus_per_node": 4, "tensor_parallel_size": 4, "expert_parallel_size": 4,
+           "llm_api_options": {"enable_attention_dp": True}}
+QWEN = {"version": "1.6.1", "nodes": 4, "gpus_per_node": 4, "discovery": "kubernetes", "served_model_name": "qwen3-vl",
+        "prefill": {"workers": 6, "tensor_parallel_size": 2}, "decode": {"workers": 4}}
+
+
+def _specs(engine: str, options: dict, launcher: KubernetesLauncher, model: str) -> list:
+    nodes, ports = demand(backend(engine), options)
+    placement = launcher.placement(ports, nodes=nodes)
+    return backend(engine).processes(options, Path(model), placement, Path("/ws/builds/x"))
+
+
+def test_trtllm_server_as_deployment_service_and_configmap(tmp_path: Path) -> None:
+    launcher = KubernetesLauncher(tmp_path, SETTINGS, engine="trtllm")
+    specs = _specs("trtllm", GPT_OSS, launcher, "/mnt/mlperf/models/gpt-oss-120b")
+    objects = launcher.objects(specs)   # validated: every object survives the client's models
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("ConfigMap", "podium-trtllm-files"), ("Deployment", "podium-trtllm-trtllm-server"),
+        ("Service", "podium-trtllm-trtllm-server")]
+    deployment = k8s.V1Deployment.from_dict(objects[1])
+    pod = deployment.spec.template.spec
+    [c] = pod.containers
+    assert c.command == list(specs[0].argv) and c.image == SETTINGS.image
+    assert c.command[c.command.index("--host") + 1] == "0.0.0.0"
+    assert c.resources.limits == {"nvidia.com/gpu": "4"}
+    assert "CUDA_VISIBLE_DEVICES" not in {e.name for e in c.env}   # the device plugin numbers a pod's GPUs from 0
+    assert c.readiness_probe.http_get.path == "/health" and c.readiness_probe.http_get.port == 8000
+    mounts = {m.mount_path: m for m in c.volume_mounts}
+    assert mounts["/mnt/mlperf"].read_only and mounts["/dev/shm"].name == "shm"
+    yaml_mount = mounts["/ws/builds/x/llm_api_options.yaml"]
+    assert objects[0]["data"][yaml_mount.sub_path] == "enable_attention_dp: true\n"
+    volumes = {v.name: v for v in pod.volumes}
+    assert volumes["model"].persistent_volume_claim.claim_name == "mlperf-models"
+    assert volumes["shm"].empty_dir.size_limit == "64Gi"
+    assert pod.node_selector == {"nvidia.com/gpu.product": "B200"} and pod.image_pull_secrets[0].name == "ngc"
+    service = k8s.V1Service.from_dict(objects[2])
+    assert service.spec.selector == deployment.spec.selector.match_labels
+    assert [(p.name, p.port) for p in service.spec.ports] == [("http", 8000)]
+    assert specs[0].host == "podium-trtllm-trtllm-server.mlperf.svc.cluster.local"
+
+
+def test_dynamo_topology_as_a_dynamo_graph_deployment(tmp_path: Path) -> None:
+    settings = SETTINGS.model_copy(update={"image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"})
+    launcher = KubernetesLauncher(tmp_path, settings, engine="dynamo")
+    assert launcher.graph
+    specs = _specs("dynamo", QWEN, launcher, "/mnt/mlperf/models/qwen3-vl")
+    [graph] = [o for o in launcher.objects(specs) if o["kind"] == "DynamoGraphDeployment"]
+    assert graph["apiVersion"] == "nvidia.com/v1alpha1" and graph["metadata"]["name"] == "podium-dynamo"
+    services = graph["spec"]["services"]
+    assert {k: (v["componentType"], v.get("subComponentType"), v["replicas"], v.get("resources"))
+            for k, v in services.items()} == {
+        "Frontend": ("frontend", None, 1, None),
+        "PrefillWorker": ("worker", "prefill", 6, {"limits": {"gpu": "2"}}),
+        "DecodeWorker": ("worker", "decode", 4, {"limits": {"gpu": "1"}})}
+    main = services["PrefillWorker"]["extraPodSpec"]["mainContainer"]
+    assert main["command"][:3] == ["python3", "-m", "dynamo.vllm"]
+    assert main["command"][main["command"].index("--discovery-backend") + 1] == "kubernetes"
+    env = {e["name"]: e for e in main["env"]}
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "CUDA_VISIBLE_DEVICES" not in env and "ETCD_ENDPOINTS" not in env
+    assert {v["name"] for v in services["PrefillWorker"]["extraPodSpec"]["volumes"]} == {"model", "shm"}
+    endpoint = backend("dynamo").endpoint(QWEN, Path("/m"), specs)
+    assert launcher.endpoint(endpoint, _Graph(specs)).base_url == \
+        "http://podium-dynamo-frontend.mlperf.svc.cluster.local:8000"
+
+
+class _Graph:
+    def __init__(self, specs: list) -> None:
+        self.processes, self.graph = specs, True
+
+
+def test_a_process_spanning_nodes_has_no_pod(tmp_path: Path) -> None:
+    launcher = KubernetesLauncher(tmp_path, SETTINGS, engine="trtllm")
+    options = {**GPT_OSS, "nodes": 2, "tensor_parallel_size": 8}
+    with pytest.raises(LaunchError, match="spans 2 nodes with 8 MPI ranks; the kubernetes launcher runs one pod"):
+        launcher.objects(_specs("trtllm", options, launcher, "/m/x"))
+
+
+def test_validation_catches_what_the_client_would_drop() -> None:
+    api = ApiClient()
+    good = api.sanitize_for_serialization(k8s.V1ConfigMap(api_version="v1", kind="ConfigMap", data={"a": "b"},
+                                                          metadata=k8s.V1ObjectMeta(name="x")))
+    validate([good])
+    with pytest.raises(LaunchError, match="unexpected kind Job"):
+        validate([{"kind": "Job", "metadata": {"name": "x"}}])
+    with pytest.raises(ValueError):   # a string where the model wants a list: the client's model refuses it
+        container.__globals__["k8s"].V1Container.from_dict({"name": "x", "command": "trtllm-serve"})
+
+
+def test_names_are_dns_labels() -> None:
+    assert dns_name("podium", "Qwen3_VL", "prefill-0") == "podium-qwen3-vl-prefill-0"
+    assert dns_name("0abc") == "p-0abc" and len(dns_name("x" * 80)) == 63

@@ -1,0 +1,82 @@
+"""`podium launch PLAN --dry-run [--json]`: every process spec of the seed's topologies, nothing started, no cluster
+asked."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+PLANS = Path(__file__).parents[2] / "deployments" / "plans"
+runner = CliRunner()
+
+
+def _json(plan: Path, tmp_path: Path) -> list[dict]:
+    result = runner.invoke(app, ["launch", str(plan), "--dry-run", "--json", "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "ws").exists()   # a review writes nothing
+    return json.loads(result.output)
+
+
+def test_qwen3_vl_75_25_review(tmp_path: Path) -> None:
+    [review] = _json(PLANS / "qwen3-vl-dynamo-75-25.yaml", tmp_path)
+    assert (review["engine"], review["launcher"]) == ("dynamo", "slurm")
+    procs = review["processes"]
+    assert Counter(p["role"] for p in procs) == {"etcd": 1, "prefill": 6, "decode": 4, "frontend": 1}
+    assert {p["node"] for p in procs if p["role"] == "prefill"} == {0, 1, 2}
+    assert {p["node"] for p in procs if p["role"] == "decode"} == {3}
+    assert all(p["gpus"] == 2 for p in procs if p["role"] == "prefill")
+    ports = [(p["node"], port) for p in procs for port in (p["port"], *p["side_ports"].values())]
+    assert len(ports) == len(set(ports))
+    assert all(p["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == f"node{p['node']}" for p in procs
+               if p["role"] in ("prefill", "decode"))
+    front = procs[-1]
+    assert front["probes"][-1] == {"method": "POST", "path": "/v1/completions", "body": {
+        "model": "Qwen3-VL-235B-A22B-Instruct", "prompt": "hello", "max_tokens": 1}}
+    assert review["endpoint"]["token_ids_in"] == "nvext"
+
+
+def test_qwen3_vl_50_50_review(tmp_path: Path) -> None:
+    [review] = _json(PLANS / "qwen3-vl-dynamo-50-50.yaml", tmp_path)
+    workers = [p for p in review["processes"] if p["role"] in ("prefill", "decode")]
+    assert Counter((p["role"], p["node"]) for p in workers) == {
+        ("prefill", 0): 2, ("prefill", 1): 2, ("decode", 2): 4, ("decode", 3): 4}
+    assert sum(p["gpus"] for p in workers if p["role"] == "prefill") == 8
+    assert sum(p["gpus"] for p in workers if p["role"] == "decode") == 8
+
+
+def test_gpt_oss_kubernetes_review_has_the_manifests(tmp_path: Path) -> None:
+    [review] = _json(PLANS / "gpt-oss-120b-trtllm-k8s.yaml", tmp_path)
+    [server] = review["processes"]
+    assert server["argv"][:2] == ["trtllm-serve", "/mnt/mlperf/models/gpt-oss-120b"]
+    assert server["gpus"] == 4 and server["bind"] == "0.0.0.0"
+    assert review["version"] == "tensorrt-llm 1.2.0"   # the pin: a container's engine cannot be asked
+    kinds = [o["kind"] for o in review["kubernetes"]]
+    assert kinds == ["ConfigMap", "Deployment", "Service"]
+    yaml_text = next(iter(server["files"].values()))
+    assert yaml.safe_load(yaml_text)["enable_attention_dp"] is True
+    assert review["endpoint"]["base_url"] == \
+        "http://podium-trtllm-trtllm-server.mlperf.svc.cluster.local:8000"
+
+
+def test_text_review_shows_argv_env_ports_gpus_and_probes(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["launch", str(PLANS / "qwen3-vl-dynamo-75-25.yaml"), "--dry-run",
+                                 "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "[node 3] decode-3 (decode) on node3:" in out and "1 GPU(s) [3]" in out
+    assert "argv: /opt/dynamo/venv/bin/python -m dynamo.vllm --model /lustre/mlperf/models/" in out
+    assert "CUDA_VISIBLE_DEVICES=2,3" in out
+    assert 'ready when: GET /health contains "generate":"ready"' in out
+    assert "ports are picked free at launch" in out
+
+
+def test_a_bad_benchmark_key_is_named(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["launch", str(PLANS / "smoke.yaml"), "--dry-run", "-b", "cpu-smoke/gpt-oss",
+                                 "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 2 and "did you mean 'cpu-smoke/gpt-oss-120b'" in result.output

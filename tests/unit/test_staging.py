@@ -1,0 +1,146 @@
+"""Staging from a local (shared) filesystem: verified copy, skip, resume after an interruption, refusal by name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tasks import staging, transfer
+from tasks.staging import MANIFEST, stage
+from tasks.transfer import ChecksumMismatch
+
+MIB = 1 << 20
+
+
+class Interrupted(Exception):
+    """Stands in for a kill: raised from the progress callback in the middle of a copy."""
+
+
+def make_model(root: Path, big_mib: int = 10) -> Path:
+    model = root / "tiny-model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"layers": 2}))
+    (model / "sub" / "tokenizer.json").write_text("{}")
+    (model / "weights.bin").write_bytes(os.urandom(big_mib * MIB))
+    return model
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 MiB reads, journal every 2 MiB: an interruption leaves a resumable journal in a 10 MiB file."""
+    monkeypatch.setattr(transfer, "CHUNK", MIB)
+    monkeypatch.setattr(transfer, "JOURNAL_EVERY", 2 * MIB)
+
+
+def test_stage_verifies_places_and_reuses(tmp_path: Path) -> None:
+    model = make_model(tmp_path / "nfs")
+    seen: list[tuple[int, int]] = []
+    first = stage(model, tmp_path / "stage", progress=lambda done, total: seen.append((done, total)))
+    staged = Path(first.path)
+    assert staged.parent == tmp_path / "stage" and staged.name == f"tiny-model-{first.sha256[:12]}"
+    assert not first.reused and first.files == 3 and first.fetched == first.bytes and first.resumed == 0
+    for rel in ("config.json", "sub/tokenizer.json", "weights.bin"):
+        assert sha(staged / rel) == sha(model / rel)
+    recorded = json.loads((staged / MANIFEST).read_text())
+    assert recorded["weights.bin"] == {"size": 10 * MIB, "sha256": sha(model / "weights.bin")}
+    assert seen[-1] == (first.bytes, first.bytes) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert not list((tmp_path / "stage").glob(".*.partial"))
+    again = stage(model, tmp_path / "stage")
+    assert again.reused and again.path == first.path and again.fetched == 0
+
+
+def test_a_single_file_source(tmp_path: Path) -> None:
+    data = tmp_path / "nfs" / "perf_eval_ref.parquet"
+    data.parent.mkdir()
+    data.write_bytes(b"PAR1" + os.urandom(1000))
+    out = stage(data, tmp_path / "stage")
+    assert Path(out.path).name == "perf_eval_ref.parquet" and Path(out.path).parent.name.startswith("perf_eval_ref-")
+    assert sha(Path(out.path)) == sha(data)
+
+
+def test_resume_after_an_interruption(tmp_path: Path, small_chunks: None) -> None:
+    model = make_model(tmp_path / "nfs")
+    total = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
+
+    def cut(done: int, _total: int) -> None:
+        if done >= 7 * MIB:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        stage(model, tmp_path / "stage", progress=cut)
+    partial = next((tmp_path / "stage").glob(".tiny-model-*.partial"))
+    journal = json.loads((partial / "weights.bin.part.json").read_text())
+    assert journal["done"] == 6 * MIB   # journaled every 2 MiB: 6 of the 7 copied MiB are known good
+    assert not list((tmp_path / "stage").glob("tiny-model-*"))   # nothing in place before it all verified
+    assert set(json.loads((partial / ".podium-done.json").read_text())) == {"config.json", "sub/tokenizer.json"}
+    resumed = stage(model, tmp_path / "stage")
+    assert not partial.exists()
+    assert resumed.resumed >= 6 * MIB and resumed.fetched + resumed.resumed == total
+    assert sha(Path(resumed.path) / "weights.bin") == sha(model / "weights.bin")
+
+
+def test_a_changed_source_restarts_the_file(tmp_path: Path, small_chunks: None) -> None:
+    model = make_model(tmp_path / "nfs")
+
+    def cut(done: int, _total: int) -> None:
+        if done >= 5 * MIB:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        stage(model, tmp_path / "stage", progress=cut)
+    (model / "weights.bin").write_bytes(os.urandom(10 * MIB))   # same size, new bytes, new mtime
+    out = stage(model, tmp_path / "stage")
+    assert out.resumed < MIB   # only the small files that had finished; the weights came again
+    assert sha(Path(out.path) / "weights.bin") == sha(model / "weights.bin")
+
+
+def test_a_corrupt_file_is_refused_by_name(tmp_path: Path) -> None:
+    model = make_model(tmp_path / "nfs", big_mib=2)
+    listed = {rel: {"size": p.stat().st_size, "sha256": sha(p)} for rel, p in
+              (("config.json", model / "config.json"), ("sub/tokenizer.json", model / "sub" / "tokenizer.json"),
+               ("weights.bin", model / "weights.bin"))}
+    (model / MANIFEST).write_text(json.dumps(listed))      # the source's own manifest, then a bit flips
+    data = bytearray((model / "weights.bin").read_bytes())
+    data[12345] ^= 0xFF
+    (model / "weights.bin").write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatch) as caught:
+        stage(model, tmp_path / "stage")
+    assert "tiny-model/weights.bin" in str(caught.value) and "does not match" in str(caught.value)
+    assert not list((tmp_path / "stage").glob("tiny-model-*"))
+    assert not list((tmp_path / "stage").rglob("weights.bin.part"))   # the bad copy is gone
+
+
+def test_a_damaged_staged_copy_is_replaced(tmp_path: Path) -> None:
+    model = make_model(tmp_path / "nfs", big_mib=1)
+    first = stage(model, tmp_path / "stage")
+    (Path(first.path) / "weights.bin").write_bytes(b"short")
+    again = stage(model, tmp_path / "stage")
+    assert not again.reused and sha(Path(again.path) / "weights.bin") == sha(model / "weights.bin")
+
+
+def test_missing_source_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(staging.PlanError) as caught:
+        stage(tmp_path / "nope", tmp_path / "stage")
+    assert str(tmp_path / "nope") in str(caught.value)
+
+
+def test_cli_stage_shows_progress_and_result(tmp_path: Path) -> None:
+    from flows.cli import app
+
+    model = make_model(tmp_path / "nfs", big_mib=1)
+    result = CliRunner().invoke(app, ["stage", str(model), "--to", str(tmp_path / "stage"),
+                                      "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 0, result.output
+    assert "staging" in result.output and "3 file(s)" in result.output and "fetched" in result.output
+    again = CliRunner().invoke(app, ["stage", str(model), "--to", str(tmp_path / "stage"),
+                                     "--workspace", str(tmp_path / "ws")])
+    assert again.exit_code == 0 and "reused" in again.output
