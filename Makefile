@@ -18,9 +18,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Debian packages the tests need (faketime: the checker corpus runs loadgen under an accelerated clock).
+# Debian packages the tests need (faketime: the checker corpus runs loadgen under an accelerated clock; slurm-wlm
+# and munge: the 4-node local Slurm cluster the Slurm launcher's tests start, docs/slurm.md).
 system-deps:
 	bash deployments/ci/system-deps.sh
+	bash deployments/slurm/local-cluster.sh install
+
+# A local Slurm cluster of 4 nodes on this machine, to try the Slurm launcher by hand (the tests start their own).
+.PHONY: slurm-up slurm-down
+slurm-up:
+	bash deployments/slurm/local-cluster.sh up
+slurm-down:
+	bash deployments/slurm/local-cluster.sh down
 
 smoke-assets: install
 	$(PODIUM) dev smoke-assets --workspace $(WORKSPACE)
@@ -67,6 +76,18 @@ engines: install venv-vllm venv-dynamo
 
 test: lint system-deps venv-vllm venv-dynamo
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest
+
+# Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.
+.PHONY: bench bench-staging
+bench: bench-staging
+bench-staging: install
+	$(PY) bench/staging.py
+
+# Peak-QPS search against a linear sweep and loadgen's FindPeakPerformance on the simulated server (~30 min).
+.PHONY: bench-search
+bench: bench-search
+bench-search: install
+	$(PY) bench/search.py
 
 down: install
 	$(PODIUM) dev down --workspace $(WORKSPACE)

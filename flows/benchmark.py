@@ -16,7 +16,9 @@ from submission import plan as plans
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from tasks.audits import AuditFailed, run_audit_task
+from tasks.build import build_engine
 from tasks.compliance.planning import audit_jobs
+from tasks.deploy import model_dir_for, where
 from tasks.engine import EngineSession, engine_identity
 from tasks.loadgen import RunRejected, run_loadgen
 from tasks.staging import S3Access, stage_task
@@ -39,9 +41,12 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
                       engine=engine_identity(bench.engine.name, bench.engine.options))
     specs = [s.model_copy(update={"dataset": staged[s.dataset]}) for s in specs]
     tokenizer = str(Path(model["path"]) / "tokenizer.json")
+    built = build_engine(bench.engine.name, bench.engine.options, model["path"], model["sha256"], str(ws.builds))
     records, failures = [], []
-    with EngineSession(bench.engine.name, bench.engine.options, model["path"], str(ws.pids),
-                       str(Path(log_dir) / "engine" / key.replace("/", "-"))) as engine:
+    with EngineSession(bench.engine.name, bench.engine.options, str(model_dir_for(bench.engine, Path(model["path"]))),
+                       str(ws.pids), str(Path(log_dir) / "engine" / key.replace("/", "-")),
+                       timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
+                       build_dir=built["path"]) as engine:
         for spec in specs:
             state = run_loadgen(spec, engine, str(ws.work), bench.evaluator, tokenizer, return_state=True)
             if state.is_completed():

@@ -27,20 +27,20 @@ from tasks.workspace import Workspace
 def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: dict[str, Any],
                    nodes: int) -> tuple[float | None, dict[str, Any]]:
     """The Offline result of the deployment `options` (cached in the probe cache like every search run)."""
-    specs, model_dir = prepare(plan, bench, ws, options)
+    specs, session = prepare(plan, bench, ws, options)
     base = scenario_spec(specs, "Offline")
     if base is None:
         raise PlanError(f"{bench.key} has no Offline scenario to measure", fix="add scenarios.Offline to the plan")
     spec = with_rate(base, target_qps(base) * nodes, min_duration_ms=None, min_query_count=None) \
         if target_qps(base) else base
     log_dir = ws.root / "logs" / "scaling" / f"{bench.key.replace('/', '-')}-{nodes}"
-    with EngineSession(bench.engine.name, options, model_dir, str(ws.pids), str(log_dir)) as engine:
+    with EngineSession(**session, log_dir=str(log_dir)) as engine:
         probe = Prober(spec, SearchSettings(), ProbeCache(ws.root / "search", spec), engine, str(ws.work)).offline(spec)
     return probe.metric, {"valid": probe.valid, "samples_per_s": probe.completed_qps, "cached": probe.cached,
                           "reasons": list(probe.reasons)}
 
 
-@flow(name="scaling-check", flow_run_name="scaling[{key}/{scenario}]")
+@flow(name="scaling-check", flow_run_name="scaling[{scenario}]")
 def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".podium",
                   nodes: list[int] | None = None, scenario: str = "Offline", floor: float | None = None,
                   gpus_per_node: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -11,33 +11,42 @@ split with the best scenario metric per GPU, written back as a plan fragment.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 
 from submission import plan as plans
-from submission.errors import PlanError
+from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks import plots, splits
+from tasks.build import build_engine
+from tasks.deploy import model_dir_for, where
 from tasks.engine import EngineSession, engine_identity
 from tasks.probes import ProbeCache, Prober, deployment_key
 from tasks.search import Probe, SearchResult, SearchSettings, search
-from tasks.staging import stage_task
+from tasks.staging import S3Access, stage_task
 from tasks.workspace import Workspace
 
 
 def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: dict[str, Any]) -> tuple[
-        list[RunSpec], str]:
-    """Stage the model and data sets; the benchmark's performance run specs for `options`, and the model folder."""
-    model = stage_task(bench.model.source, str(ws.stage / "models"))
-    staged = stage_task(bench.dataset.performance, str(ws.stage / "datasets"))
+        list[RunSpec], dict[str, Any]]:
+    """Stage the model and the performance data set and build the engine, as the benchmark flow does; the
+    performance run specs for the engine `options`, and the EngineSession arguments of that deployment."""
+    access = asdict(S3Access.for_plan(plan.storage, ws.s3))
+    model = stage_task(bench.model.source, str(ws.stage / "models"), access)
+    staged = stage_task(bench.dataset.performance, str(ws.stage / "datasets"), access)
     sha = {bench.dataset.performance: staged["sha256"], bench.dataset.accuracy: staged["sha256"]}
     specs = plan_runs(plan, bench.model_copy(update={"accuracy": False}), load_rules(plan.round),
                       model_sha256=model["sha256"], dataset_sha256=sha,
                       engine=engine_identity(bench.engine.name, options))
-    return [s.model_copy(update={"dataset": staged["path"]}) for s in specs], model["path"]
+    built = build_engine(bench.engine.name, options, model["path"], model["sha256"], str(ws.builds))
+    session = {"engine_name": bench.engine.name, "options": options, "state_dir": str(ws.pids),
+               "model_dir": str(model_dir_for(bench.engine, Path(model["path"]))),
+               "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine), "build_dir": built["path"]}
+    return [s.model_copy(update={"dataset": staged["path"]}) for s in specs], session
 
 
 def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
@@ -60,7 +69,15 @@ def record_artifacts(name: str, rows: list[dict[str, Any]], summary: str, png: P
     create_markdown_artifact(key=f"{key}-summary", markdown=summary + (f"\n\nPlot: `{png}`\n" if png else ""))
 
 
-@flow(name="search-peak-qps", flow_run_name="search[{key}/{scenario}]")
+def _search_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    p = flow_run.parameters
+    label = f"/{p['label']}" if p.get("label") else ""
+    return f"search[{p.get('key') or 'first benchmark'}/{p.get('scenario')}{label}]"
+
+
+@flow(name="search-peak-qps", flow_run_name=_search_run_name)
 def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Server", workspace: str = ".podium",
                     settings: dict[str, Any] | None = None, engine_options: dict[str, Any] | None = None,
                     start_qps: float | None = None, label: str | None = None) -> dict[str, Any]:
@@ -69,7 +86,7 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     ws = Workspace.at(workspace)
     cfg = SearchSettings(**(settings or {}))
     options = bench.engine.options if engine_options is None else engine_options
-    specs, model_dir = prepare(plan, bench, ws, options)
+    specs, session = prepare(plan, bench, ws, options)
     base = scenario_spec(specs, scenario)
     if base is None or base.loadgen_scenario != "Server":
         raise PlanError(f"the search needs a Server-type scenario of {bench.key} in the plan; {scenario!r} is not one",
@@ -81,7 +98,7 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     folder = ws.root / "search"
     tag = f"{bench.key.replace('/', '-')}-{scenario}-{deployment_key(base)}"
     log_dir = ws.root / "logs" / "search" / tag
-    with EngineSession(bench.engine.name, options, model_dir, str(ws.pids), str(log_dir)) as engine:
+    with EngineSession(**session, log_dir=str(log_dir)) as engine:
         prober = Prober(base, cfg, ProbeCache(folder, base), engine, str(ws.work))
         first: Probe | None = None
         if start_qps is None:
@@ -130,7 +147,7 @@ def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec
             "engine_launches": launches, "engine": bench.engine.name, "options": options, "summary": summary.strip()}
 
 
-@flow(name="sweep-prefill-decode", flow_run_name="sweep[{key}/{scenario}]")
+@flow(name="sweep-prefill-decode", flow_run_name="sweep[{scenario} on {gpus} GPUs]")
 def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str = "Interactive",
                          workspace: str = ".podium", gpus: int | None = None, prefill_tp: int = 1,
                          decode_tp: int = 1, nodes: int = 1, gpus_per_node: int | None = None,
@@ -144,8 +161,12 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
     rows = []
     for split in candidates:
         options = splits.split_options(bench.engine.name, bench.engine.options, split)
-        out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
-                              label=split.ratio)
+        try:
+            out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
+                                  label=split.ratio)
+        except RunFailed as e:   # no rate passed on this split: a row without a result, the sweep goes on
+            get_run_logger().warning("%s: %s", split.label, e)
+            out = {"qps": None, "confirmed": False, "metric": None, "runs": None}
         metric = out["metric"]
         rows.append({"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
                      "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from submission.errors import PodiumError, RunFailed
+from submission.errors import PlanError, PodiumError, RunFailed
 
 PlanArg = Annotated[Path, typer.Argument(help="the plan YAML")]
 Bench = Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key; default: the first")]
@@ -119,7 +119,7 @@ def register(app: typer.Typer, fail: Callable[[PodiumError], None], prefect_env:
         try:
             counts = [int(n) for n in nodes.split(",") if n.strip()]
         except ValueError:
-            fail(PodiumError(f"--nodes {nodes!r} is not a list of numbers", fix="e.g. --nodes 1,2,4"))
+            fail(PlanError(f"--nodes {nodes!r} is not a list of numbers", fix="e.g. --nodes 1,2,4"))
         settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries}
         try:
             result = scaling_check(str(plan), benchmark, str(workspace), counts, scenario, floor, gpus_per_node,

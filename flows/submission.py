@@ -6,6 +6,7 @@ failed; the flow then ends Failed and a re-run resumes from the cached steps.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tarfile
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from submission.systems import describe, require_complete
 from tasks import notifications, reporting, s3server, storage, validation
 from tasks.accuracy import evaluator
 from tasks.engine import engine_identity
+from tasks.engines import backend
+from tasks.gates import acceptance_gates
 from tasks.validation import validate_results
 from tasks.workspace import Workspace, git_commit
 
@@ -57,8 +60,8 @@ def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str
     storage.ensure_bucket(cfg)
     systems = {}
     for system in plan.systems:
-        frameworks = sorted({engine_identity(b.engine.name, {}).strip() for b in plan.benchmarks
-                             if b.system == system.name})
+        frameworks = sorted({f"{b.engine.name} {backend(b.engine.name).version(b.engine.options)}"
+                             for b in plan.benchmarks if b.system == system.name})
         desc = describe(division=plan.division, submitter=plan.submitter, system_name=system.name,
                         status=system.status, system_type=system.system_type, number_of_nodes=system.nodes,
                         framework=", ".join(frameworks) or "none", overrides=system.description, round=plan.round)
@@ -156,6 +159,10 @@ def submission(plan_path: str, workspace: str = ".podium") -> dict | Failed:
         rows = reporting.table(records, audits)
         text = reporting.markdown(plan.name, plan.profile, rows, report, links, failures, audits)
         text += reporting.plots_markdown(plots) + "\n" + data_checks["markdown"]
+        gate_report = acceptance_gates(plan, [r.model_dump(mode="json") for r in records], systems, cfg, run_id,
+                                       str(ws.root))
+        text += "\n" + gate_report["markdown"]
+        (folder / "gates.json").write_text(json.dumps(gate_report, indent=2, default=str))
         reporting.write_run_files(folder, records, text, audits)
         uploaded = publish(cfg, str(folder), key_prefix,
                            {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit})
@@ -164,7 +171,8 @@ def submission(plan_path: str, workspace: str = ".podium") -> dict | Failed:
     result = {"run_id": run_id, "run_folder": str(folder), "tree": root, "s3": f"s3://{cfg.bucket}/"
               f"{storage.object_key(cfg, key_prefix)}", "objects": len(uploaded), "rows": rows,
               "check": report.summary(), "failures": failures, "engine_launches": launches,
-              "compliance": reporting.compliance_rows(audits), "data_checks": data_checks["failed"]}
+              "compliance": reporting.compliance_rows(audits), "data_checks": data_checks["failed"],
+              "gates_failed": gate_report["failed"]}
     if failures or not report.ok or data_checks["failed"]:   # a Failed state: an expected outcome, no traceback
         return Failed(message=f"{len(failures)} step(s) failed, the checker found {len(report.errors)} error(s) and "
                       f"{data_checks['failed']} data check(s) failed; "

@@ -264,6 +264,8 @@ class SimulatedOptions(Strict):
     output_tokens: int = Field(8, ge=1, description="tokens per answer (a request's max_tokens caps it)")
     nodes: int = Field(1, ge=1, description="copies of the workers above, as a deployment over that many nodes")
     node_efficiency: float = Field(1.0, gt=0, le=1, description="each added node slows prefill and decode by this")
+    chunk_tokens: int = Field(1, ge=1, description="tokens per streamed event after the first one (loadgen times "
+                                                   "only the first token and the last)")
 
 
 OPTIONS: dict[str, type[Strict]] = {"smoke": SmokeOptions, "smoke-vlm": SmokeOptions, "vllm": VllmOptions,

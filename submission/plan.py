@@ -21,6 +21,7 @@ from submission.engines import OPTIONS as ENGINE_OPTIONS
 from submission.engines import KubernetesSettings, engine_problems, parse_options
 from submission.errors import PlanError, did_you_mean
 from submission.rules import ROUNDS, load_rules
+from submission.slurm import settings_problems as slurm_problems
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 SCENARIOS = ("Offline", "Server", "Interactive")
@@ -76,6 +77,7 @@ class EngineSpec(Strict):
         if self.name not in ENGINE_OPTIONS:
             raise ValueError(f"name: unknown engine {self.name!r}; {did_you_mean(self.name, ENGINE_OPTIONS)}")
         problems = engine_problems(self.name, self.options, self.launcher, self.kubernetes)
+        problems += slurm_problems(self.slurm, self.launcher)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -197,7 +197,7 @@ class AuditRecord(BaseModel):
     checks: tuple[AuditCheck, ...]
     attempts: int = 1
     target_qps: float | None = None     # the derated rate of a Server/Interactive audit
-    official: str | None = None         # the official run_verification.py verdict: PASS | FAIL | not run: why
+    official: str | None = None         # official run_verification.py: PASS | FAIL | not run: why | not configured
     disagreement: str | None = None     # set when the official verdict differs from Podium's
 
     @property

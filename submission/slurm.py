@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from submission.errors import did_you_mean
+
 TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^UNLIMITED$|^INFINITE$")   # the forms `--time` accepts
 
 
@@ -86,5 +88,12 @@ def settings_problems(settings: dict[str, Any], launcher: str) -> list[str]:
     try:
         SlurmSettings.model_validate(settings)
     except ValidationError as e:
-        return [f"slurm.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+        return [_line(err) for err in e.errors()]
     return []
+
+
+def _line(err: Any) -> str:
+    field = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        return f"slurm.{field}: unknown setting; {did_you_mean(field, SlurmSettings.model_fields)}"
+    return f"slurm.{field}: {err['msg'].removeprefix('Value error, ')}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Protocol
 
 from prefect import get_run_logger, task
 
@@ -21,9 +22,16 @@ from tasks.compliance import AuditJob, audit
 from tasks.compliance.common import audit_config_file
 from tasks.compliance.official import Official, run_official
 from tasks.engine import EngineSession
+from tasks.engines import Endpoint
 from tasks.harness import runner
 
 ATTEMPTS = 2   # a failed audit is retried once, then reported
+
+
+class EndpointSource(Protocol):
+    """What an audit needs of an engine session: its endpoint, the engine launched on first use."""
+
+    def endpoint(self) -> Endpoint: ...
 
 
 class AuditFailed(RunFailed):
@@ -52,7 +60,7 @@ def _set_aside(run_dir: Path) -> None:
     run_dir.rename(run_dir.with_name(f"{run_dir.name}.attempt-{n}"))
 
 
-def audit_once(job: AuditJob, engine: EngineSession, work_dir: Path, attempt: int = 1) -> AuditRecord:
+def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: int = 1) -> AuditRecord:
     """Run the audit's loadgen test with its audit.config, verify it, lay out TESTxx (plain function)."""
     impl = audit(job.test)
     run_dir = work_dir / "runs" / job.spec.key()
@@ -82,7 +90,7 @@ def audit_once(job: AuditJob, engine: EngineSession, work_dir: Path, attempt: in
         disagreement=official.disagreement(passed))
 
 
-def run_audit(job: AuditJob, engine: EngineSession, work_dir: Path, attempts: int = ATTEMPTS) -> AuditRecord:
+def run_audit(job: AuditJob, engine: EndpointSource, work_dir: Path, attempts: int = ATTEMPTS) -> AuditRecord:
     """The audit, retried once when its verification fails; raises AuditFailed after the last failure."""
     logger = _logger()
     for attempt in range(1, attempts + 1):

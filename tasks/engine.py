@@ -15,8 +15,9 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from tasks.deploy import launcher_for
 from tasks.engines import Endpoint, backend
-from tasks.launchers import launcher
+from tasks.launchers import start_ready
 from tasks.launchers.local import LocalDeployment
 from tasks.nodes import NodeSlot
 
@@ -30,42 +31,44 @@ def _logger() -> logging.Logger | logging.LoggerAdapter:
 
 def engine_identity(name: str, options: dict[str, Any]) -> str:
     """What identifies a deployment's behaviour: the engine, its version and its options."""
-    return f"{name} {backend(name).version()} {json.dumps(options, sort_keys=True)}"
+    return f"{name} {backend(name).version(options)} {json.dumps(options, sort_keys=True)}"
 
 
 @task(name="launch", task_run_name="launch[{engine_name}]", retries=2, retry_delay_seconds=3, cache_policy=NO_CACHE)
 def launch_engine(engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
-                  timeout_s: float) -> tuple[LocalDeployment, Endpoint]:
-    engine = backend(engine_name)
-    where = launcher("local", state_dir=Path(state_dir))
-    specs = engine.processes(options, Path(model_dir), where.placement(engine.ports_needed))
-    deployment = where.start(specs, Path(log_dir), _logger())
-    try:
-        where.wait_ready(deployment, timeout_s)
-    except BaseException:
-        where.stop(deployment)
-        raise
-    return deployment, engine.endpoint(options, Path(model_dir), specs)
+                  timeout_s: float, where: dict[str, Any] | None = None,
+                  build_dir: str | None = None) -> tuple[Any, Endpoint]:
+    """Start the engine where the plan says (`where`: tasks.deploy.where; None: this host) and wait until it
+    generates. An external engine is only probed: its deployment is None."""
+    launcher_ = launcher_for(engine_name, where, Path(state_dir))
+    return start_ready(backend(engine_name), options, Path(model_dir), launcher_, Path(log_dir), _logger(),
+                       timeout_s, Path(build_dir) if build_dir else None)
 
 
 class EngineSession:
     def __init__(self, engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
-                 timeout_s: float = 300) -> None:
-        self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s)
-        self.where = launcher("local", state_dir=Path(state_dir))
-        self.deployment: LocalDeployment | None = None
+                 timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None) -> None:
+        self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
+        self.where = launcher_for(engine_name, where, Path(state_dir))
+        self.deployment: Any = None
         self._endpoint: Endpoint | None = None
         self.launches = 0
         self.slot = NodeSlot([socket.gethostname()])   # gpu-<node>: one engine per node across flows
 
     def alive(self) -> bool:
-        return self.deployment is not None and all(r.popen.poll() is None for r in self.deployment.running)
+        if self._endpoint is None:
+            return False
+        if self.deployment is None:   # an external engine: not ours to watch
+            return True
+        if isinstance(self.deployment, LocalDeployment):
+            return all(r.popen.poll() is None for r in self.deployment.running)
+        return getattr(self.where, "alive", lambda _: True)(self.deployment)
 
     def endpoint(self) -> Endpoint:
-        if self.deployment is not None and not self.alive():
+        if self._endpoint is not None and not self.alive():
             _logger().warning("the engine died; relaunching it")
             self.close()
-        if self.deployment is None:
+        if self._endpoint is None:
             self.slot.acquire()
             self.deployment, self._endpoint = launch_engine(*self.args)
             self.launches += 1

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -95,6 +96,15 @@ def target_qps(spec: RunSpec) -> float:
     return float(dict(spec.user_conf).get(f"{spec.loadgen_model}.{spec.loadgen_scenario}.target_qps", 0))
 
 
+def margin(scenario, ttft_ms: float | None, tpot_ms: float | None, latency_ms: float | None) -> float | None:
+    """The worst p99 over its limit (`submission.rules.ScenarioRules`): TTFT and TPOT where the scenario limits
+    them, else end-to-end latency; None for Offline."""
+    pairs = [(ttft_ms, scenario.ttft_ms), (tpot_ms, scenario.tpot_ms)] if scenario.ttft_ms or scenario.tpot_ms \
+        else [(latency_ms, scenario.latency_ms)]
+    ratios = [value / limit for value, limit in pairs if value is not None and limit]
+    return round(max(ratios), 4) if ratios else None
+
+
 def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path) -> Probe:
     """Run one probe and judge it by loadgen's verdict (VALID, with no loadgen errors and no failed requests)."""
     qps = target_qps(spec)
@@ -115,9 +125,10 @@ def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path) -> Probe:
     def ms(ns: int | None) -> float | None:
         return None if ns is None else round(ns / 1e6, 3)
 
+    ttft, tpot, latency = ms(run.ttft_p99_ns), ms(run.tpot_p99_ns), ms(run.latency_ns.get("99.00"))
     return Probe(qps=qps, stage=stage, valid=run.valid and not run.num_errors and not stats.get("failed"),
-                 reasons=tuple(reasons), ttft_p99_ms=ms(run.ttft_p99_ns), tpot_p99_ms=ms(run.tpot_p99_ns),
-                 latency_p99_ms=ms(run.latency_ns.get("99.00")), metric=run.result(scenario.result_field),
+                 reasons=tuple(reasons), ttft_p99_ms=ttft, tpot_p99_ms=tpot, latency_p99_ms=latency,
+                 margin=margin(scenario, ttft, tpot, latency), metric=run.result(scenario.result_field),
                  completed_qps=run.completed_samples_per_second or run.samples_per_second,
                  duration_s=round(duration, 3), run_dir=str(run_dir))
 
@@ -141,10 +152,11 @@ def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, w
 class Prober:
     """The search's judge for one deployment: a cached verdict when there is one, else a probe run now."""
 
-    def __init__(self, base: RunSpec, settings: SearchSettings, cache: ProbeCache, engine: EngineSession,
-                 work_dir: str) -> None:
+    def __init__(self, base: RunSpec, settings: SearchSettings, cache: ProbeCache, engine: EngineSession | None,
+                 work_dir: str, run: Callable[..., Probe] | None = None) -> None:
         self.base, self.settings, self.cache = base, settings, cache
         self.engine, self.work_dir = engine, work_dir
+        self.run = run or probe_task        # (spec, stage, qps, engine, work_dir) -> Probe
         self.ran = 0
 
     def __call__(self, qps: float, stage: Stage) -> Probe:
@@ -158,7 +170,7 @@ class Prober:
         found = self.cache.get(spec)
         if found is not None:
             return found
-        probe = probe_task(spec, stage, target_qps(spec), self.engine, self.work_dir)
+        probe = self.run(spec, stage, target_qps(spec), self.engine, self.work_dir)
         self.cache.put(spec, probe)
         self.ran += 1
         return probe

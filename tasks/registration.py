@@ -103,14 +103,16 @@ def deployable(prefect_yaml: Path = PREFECT_YAML, repo: Path = REPO) -> tuple[li
 
 
 def deploy(names: Sequence[str], env: dict[str, str] | None = None, prefect_yaml: Path = PREFECT_YAML) -> str:
-    """`prefect deploy` of the named deployments from the repository root; returns its output."""
+    """`prefect deploy` of the named deployments from the repository root; returns its output. PODIUM_REPO is
+    left out of its environment so the pull step's `{{ $PODIUM_REPO }}` stays a placeholder that each worker
+    fills in with its own checkout."""
     if not names:
         return ""
     argv = [*prefect_cli(), "--no-prompt", "deploy", "--prefect-file", str(prefect_yaml)]
     for name in names:
         argv += ["--name", name]
-    done = subprocess.run(argv, cwd=REPO, env={**os.environ, **(env or {})}, capture_output=True, text=True,  # noqa: S603
-                          timeout=300, check=False)
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "PODIUM_REPO"}   # resolved on each worker
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
     if done.returncode != 0 or "Deployment '" not in done.stdout:
         raise CommandError(argv, done.returncode, (done.stdout + done.stderr)[-3000:],
                            fix="read the output above; the work pool must exist before `prefect deploy`")

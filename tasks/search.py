@@ -33,9 +33,13 @@ class SearchSettings(BaseModel):
     step_down: float = Field(0.8, gt=0, lt=1, description="after a failing probe, try this fraction of it")
     step_up: float = Field(1.25, gt=1, description="after a passing probe (while none failed), try this multiple")
     max_probes: int = Field(24, ge=2, description="short probes at most")
-    max_confirmations: int = Field(8, ge=1, description="full-length runs at most")
+    max_confirmations: int = Field(10, ge=1, description="full-length runs at most (the first one included)")
     probe_duration_ms: int = Field(60_000, ge=0, description="a probe's min_duration (a full run: 600 s)")
     probe_queries: int = Field(640, ge=1, description="a probe's min_query_count (early stopping needs ~460)")
+    refine_up: bool = Field(False, description="after the confirmation passes, also try higher rates with "
+                                               "full-length runs (short probes can be pessimistic too)")
+    interpolate: bool = Field(True, description="aim each bisection step where the p99 margins say the limit is "
+                                                "crossed, kept within the middle of the bracket; False: midpoint")
 
 
 class Probe(BaseModel):
@@ -52,6 +56,7 @@ class Probe(BaseModel):
     latency_p99_ms: float | None = None
     metric: float | None = None                 # the scenario's result (e.g. completed tokens/s)
     completed_qps: float | None = None          # loadgen's completed samples per second
+    margin: float | None = None                 # the worst p99 over its limit (TTFT, TPOT or latency); < 1 is under
     duration_s: float = 0.0                     # wall seconds the run took (when it ran)
     cached: bool = False                        # recalled from the probe cache, not run now
     run_dir: str | None = None
@@ -100,17 +105,26 @@ def _narrow(low: float, high: float, precision: float) -> bool:
     return high / low - 1 <= precision
 
 
-def _midpoint(low: float, high: float) -> float | None:
-    """The rounded geometric midpoint, or None when rounding leaves nothing between the two."""
-    mid = round_qps(math.sqrt(low * high))
+SAFE = (0.25, 0.75)   # an interpolated step stays within the middle half of the bracket (in log rate)
+
+
+def _midpoint(low: float, high: float, m_low: float | None = None, m_high: float | None = None) -> float | None:
+    """The next rate between a passing `low` and a failing `high`, rounded; None when rounding leaves nothing
+    between them. With both p99 margins, where the margin (linear in log rate and log margin) crosses 1, kept in
+    the middle half of the bracket so a bad guess costs little; without them, the geometric midpoint."""
+    t = 0.5
+    if m_low and m_high and m_high > m_low:
+        t = min(max(-math.log(m_low) / (math.log(m_high) - math.log(m_low)), SAFE[0]), SAFE[1])
+    mid = round_qps(math.exp(math.log(low) + t * (math.log(high) - math.log(low))))
     return None if mid in (low, high) else mid
 
 
 def bisect(judge: Judge, stage: Stage, low: float, high: float, precision: float, budget: int,
-           trace: list[Probe]) -> tuple[float, float, int]:
+           trace: list[Probe], interpolate: bool = True) -> tuple[float, float, int]:
     """Narrow a (passing, failing) pair to `precision`; returns the new pair and the budget left."""
     while budget > 0 and not _narrow(low, high, precision):
-        mid = _midpoint(low, high)
+        margins = {p.qps: p.margin for p in trace if p.stage == stage} if interpolate else {}
+        mid = _midpoint(low, high, margins.get(low), margins.get(high))
         if mid is None:
             break
         probe = judge(mid, stage)
@@ -152,7 +166,9 @@ def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Prob
     trace.append(probe)
     budget -= not probe.cached
     if probe.valid:
-        return qps, f"confirmed at {qps:g} q/s with a full-length run"
+        if not settings.refine_up:
+            return qps, f"confirmed at {qps:g} q/s with a full-length run"
+        return _refine_up(judge, qps, settings, budget, trace)
     high, step, low = qps, settings.precision, None
     while budget > 0 and low is None:
         candidate = round_qps(qps * max(1 - step, 0.05))
@@ -167,9 +183,24 @@ def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Prob
             break
     if low is None:
         return None, f"no full-length run passed at or below {qps:g} q/s ({settings.max_confirmations} tried)"
-    low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace)
+    low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace, settings.interpolate)
     return low, (f"the short probes passed {qps:g} q/s but a full-length run did not; stepped down and confirmed "
                  f"{low:g} q/s")
+
+
+def _refine_up(judge: Judge, low: float, settings: SearchSettings, budget: int,
+               trace: list[Probe]) -> tuple[float, str]:
+    """From a confirmed rate, step up by precision, 2x, 4x ... with full-length runs until one fails, then bisect."""
+    step, high = settings.precision, None
+    while budget > 0 and high is None:
+        candidate = round_qps(low * (1 + step))
+        probe = judge(candidate, "confirm")
+        trace.append(probe)
+        budget -= not probe.cached
+        low, high, step = (candidate, None, step * 2) if probe.valid else (low, candidate, step)
+    if high is not None:
+        low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace, settings.interpolate)
+    return low, f"confirmed at {low:g} q/s with full-length runs, refined upwards"
 
 
 def search(judge: Judge, start_qps: float, settings: SearchSettings) -> SearchResult:
@@ -185,7 +216,8 @@ def search(judge: Judge, start_qps: float, settings: SearchSettings) -> SearchRe
         message = (f"every probe passed up to {low:g} q/s (the probe budget ran out before one failed); "
                    f"raise max_probes or start_fraction")
     else:
-        low, high, budget = bisect(judge, "probe", low, high, settings.precision, budget, trace)
+        low, high, budget = bisect(judge, "probe", low, high, settings.precision, budget, trace,
+                                   settings.interpolate)
     qps, note = confirm(judge, low, settings, trace)
     return SearchResult(qps=qps, confirmed=qps is not None, start_qps=round_qps(start_qps), bracket=(low, high),
                         trace=tuple(trace), message="; ".join(m for m in (message, note) if m))

@@ -61,6 +61,7 @@ class Journal:
 class Copied:
     bytes_fetched: int   # read from the source by this call
     bytes_resumed: int   # already there from an earlier, interrupted call
+    sha256: str = ""     # of the whole file, as copied
 
 
 def journal_path(part: Path) -> Path:
@@ -107,7 +108,7 @@ def _resume_point(part: Path, want: Journal, digest: Any) -> int:
 
 
 def _finish(part: Path, journal: Journal, digest: Any, label: str) -> None:
-    if digest.hexdigest() != journal.sha256:
+    if journal.sha256 and digest.hexdigest() != journal.sha256:
         discard(part)
         raise ChecksumMismatch(
             f"{label}: sha256 {digest.hexdigest()} does not match the manifest's {journal.sha256}; "
@@ -117,15 +118,16 @@ def _finish(part: Path, journal: Journal, digest: Any, label: str) -> None:
     journal_path(part).unlink(missing_ok=True)
 
 
-def copy_file(src: Path, part: Path, *, size: int, sha256: str, label: str,
+def copy_file(src: Path, part: Path, *, size: int, sha256: str | None, label: str,
               progress: Progress | None = None) -> Copied:
-    """Copy a local (or shared-filesystem) file into `part`, hashing as it goes; resume a journaled copy."""
+    """Copy a local (or shared-filesystem) file into `part`, hashing as it goes; resume a journaled copy. With
+    `sha256` None nothing is verified: the copy's own hash is returned (for a source without a manifest)."""
     stat = src.stat()
     if stat.st_size != size:
         raise ChecksumMismatch(f"{label}: {src} has {stat.st_size} bytes, the manifest says {size}", where=str(src),
                                fix="the source changed since its manifest was written; restore it or rewrite the "
                                    "manifest")
-    want = Journal(str(src), f"{stat.st_size}:{stat.st_mtime_ns}", size, sha256, CHUNK)
+    want = Journal(str(src), f"{stat.st_size}:{stat.st_mtime_ns}", size, sha256 or "", CHUNK)
     digest = hashlib.sha256()
     part.parent.mkdir(parents=True, exist_ok=True)
     resumed = done = journaled = _resume_point(part, want, digest)
@@ -143,10 +145,11 @@ def copy_file(src: Path, part: Path, *, size: int, sha256: str, label: str,
                 progress(len(block))
             if done - journaled >= JOURNAL_EVERY:
                 fout.flush()
+                os.fdatasync(fout.fileno())   # the journal never vouches for bytes still in memory
                 _write_journal(part, Journal(**{**asdict(want), "done": done}))
                 journaled = done
     _finish(part, want, digest, label)
-    return Copied(bytes_fetched=done - resumed, bytes_resumed=resumed)
+    return Copied(bytes_fetched=done - resumed, bytes_resumed=resumed, sha256=digest.hexdigest())
 
 
 def copy_object(s3: Any, bucket: str, key: str, part: Path, *, size: int, sha256: str, etag: str, label: str,
@@ -207,7 +210,7 @@ def copy_object(s3: Any, bucket: str, key: str, part: Path, *, size: int, sha256
     finally:
         os.close(fd)
     _finish(part, want, digest, label)
-    return Copied(bytes_fetched=fetched, bytes_resumed=resumed)
+    return Copied(bytes_fetched=fetched, bytes_resumed=resumed, sha256=digest.hexdigest())
 
 
 _JOURNAL_LOCK = threading.Lock()

@@ -43,6 +43,11 @@ class Workspace:
         return self.root / "s3"
 
     @property
+    def builds(self) -> Path:
+        """Engine builds, one content-addressed folder each (tasks/engines/build.py)."""
+        return self.root / "builds"
+
+    @property
     def pids(self) -> Path:
         return self.root / "pids"
 

@@ -8,12 +8,12 @@ README.md present and non-empty) and the exact performance file list (REQUIRED_P
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from submission.checks import compliance
 from submission.checks.accuracy import accuracy
 from submission.checks.findings import Context, ScenarioResult
 from submission.checks.run import check_run
+from submission.logs import LoadgenRun
 from submission.rules import BenchmarkRules, ScenarioRules
 from submission.tree import (
     LOADGEN_SCENARIO_OPTIONAL,
@@ -57,7 +57,7 @@ def measurements(ctx: Context, path: Path) -> str:
     return str(data.get("weight_data_types", ""))
 
 
-def performance(ctx: Context, perf_dir: Path, b: BenchmarkRules, sc: ScenarioRules) -> Any:
+def performance(ctx: Context, perf_dir: Path, b: BenchmarkRules, sc: ScenarioRules) -> LoadgenRun | None:
     if not perf_dir.is_dir():
         ctx.add("performance-files", perf_dir, "no performance folder", "run the performance run and assemble again")
         return None

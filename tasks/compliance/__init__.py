@@ -3,7 +3,7 @@
 Each audit knows its `audit.config` (read from the round's rules, never from model names), the run settings it
 needs on top of the scenario's user.conf, how to verify its run against the reference pass criteria
 (`../shared/reference/mlperf-rules.md` §4) and which files it leaves in `TESTxx/` (§1.5). Which tests run comes
-from the rules: `tests_for(rules, benchmark)`.
+from the rules: `required_tests(rules, benchmark)`.
 
     audit("TEST09").verify(run_dir, job) -> Verdict      # plain functions; tasks/audits.py runs them as a task
 """
@@ -110,7 +110,7 @@ def audit(name: str) -> Audit:
     return importlib.import_module(AUDITS[name]).AUDIT
 
 
-def tests_for(rules: Rules, benchmark: str) -> tuple[str, ...]:
+def required_tests(rules: Rules, benchmark: str) -> tuple[str, ...]:
     """The compliance tests the round's rules require for `benchmark` (each scenario folder runs all of them)."""
     return rules.benchmark(benchmark).compliance_tests
 

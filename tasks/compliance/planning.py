@@ -14,7 +14,7 @@ from pathlib import Path
 from submission.plan import BenchmarkSpec, Plan
 from submission.rules import Rules
 from submission.runs import RunRecord, RunSpec
-from tasks.compliance import AuditJob, audit, tests_for
+from tasks.compliance import AuditJob, audit, required_tests
 from tasks.compliance.test06 import eos_token_ids
 
 
@@ -55,7 +55,7 @@ def audit_jobs(plan: Plan, bench: BenchmarkSpec, rules: Rules, specs: list[RunSp
         acc = next((s for s in specs if s.mode == "accuracy" and s.scenario == perf.scenario and s.audit is None),
                    None)
         perf_rec, acc_rec = finished.get(perf.key()), acc and finished.get(acc.key())
-        for test in tests_for(rules, bench.benchmark):
+        for test in required_tests(rules, bench.benchmark):
             impl = audit(test)
             label = f"{perf.label.rsplit('/', 1)[0]}/{test}"
             if impl.needs_performance_run and perf_rec is None:

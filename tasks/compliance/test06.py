@@ -85,7 +85,8 @@ class Test06(BaseAudit):
                        measured=None if offline else len(first_bad), bound=f"== 0 of {len(entries)}",
                        detail="Offline: no first token" if offline else sample(first_bad)),
             AuditCheck(name=f"outputs ending in more than {allowed} EOS", passed=not eos_bad, measured=len(eos_bad),
-                       bound=f"== 0 of {len(entries)}", detail=sample(eos_bad) + f" EOS ids {sorted(eos)}"),
+                       bound=f"== 0 of {len(entries)}",
+                       detail=" ".join(filter(None, (sample(eos_bad), f"EOS ids {sorted(eos)}")))),
             AuditCheck(name="token_count differs from the output length", passed=not length_bad,
                        measured=len(length_bad), bound=f"== 0 of {len(entries)}", detail=sample(length_bad)),
         )

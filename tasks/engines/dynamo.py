@@ -3,7 +3,7 @@ discovery needs (engines.md §3): etcd for `discovery: etcd` (Slurm), NATS when 
 (one node) or `kubernetes` (the operator, see tasks/launchers/kubernetes.py).
 
 Workers are `python -m dynamo.vllm` (or `dynamo.mocker`, the simulated engine that runs on a CPU). Each worker gets
-its own system port (`DYN_SYSTEM_PORT`, readiness: its /health says `"generate":"ready"`) and, for vLLM, its own
+its own system port (`DYN_SYSTEM_PORT`, readiness: its /health says `"status":"ready"`) and, for vLLM, its own
 NIXL side-channel port and host, unique on its node; the prefill worker's explicit `--kv-transfer-config` is required
 by 1.6.1. The frontend comes last: it is ready when a one-token request goes through it. Output token ids stream in
 `nvext.completion_token_ids` when a request asks for them in `nvext.extra_fields`.
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from submission.engines import DynamoOptions, parse_options
+from submission.errors import LaunchError
 from submission.topology import Slot, place
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import (
@@ -29,7 +30,10 @@ from tasks.engines.common import (
 from tasks.engines.vllm import kv_transfer_config, mm_limits, nixl_env
 
 DISTS = ("ai-dynamo",)
-WORKER_READY = '"generate":"ready"'   # a worker's system /health once its generate endpoint serves
+# A worker's system /health answers 503 "notready" until told which endpoints make it ready; with this it turns
+# 200 "ready" once its generate endpoint serves (verified with 1.6.1's mocker; the Dynamo operator sets the same).
+WORKER_HEALTH = {"DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]'}
+WORKER_READY = '"status":"ready"'
 # 1.6.1 parses DYN_SYSTEM_PORT as a signed 16-bit number ("expected i16 for key SYSTEM_PORT"): every port given to a
 # Dynamo deployment stays under 32768 (found running the mocker here; the kernel's ephemeral ports start at 32768).
 MAX_PORT = 32767
@@ -43,7 +47,11 @@ class Ports:
         self.used = [0] * nodes
 
     def take(self, node: int) -> int:
-        port = self.placement.node(node).ports[self.used[node]]
+        ports = self.placement.node(node).ports
+        if self.used[node] >= len(ports):
+            raise LaunchError(f"the launcher reserved {len(ports)} port(s) on node {node}; the deployment needs more",
+                              fix="place it with tasks.launchers.placement_for (it asks for the backend's demand)")
+        port = ports[self.used[node]]
         self.used[node] += 1
         return port
 
@@ -154,7 +162,7 @@ class DynamoBackend:
         argv += [*self._planes(o), *o.worker_args, *pool.extra_args, *o.extra_args]
         bind = placement.bind_host(node)
         host_env = {"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": bind, "DYN_TCP_RPC_HOST": address,
-                    "DYN_TCP_RESPONSE_STREAM_HOST": address, "DYN_EVENT_PLANE_HOST": address}
+                    "DYN_TCP_RESPONSE_STREAM_HOST": address, "DYN_EVENT_PLANE_HOST": address, **WORKER_HEALTH}
         return ProcessSpec(role=slot.role, name=name, argv=tuple(argv),
                            env={**env, **host_env, **extra_env, **gpu_env(slot.gpu_ids), **o.env}, host=address,
                            port=system_port, gpus=len(slot.gpu_ids), gpu_ids=slot.gpu_ids, node_index=node,

@@ -70,9 +70,9 @@ class ExternalBackend:
                     except httpx.HTTPError as e:
                         last = f"{type(e).__name__}: {e}"
                     if time.monotonic() > deadline:
-                        raise LaunchError(f"the external endpoint {base} did not pass {probe.path} "
-                                          f"{json.dumps(probe.body) if probe.body else ''} within {timeout_s:.0f} s; "
-                                          f"last: {last}",
+                        what = probe.path + (f" {json.dumps(probe.body)}" if probe.body else "")
+                        raise LaunchError(f"the external endpoint {base} did not pass {what} within "
+                                          f"{timeout_s:.0f} s; last: {last}",
                                           fix="check that it runs and serves options.served_model_name; Podium "
                                               "never starts an external engine")
                     time.sleep(0.5)

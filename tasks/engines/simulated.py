@@ -51,6 +51,7 @@ class SimulatedBackend:
         argv = [sys.executable, "-m", "tasks.harness.testing", "--host", placement.bind_host(0), "--port", str(port)]
         for name, value in asdict(cfg).items():
             argv += ["--" + name.replace("_", "-"), str(value)]
+        argv += ["--chunk-tokens", str(parse_options("simulated", options).chunk_tokens)]
         probe = HttpProbe("/v1/completions", {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 1})
         return [ProcessSpec(role="server", name="simulated-server", argv=tuple(argv),
                             cwd=str(Path(__file__).resolve().parents[2]), host=placement.address(0, "simulated-server"),

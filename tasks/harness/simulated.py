@@ -225,9 +225,11 @@ def valid_at(config: SimConfig, protocol: Protocol, qps: float) -> bool:
 
 def max_valid_qps(config: SimConfig, protocol: Protocol, *, resolution: float = 0.001) -> float:
     """The highest target QPS (to `resolution`, relative) loadgen calls VALID: the known answer of a peak search.
-    Found by a downward scan from the saturation capacity, then bisection within the last step, so a rate that
-    passes above a failing one is never reported."""
-    high = config.capacity(protocol.max_tokens) * 1.5
+    Found by a downward scan in 3 % steps from a failing rate over the saturation capacity (short runs can pass
+    over it: a queue needs time to build), then bisection within the last step."""
+    high = config.capacity(protocol.max_tokens) * 1.25
+    while valid_at(config, protocol, high) and high < config.capacity(protocol.max_tokens) * 20:
+        high *= 1.25
     step = 0.97
     qps = high
     while not valid_at(config, protocol, qps):
@@ -256,8 +258,10 @@ def judge(config: SimConfig, probe: Protocol, confirm: Protocol, overhead_s: flo
                                 tpot_limit_s=protocol.tpot_limit_ms / 1000, min_duration_ms=protocol.min_duration_ms)
         tokens = config.tokens(protocol.max_tokens)
         end = float(np.max(arrivals + ttft + tpot * max(tokens - 1, 0)))
-        return Probe(qps=qps, stage=stage, valid=valid, ttft_p99_ms=round(float(np.sort(ttft)[int(n * PERCENTILE)])
-                     * 1000, 3), tpot_p99_ms=round(float(np.sort(tpot)[int(n * PERCENTILE)]) * 1000, 3),
-                     duration_s=round(end + overhead_s, 3))
+        ttft_ms = float(np.sort(ttft)[int(n * PERCENTILE)]) * 1000
+        tpot_ms = float(np.sort(tpot)[int(n * PERCENTILE)]) * 1000
+        margin = max(ttft_ms / protocol.ttft_limit_ms, tpot_ms / protocol.tpot_limit_ms)
+        return Probe(qps=qps, stage=stage, valid=valid, ttft_p99_ms=round(ttft_ms, 3), tpot_p99_ms=round(tpot_ms, 3),
+                     margin=round(margin, 4), duration_s=round(end + overhead_s, 3))
 
     return run

@@ -26,9 +26,10 @@ MAX_BODY = 64 * 1024 * 1024
 
 
 class SimServer:
-    def __init__(self, config: SimConfig, model_name: str = MODEL_NAME) -> None:
+    def __init__(self, config: SimConfig, model_name: str = MODEL_NAME, chunk_tokens: int = 1) -> None:
         self.config = config
         self.model_name = model_name
+        self.chunk_tokens = chunk_tokens
         self.model = SimModel(config)
         self.served = 0
 
@@ -88,13 +89,16 @@ class SimServer:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                      b"Transfer-Encoding: chunked\r\nConnection: " + connection + b"\r\n\r\n")
         seed = _seed(request)
-        for k, at in enumerate(timeline.token_times()):
-            delay = at - loop.time()
+        times = timeline.token_times()
+        tokens = [3 + (seed + 7 * k) % 997 for k in range(len(times))]
+        for first, last in _chunks(len(times), self.chunk_tokens):
+            delay = times[last - 1] - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            token = 3 + (seed + 7 * k) % 997
-            choice = ({"index": 0, "delta": {"content": f" t{token}"}, "token_ids": [token]} if chat else
-                      {"index": 0, "text": f" t{token}", "token_ids": [token]})
+            ids = tokens[first:last]
+            text = "".join(f" t{t}" for t in ids)
+            choice = ({"index": 0, "delta": {"content": text}, "token_ids": ids} if chat else
+                      {"index": 0, "text": text, "token_ids": ids})
             _event(writer, {"object": "chat.completion.chunk" if chat else "text_completion",
                             "model": self.model_name, "choices": [choice]})
             await writer.drain()
@@ -105,6 +109,11 @@ class SimServer:
         data = b"data: [DONE]\n\n"
         writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
         await writer.drain()
+
+
+def _chunks(count: int, size: int) -> list[tuple[int, int]]:
+    """Token index ranges of the events: the first token alone, then `size` at a time."""
+    return [(0, min(1, count))] + [(i, min(i + size, count)) for i in range(1, count, size)]
 
 
 def _event(writer: asyncio.StreamWriter, payload: dict) -> None:
@@ -127,9 +136,9 @@ def _seed(request: dict) -> int:
 
 
 async def serve(config: SimConfig, host: str, port: int, model_name: str = MODEL_NAME,
-                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None, chunk_tokens: int = 1) -> None:
     """Serve until `stop` is set (or forever)."""
-    server = SimServer(config, model_name)
+    server = SimServer(config, model_name, chunk_tokens)
     listener = await asyncio.start_server(server.handle, host, port, backlog=1024)
     if ready is not None:
         ready.set()
@@ -172,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model-name", default=MODEL_NAME)
+    parser.add_argument("--chunk-tokens", type=int, default=1, help="tokens per event after the first")
     config_args(parser)
     args = parser.parse_args(argv)
     config = parse_config(args)
@@ -181,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.run_until_complete(serve(config, args.host, args.port, args.model_name, stop=stop))
+    loop.run_until_complete(serve(config, args.host, args.port, args.model_name, stop=stop,
+                                  chunk_tokens=args.chunk_tokens))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,14 @@ def start_ready(backend: EngineBackend, options: dict[str, Any], model_dir: Path
     if getattr(backend, "external", False):
         backend.attach(options, timeout_s)  # type: ignore[attr-defined]
         return None, backend.endpoint(options, model_dir, [])
-    specs = backend.processes(options, model_dir, placement_for(backend, options, where), build_dir)
+    placement = placement_for(backend, options, where)
+    try:
+        specs = backend.processes(options, model_dir, placement, build_dir)
+    except BaseException:
+        release = getattr(where, "release", None)   # what a launcher took for the placement (a Slurm allocation)
+        if release is not None:
+            release()
+        raise
     deployment = where.start(specs, log_dir, logger)
     try:
         where.wait_ready(deployment, timeout_s)

@@ -139,10 +139,12 @@ class KubernetesLauncher:
 
         ns = self.settings.namespace
         core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
-        delete = {"ConfigMap": lambda: core.delete_namespaced_config_map(name, ns),
-                  "Service": lambda: core.delete_namespaced_service(name, ns),
-                  "Deployment": lambda: apps.delete_namespaced_deployment(name, ns, propagation_policy="Foreground"),
-                  DGD[3]: lambda: custom.delete_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], name)}
+        raw = {"_preload_content": False}   # the answer (the object, or a Status) is not needed
+        delete = {"ConfigMap": lambda: core.delete_namespaced_config_map(name, ns, **raw),
+                  "Service": lambda: core.delete_namespaced_service(name, ns, **raw),
+                  "Deployment": lambda: apps.delete_namespaced_deployment(name, ns, propagation_policy="Foreground",
+                                                                          **raw),
+                  DGD[3]: lambda: custom.delete_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], name, **raw)}
         try:
             delete[kind]()
         except ApiException as e:

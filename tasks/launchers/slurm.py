@@ -34,7 +34,7 @@ import httpx
 from pydantic import ValidationError
 
 from submission.errors import CommandError, LaunchError, PlanError, PodiumError
-from submission.slurm import SlurmSettings
+from submission.slurm import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, write_files
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.local import _forward, tail
@@ -49,6 +49,18 @@ class Allocation:
     nodes: tuple[str, ...]       # node names, in Slurm's order: node_index i of a spec is nodes[i]
     hosts: tuple[str, ...]       # where each is reached (its NodeAddr)
     owned: bool                  # taken by this launcher, so cancelled by it
+    tag: str                     # the name of the launch: the job's (when owned), prefix of its steps' names
+    state_dir: Path
+
+    @property
+    def record(self) -> Path:
+        return self.state_dir / f"slurm-{self.tag}.json"
+
+    @property
+    def workdir(self) -> Path:
+        """The deployment's private folder for config files; on a real cluster the workspace must be on a shared
+        filesystem, since the processes read these files on their nodes."""
+        return self.state_dir / "slurm-work" / f"{self.job_id}-{self.tag}"
 
 
 @dataclass
@@ -59,6 +71,7 @@ class Step:
     name: str                    # the step's job name, unique to this launch
     nodes: tuple[str, ...]
     step_id: str | None = None   # "<job>.<step>" once Slurm lists it
+    srun_job: str = ""           # the job it is a step of
 
     @property
     def label(self) -> str:
@@ -80,6 +93,9 @@ def _fix(text: str, default: str) -> str:
 
 def _failure(step: Step, code: int, when: str) -> LaunchError:
     text = tail(step.log)
+    if step.step_id is None:   # it ended before squeue listed it; srun's own lines name it
+        found = re.findall(rf"StepId=({step.srun_job}\.\d+)", text)
+        step.step_id = found[-1] if found else None
     return LaunchError(f"{step.label} exited with code {code} {when}; last lines of {step.log}:\n{text}",
                        fix=_fix(text, f"read {step.log}"))
 
@@ -92,8 +108,8 @@ class SlurmLauncher:
         try:
             self.settings = settings if isinstance(settings, SlurmSettings) else \
                 SlurmSettings.model_validate(dict(settings or {}))
-        except ValidationError as e:
-            lines = [f"slurm.{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]
+        except ValidationError:
+            lines = settings_problems(dict(settings or {}), "slurm")
             raise PlanError("invalid Slurm settings:\n  " + "\n  ".join(lines), where="engine",
                             fix="see docs/slurm.md for every engine.slurm field") from None
         environ = os.environ if environ is None else environ
@@ -109,20 +125,17 @@ class SlurmLauncher:
         self.steps: list[Step] = []   # live steps of every deployment started here: what the record lists
 
     # --- the allocation -----------------------------------------------------------------------------------------
-    @property
-    def _record(self) -> Path:
-        return self.state_dir / f"slurm-{self.tag}.json"
-
     def _write_record(self) -> None:
-        if self.allocation is None:
+        alloc = self.allocation
+        if alloc is None:
             return
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        data = {"job_id": self.allocation.job_id, "job_name": self.tag, "owned": self.allocation.owned,
+        data = {"job_id": alloc.job_id, "job_name": alloc.tag, "owned": alloc.owned,
                 "slurm_conf": self.env.get("SLURM_CONF"),
                 "steps": [[s.step_id, s.name] for s in self.steps if s.step_id]}
-        tmp = self._record.with_suffix(".tmp")
+        tmp = alloc.record.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
-        tmp.replace(self._record)
+        tmp.replace(alloc.record)
 
     def allocate(self, nodes: int, logger: Logger | None = None) -> Allocation:
         """The allocation of this launcher: taken now (salloc) unless it exists or Podium runs inside one."""
@@ -137,6 +150,9 @@ class SlurmLauncher:
             job, owned = self.inherited, False
         else:
             want = self.settings.nodes or nodes
+            if want < nodes:
+                raise LaunchError(f"the topology needs {nodes} nodes but engine.slurm.nodes is {want}",
+                                  fix=f"set engine.slurm.nodes to {nodes} or more, or remove it")
             argv = cli.salloc_argv(self.settings, want, self.tag)
             log.info("allocating %d node(s): %s", want, json.dumps(argv))
             try:
@@ -145,7 +161,11 @@ class SlurmLauncher:
             except FileNotFoundError:
                 raise LaunchError("salloc is not installed here", fix="run Podium on a Slurm login or batch node "
                                   "(slurm-client), or use another launcher") from None
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as e:   # salloc was killed: withdraw the job it may have queued
+                err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr or ""
+                for pending in re.findall(r"job allocation (\d+)", err):
+                    with contextlib.suppress(PodiumError):
+                        cli.run(["scancel", pending], self.env)
                 raise LaunchError(f"salloc did not return in {self.settings.allocation_timeout_s + 60} s",
                                   fix="check the controller (`scontrol ping`) and `squeue --me`") from None
             granted = re.search(r"Granted job allocation (\d+)", done.stderr)
@@ -156,7 +176,7 @@ class SlurmLauncher:
                     + (f": {known[0]}" if known else "") + f"\n{done.stderr.strip()[-1500:]}",
                     fix=known[1] if known else "read salloc's message above")
             job, owned = granted.group(1), True
-        self.allocation = Allocation(job, (), (), owned)
+        self.allocation = Allocation(job, (), (), owned, self.tag, self.state_dir)
         self._write_record()
         try:
             self.allocation = self._describe(job, owned)
@@ -181,41 +201,45 @@ class SlurmLauncher:
         names = cli.hostnames(nodelist, self.env)
         out = cli.run(["sinfo", "--noheader", "--Node", f"--nodes={nodelist}", "--format=%N|%o"], self.env)
         addr = dict(line.split("|", 1) for line in out.split())
-        return Allocation(job, tuple(names), tuple(addr.get(n, n) for n in names), owned)
+        return Allocation(job, tuple(names), tuple(addr.get(n, n) for n in names), owned, self.tag, self.state_dir)
 
     def release(self) -> None:
         """Cancel the allocation if this launcher took it, and wait until Slurm has ended it."""
         alloc, self.allocation = self.allocation, None
-        if alloc is not None and alloc.owned:
+        if alloc is not None:
+            self._end(alloc)
+
+    def _end(self, alloc: Allocation) -> None:
+        if alloc.owned:
             with contextlib.suppress(CommandError):
                 cli.run(["scancel", alloc.job_id], self.env)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and _job_exists(alloc.job_id, self.env):
                 time.sleep(POLL_S)
-        self._record.unlink(missing_ok=True)
+        alloc.record.unlink(missing_ok=True)
 
     # --- what the backends see ----------------------------------------------------------------------------------
-    def placement(self, ports_needed: int, nodes: int = 1) -> Placement:
+    def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
         alloc = self.allocate(nodes)
         taken: set[int] = set()
         per_node = []
-        for i in range(nodes):
-            ports = self._free_ports(alloc, i, ports_needed, taken) if ports_needed else ()
-            taken.update(ports)
-            per_node.append(Node(alloc.hosts[i], ports))
-        workdir = self._workdir(alloc)
+        try:
+            for i in range(nodes):
+                ports = self._free_ports(alloc, i, ports_needed, taken, max_port) if ports_needed else ()
+                taken.update(ports)
+                per_node.append(Node(alloc.hosts[i], ports))
+        except BaseException:
+            self.release()
+            raise
+        workdir = alloc.workdir
         workdir.mkdir(parents=True, exist_ok=True)
         return Placement(per_node[0].host, per_node[0].ports, nodes=tuple(per_node) if nodes > 1 else (),
                          workdir=str(workdir))
 
-    def _workdir(self, alloc: Allocation) -> Path:
-        """The deployment's private folder for config files; on a real cluster the workspace must be on a shared
-        filesystem, since the processes read these files on their nodes."""
-        return self.state_dir / "slurm-work" / f"{alloc.job_id}-{self.tag}"
-
-    def _free_ports(self, alloc: Allocation, index: int, count: int, skip: set[int]) -> tuple[int, ...]:
+    def _free_ports(self, alloc: Allocation, index: int, count: int, skip: set[int],
+                    max_port: int | None) -> tuple[int, ...]:
         argv = cli.port_finder_argv(self.settings, alloc.job_id, alloc.nodes[index], alloc.hosts[index], count,
-                                    skip, f"{self.tag}-ports")
+                                    skip, f"{self.tag}-ports", max_port)
         try:
             out = cli.run(argv, self.env)
         except CommandError as e:
@@ -241,10 +265,12 @@ class SlurmLauncher:
                     srun = subprocess.Popen(  # noqa: S603 - argv list from a typed spec, no shell
                         argv, env={**self.env, **spec.env}, stdout=out, stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL, process_group=0)
-                deployment.steps.append(Step(spec, srun, log, step_name, nodes))
+                deployment.steps.append(Step(spec, srun, log, step_name, nodes, srun_job=alloc.job_id))
                 self.steps.append(deployment.steps[-1])
                 threading.Thread(target=_forward, args=(log, spec.name, logger, deployment.stop_forwarding),
                                  daemon=True).start()
+                if spec.gpus:   # one GPU step at a time: Slurm hands out the lowest free GPUs, in the specs' order
+                    self._find_steps(deployment)
             self._find_steps(deployment)
         except BaseException:
             self.stop(deployment)
@@ -254,7 +280,7 @@ class SlurmLauncher:
     def _find_steps(self, deployment: SlurmDeployment) -> None:
         """Wait until Slurm lists every step (its id is what stop cancels); a step that exits first fails."""
         deadline = time.monotonic() + self.settings.step_timeout_s + 30   # srun gives up first (--immediate)
-        job = deployment.allocation.job_id
+        job, tries = deployment.allocation.job_id, 0
         while True:
             listed = cli.run(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i|%j"], self.env)
             by_name = {name: sid for sid, _, name in (line.partition("|") for line in listed.split())}
@@ -273,7 +299,8 @@ class SlurmLauncher:
                 raise LaunchError(f"Slurm did not create the step of {s.label} in {self.settings.step_timeout_s:.0f} "
                                   f"s; last lines of {s.log}:\n{tail(s.log)}",
                                   fix=_fix(tail(s.log), f"read {s.log}"))
-            time.sleep(POLL_S)
+            time.sleep(min(POLL_S, 0.05 * 2 ** tries))
+            tries += 1
 
     def alive(self, deployment: SlurmDeployment) -> bool:
         return all(s.srun.poll() is None for s in deployment.steps)
@@ -312,14 +339,19 @@ class SlurmLauncher:
         finally:
             deployment.stop_forwarding.set()
             with contextlib.suppress(OSError):   # kept when a backend wrote files there (they help debugging)
-                self._workdir(deployment.allocation).rmdir()
+                deployment.allocation.workdir.rmdir()
+            # Any launcher object may stop a deployment (a flow keeps the one its launch task returned): what to
+            # end is read from the deployment, not from this object.
+            alloc = deployment.allocation
             self.steps = [s for s in self.steps if s not in deployment.steps]
-            if deployment.allocation.owned:   # one deployment per allocation taken: it ends with it
-                self.release()
-            elif self.steps:
+            if self.allocation is not None and self.allocation.job_id == alloc.job_id and alloc.owned:
+                self.allocation = None
+            if alloc.owned:   # one deployment per allocation taken: it ends with it
+                self._end(alloc)
+            elif self.steps and self.allocation is not None:
                 self._write_record()
             else:
-                self._record.unlink(missing_ok=True)
+                alloc.record.unlink(missing_ok=True)
 
     def _cancel_steps(self, deployment: SlurmDeployment) -> None:
         running = [s for s in deployment.steps if s.srun.poll() is None]

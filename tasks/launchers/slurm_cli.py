@@ -170,26 +170,46 @@ def srun_argv(settings: SlurmSettings, job_id: str, spec: ProcessSpec, nodes: Se
 
 
 # Run on a node (bare, not in the container): bind N ports on the node's address, skipping ones already handed out,
-# and print them. The sockets stay bound until all N are found, so the N differ.
+# and print them; under max_port (> 0) when the engine cannot take a higher one, else the kernel's choice. The sockets
+# stay bound until all N are found, so the N differ.
 PORT_FINDER = """
-import socket, sys
-host, count, skip = sys.argv[1], int(sys.argv[2]), {int(p) for p in sys.argv[3].split(",") if p}
+import random, socket, sys
+host, count, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+skip = {int(p) for p in sys.argv[4].split(",") if p}
+tries = random.sample(range(20000, top + 1), k=top - 19999) if top else [0] * 1000
 held, found = [], []
-while len(found) < count:
+for port in tries:
     s = socket.socket()
     try:
-        s.bind((host, 0))
+        s.bind((host, port))
     except OSError:
-        s.bind(("", 0))
+        s.close()
+        continue
     held.append(s)
     if s.getsockname()[1] not in skip:
         found.append(s.getsockname()[1])
+    if len(found) == count:
+        break
+else:
+    sys.exit(f"found {len(found)} of {count} free ports on {host}" + (f" under {top}" if top else ""))
 print(" ".join(map(str, found)))
 """
 
 
 def port_finder_argv(settings: SlurmSettings, job_id: str, node: str, host: str, count: int, skip: set[int],
-                     step_name: str) -> list[str]:
+                     step_name: str, max_port: int | None = None) -> list[str]:
     return ["srun", f"--jobid={job_id}", f"--job-name={step_name}", "--nodes=1", f"--nodelist={node}",
-            "--ntasks=1", "--overlap", settings.python,
-            "-c", PORT_FINDER, host, str(count), ",".join(map(str, sorted(skip)))]
+            "--ntasks=1", "--overlap", settings.python, "-c", PORT_FINDER, host, str(count), str(max_port or 0),
+            ",".join(map(str, sorted(skip)))]
+
+
+def review(settings: SlurmSettings, specs: Sequence[ProcessSpec]) -> dict[str, object]:
+    """What a launch would run, for `podium launch --dry-run`: the salloc (unless Podium runs inside a job) and each
+    process's srun, with `$JOB` for the job id and `node<i>` for the i-th node of the allocation."""
+    nodes = max((s.node_index + s.nodes for s in specs), default=1)
+    names = [f"node{i}" for i in range(max(nodes, settings.nodes or 0))]
+    steps = {s.name: srun_argv(settings, "$JOB", s, names[s.node_index:s.node_index + s.nodes],
+                               f"{settings.job_name}-<launch>-{s.name}") for s in specs}
+    salloc = None if settings.allocation == "inherit" else \
+        salloc_argv(settings, settings.nodes or nodes, f"{settings.job_name}-<launch>")
+    return {"salloc": salloc, "srun": steps}

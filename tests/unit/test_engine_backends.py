@@ -197,10 +197,11 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
         "--max-model-len", "16384", "--limit-mm-per-prompt", '{"image":1}', "--discovery-backend", "etcd"]
     assert p0.env == {**OFFLINE_ENV, "ETCD_ENDPOINTS": "http://node0:9001", "DYN_SYSTEM_PORT": str(p0.port),
                       "DYN_SYSTEM_HOST": "node0", "DYN_TCP_RPC_HOST": "node0", "DYN_TCP_RESPONSE_STREAM_HOST": "node0",
-                      "DYN_EVENT_PLANE_HOST": "node0", "VLLM_NIXL_SIDE_CHANNEL_HOST": "node0",
+                      "DYN_EVENT_PLANE_HOST": "node0", "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
+                      "VLLM_NIXL_SIDE_CHANNEL_HOST": "node0",
                       "VLLM_NIXL_SIDE_CHANNEL_PORT": str(p0.side_ports["nixl_side_channel"]),
                       "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert p0.probes == (HttpProbe("/health", contains='"generate":"ready"'),)
+    assert p0.probes == (HttpProbe("/health", contains='"status":"ready"'),)
     d3 = decode[3]
     assert "--disaggregation-mode" in d3.argv and d3.argv[d3.argv.index("--disaggregation-mode") + 1] == "decode"
     assert (d3.env["CUDA_VISIBLE_DEVICES"], d3.env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == ("3", "node3")

@@ -72,7 +72,7 @@ def test_text_review_shows_argv_env_ports_gpus_and_probes(tmp_path: Path) -> Non
     assert "[node 3] decode-3 (decode) on node3:" in out and "1 GPU(s) [3]" in out
     assert "argv: /opt/dynamo/venv/bin/python -m dynamo.vllm --model /lustre/mlperf/models/" in out
     assert "CUDA_VISIBLE_DEVICES=2,3" in out
-    assert 'ready when: GET /health contains "generate":"ready"' in out
+    assert 'ready when: GET /health contains "status":"ready"' in out
     assert "ports are picked free at launch" in out
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tasks import staging, transfer
+from submission.errors import PlanError
+from tasks import transfer
 from tasks.staging import MANIFEST, stage
 from tasks.transfer import ChecksumMismatch
 
@@ -128,7 +129,7 @@ def test_a_damaged_staged_copy_is_replaced(tmp_path: Path) -> None:
 
 
 def test_missing_source_names_the_path(tmp_path: Path) -> None:
-    with pytest.raises(staging.PlanError) as caught:
+    with pytest.raises(PlanError) as caught:
         stage(tmp_path / "nope", tmp_path / "stage")
     assert str(tmp_path / "nope") in str(caught.value)
 
@@ -144,3 +145,23 @@ def test_cli_stage_shows_progress_and_result(tmp_path: Path) -> None:
     again = CliRunner().invoke(app, ["stage", str(model), "--to", str(tmp_path / "stage"),
                                      "--workspace", str(tmp_path / "ws")])
     assert again.exit_code == 0 and "reused" in again.output
+
+
+def test_an_unchanged_folder_is_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder without its own manifest is hashed while it is copied (one pass); later stagings trust its
+    remembered manifest while every file keeps its size, mtime and inode, and read nothing."""
+    from tasks import sources
+
+    model = make_model(tmp_path / "nfs", big_mib=1)
+    first = stage(model, tmp_path / "stage")
+    assert not first.reused and list((tmp_path / "stage" / ".sources").glob("tiny-model-*.json"))
+
+    def no_reads(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the source was read")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sources, "copy_file", no_reads)
+        assert stage(model, tmp_path / "stage").reused
+    os.utime(model / "weights.bin", ns=(1, 1))     # touched: copied and hashed again, same bytes, same place
+    again = stage(model, tmp_path / "stage")
+    assert again.reused and again.fetched == again.bytes and again.path == first.path

@@ -1,0 +1,281 @@
+"""Peak-QPS search on a server of known capacity: Podium's search against a linear sweep and loadgen's own
+FindPeakPerformance mode. How many seconds of load each spends, and how close to the true maximum it lands.
+
+The server is Podium's simulated one (tasks/harness/testing.py); its true maximum for a full-length Server run is
+known exactly (`max_valid_qps`: loadgen's fixed-seed schedule replayed through the same model with loadgen's rules).
+
+    python bench/search.py [--mode live|virtual|both] [--reps 3] [--configs decode-bound,tpot-bound]
+
+Methods (every one starts from the same measured Offline throughput, which is not counted):
+  podium      tasks.search: probes of --probe-queries queries, bracket from Offline, bisection to 2 % (aimed by
+              the p99 margins), one full-length confirmation (stepping down if it fails); "refine_up" (virtual
+              only) then also climbs with full-length runs, for when short probes are pessimistic
+  linear      full-length runs from the Offline throughput down in steps of 1.5 % of it; the first VALID one wins
+  findpeak    loadgen TestMode.FindPeakPerformance (Server): lower bound 0.5 x Offline, boundary step 1 (doubling),
+              decimals of precision 0 (1 q/s); every step a full-length run, judged by p99 alone (no early stopping)
+
+`live` runs the real loadgen through Podium's harness against the real HTTP server (median of --reps); `virtual`
+asks the model instead (deterministic, seconds computed from loadgen's schedule plus 1.5 s to start each run), so
+the algorithms compare on many configurations in a moment. Results: bench/results/search.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.findpeak import parse_steps
+from submission.logs import load_run
+from submission.rules import load_rules
+from submission.runs import RunSpec
+from tasks.engines import Endpoint
+from tasks.engines.simulated import config as sim_config
+from tasks.harness.simulated import (
+    PERCENTILE,
+    Protocol,
+    SimConfig,
+    judge,
+    loadgen_schedule,
+    max_valid_qps,
+    query_count,
+    replay,
+)
+from tasks.harness.testing import MODEL_NAME
+from tasks.launchers.local import free_port
+from tasks.probes import ProbeCache, Prober, run_probe, with_rate
+from tasks.search import SearchSettings, search
+
+M, SAMPLES, TOKENS, WITHIN = "gpt-oss-120b", 32, 16, 0.02
+RULES = load_rules("v6.1")
+SERVER = RULES.benchmark(M).scenario("Server")
+SEED = RULES.seeds.schedule_rng_seed
+CONFIGS = {   # engine options of the simulated engine (submission.engines.SimulatedOptions)
+    "decode-bound": {"prefill_workers": 1, "prefill_ms": 3, "decode_workers": 2, "decode_slots": 32, "tpot_ms": 30,
+                     "tpot_load": 1.0, "output_tokens": TOKENS, "chunk_tokens": 5},
+    "tpot-bound": {"prefill_workers": 1, "prefill_ms": 3, "decode_workers": 2, "decode_slots": 32, "tpot_ms": 20,
+                   "tpot_load": 4.0, "output_tokens": TOKENS, "chunk_tokens": 5},
+}
+
+
+def protocol(queries: int) -> Protocol:
+    return Protocol(SERVER.ttft_ms, SERVER.tpot_ms, 1000, queries, SAMPLES, SEED, max_tokens=TOKENS)
+
+
+def spec(dataset: Path, scenario: str, conf: list[tuple[str, str]]) -> RunSpec:
+    return RunSpec(plan="bench", profile="smoke", round="v6.1", system="cpu", benchmark=M, scenario=scenario,
+                   mode="performance", loadgen_model=M, loadgen_scenario=scenario, user_conf=tuple(conf),
+                   dataset=str(dataset), dataset_sha256="-", model_sha256="-", engine="simulated", max_tokens=TOKENS,
+                   temperature=0.0, max_concurrency=512)
+
+
+def server_spec(dataset: Path, qps: float, queries: int) -> RunSpec:
+    return spec(dataset, "Server", [(f"{M}.Server.target_qps", f"{qps:g}"), (f"{M}.Server.min_duration", "1000"),
+                                    (f"{M}.Server.min_query_count", str(queries)),
+                                    (f"{M}.*.performance_sample_count_override", str(SAMPLES))])
+
+
+def dataset(folder: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, 900, size=int(rng.integers(5, 40))).tolist() for _ in range(SAMPLES)]
+    path = folder / "perf.parquet"
+    pq.write_table(pa.table({"input_tokens": pa.array(prompts, type=pa.list_(pa.int32()))}), path)
+    return path
+
+
+def outcome(answer: float | None, true: float, seconds: float, runs: int, valid: bool | None) -> dict:
+    error = None if answer is None else answer / true - 1
+    return {"answer": answer, "error": None if error is None else round(error, 4), "seconds": round(seconds, 1),
+            "runs": runs, "within_2pct": error is not None and -WITHIN <= error <= 0.001, "valid": valid}
+
+
+# ---------------------------------------------------------------- virtual: the model judges, time is computed
+
+def _p99_ok(cfg: SimConfig, qps: float, queries: int) -> tuple[bool, float]:
+    """Loadgen's PerfConstraintsMet alone (what FindPeakPerformance judges by) and the run's seconds."""
+    p = protocol(queries)
+    n = query_count(SEED, qps, p.min_duration_ms, p.min_queries, SAMPLES)
+    arrivals = loadgen_schedule(SEED, qps, n)
+    ttft, tpot = replay(cfg, arrivals, TOKENS)
+    at = int(n * PERCENTILE)
+    ok = np.sort(ttft)[at] <= p.ttft_limit_ms / 1000 and np.sort(tpot)[at] <= p.tpot_limit_ms / 1000
+    return bool(ok), float(np.max(arrivals + ttft + tpot * (TOKENS - 1))) + 1.5
+
+
+def findpeak_virtual(cfg: SimConfig, lower: float, queries: int, decimals: int = 0) -> tuple[float, float, int]:
+    """Loadgen's FindPeakPerformance (FindBoundaries doubling, then bisection to `decimals`) on the model."""
+    ok, seconds = _p99_ok(cfg, lower, queries)
+    runs, low, high = 1, lower, lower * 2
+    while True:
+        ok, s = _p99_ok(cfg, high, queries)
+        runs, seconds = runs + 1, seconds + s
+        if not ok:
+            break
+        low, high = high, high * 2
+    scale = 10 ** decimals
+    while np.floor(low * scale) + 1 < np.floor(high * scale):
+        mid = low + (high - low) / 2
+        ok, s = _p99_ok(cfg, mid, queries)
+        runs, seconds = runs + 1, seconds + s
+        low, high = (mid, high) if ok else (low, mid)
+    return low, seconds, runs
+
+
+def virtual(name: str, options: dict, args: argparse.Namespace) -> dict:
+    cfg = sim_config(options)
+    true = max_valid_qps(cfg, protocol(args.full_queries))
+    offline = cfg.capacity(TOKENS)
+    model = judge(cfg, protocol(args.probe_queries), protocol(args.full_queries))
+    settings = SearchSettings(precision=WITHIN, probe_queries=args.probe_queries, probe_duration_ms=1000)
+    methods = {}
+    for method, refine in (("podium", False), ("podium refine_up", True)):
+        result = search(model, offline, settings.model_copy(update={"refine_up": refine}))
+        methods[method] = outcome(result.qps, true, result.run_seconds, result.runs, result.confirmed)
+    qps, seconds, runs = offline, 0.0, 0
+    while True:
+        probe = model(qps, "confirm")
+        seconds, runs = seconds + probe.duration_s, runs + 1
+        if probe.valid or qps < offline * 0.2:
+            break
+        qps = float(f"{qps - 0.015 * offline:.4g}")
+    methods["linear"] = outcome(qps, true, seconds, runs, probe.valid)
+    found, seconds, runs = findpeak_virtual(cfg, 0.5 * offline, args.full_queries)
+    methods["findpeak"] = outcome(found, true, seconds, runs, model(found, "confirm").valid)
+    return {"config": name, "capacity": round(offline, 2), "true_max": round(true, 3), "methods": methods}
+
+
+# ---------------------------------------------------------------- live: real loadgen, real HTTP server
+
+def live_once(name: str, options: dict, args: argparse.Namespace, work: Path, data: Path) -> dict:
+    cfg = sim_config(options)
+    true = max_valid_qps(cfg, protocol(args.full_queries))
+    port = free_port()
+    argv = [sys.executable, "-m", "tasks.harness.testing", "--port", str(port),
+            "--chunk-tokens", str(options["chunk_tokens"])]
+    argv += [a for k, v in vars(cfg).items() for a in ("--" + k.replace("_", "-"), str(v))]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # noqa: S603
+    try:
+        time.sleep(1.5)
+        endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}", model=MODEL_NAME, accepts_token_ids=True,
+                            returns_token_ids=True)
+        offline_spec = spec(data, "Offline", [(f"{M}.Offline.target_qps", f"{2 * cfg.capacity(TOKENS):g}"),
+                                              (f"{M}.Offline.min_duration", "1000"),
+                                              (f"{M}.*.performance_sample_count_override", str(SAMPLES))])
+        offline = run_probe(offline_spec, "offline", endpoint, work / "offline").completed_qps
+        base = server_spec(data, offline, args.full_queries)
+
+        def run(s: RunSpec, stage: str, qps: float, engine: object, folder: str) -> object:
+            return run_probe(s, stage, endpoint, Path(folder))
+
+        settings = SearchSettings(precision=WITHIN, probe_queries=args.probe_queries, probe_duration_ms=1000)
+        prober = Prober(base, settings, ProbeCache(work / "cache", base), None, str(work / "podium"), run)
+        result = search(prober, offline, settings)
+        methods = {"podium": outcome(result.qps, true, result.run_seconds, result.runs, result.confirmed)}
+        qps, seconds, runs = offline, 0.0, 0
+        while True:
+            probe = run_probe(with_rate(base, qps, min_duration_ms=None, min_query_count=None), "confirm", endpoint,
+                              work / "linear")
+            seconds, runs = seconds + probe.duration_s, runs + 1
+            if probe.valid or qps < offline * 0.2:
+                break
+            qps = float(f"{qps - 0.015 * offline:.4g}")
+        methods["linear"] = outcome(qps, true, seconds, runs, probe.valid)
+        methods["findpeak"] = findpeak_live(server_spec(data, float(f"{0.5 * offline:.4g}"), args.full_queries),
+                                            endpoint, work / "findpeak", true)
+        return {"config": name, "offline": round(offline, 3), "true_max": round(true, 3), "methods": methods}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def findpeak_live(s: RunSpec, endpoint: Endpoint, folder: Path, true: float) -> dict:
+    import dataclasses
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run.json").write_text(s.model_dump_json())
+    (folder / "endpoint.json").write_text(json.dumps(dataclasses.asdict(endpoint) | {"drop_fields": []}))
+    (folder / "findpeak.json").write_text(json.dumps({"server_find_peak_qps_decimals_of_precision": 0,
+                                                      "server_find_peak_qps_boundary_step_size": 1.0}))
+    began = time.monotonic()
+    subprocess.run([sys.executable, str(Path(__file__).with_name("findpeak.py")), str(folder)], cwd=folder,  # noqa: S603
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=3600)
+    seconds = time.monotonic() - began
+    steps = parse_steps(folder / "mlperf_log_detail.txt")
+    return outcome(steps["found"], true, seconds, steps["runs"], load_run(folder).valid) | {"tried": steps["tried"]}
+
+
+def median(runs: list[dict]) -> dict:
+    out = {"config": runs[0]["config"], "true_max": runs[0]["true_max"],
+           "offline": statistics.median(r["offline"] for r in runs), "reps": len(runs), "methods": {}}
+    for method in runs[0]["methods"]:
+        rows = [r["methods"][method] for r in runs]
+        answers = [r["answer"] for r in rows if r["answer"] is not None]
+        out["methods"][method] = {
+            "answer": statistics.median(answers) if answers else None,
+            "error": statistics.median(r["error"] for r in rows if r["error"] is not None) if answers else None,
+            "seconds": statistics.median(r["seconds"] for r in rows),
+            "runs": statistics.median(r["runs"] for r in rows),
+            "within_2pct": sum(r["within_2pct"] for r in rows), "valid": sum(bool(r["valid"]) for r in rows)}
+    return out
+
+
+def table(results: list[dict], kind: str) -> str:
+    lines = [f"| {kind} | config | true max (q/s) | method | runs | load seconds | answer (q/s) | vs true max |"
+             " within 2 % | VALID |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for method, m in r["methods"].items():
+            reps = r.get("reps")
+            within = f"{m['within_2pct']}/{reps}" if reps else ("yes" if m["within_2pct"] else "no")
+            valid = f"{m['valid']}/{reps}" if reps else ("yes" if m["valid"] else "no")
+            answer = "-" if m["answer"] is None else f"{m['answer']:.4g}"
+            error = "-" if m["error"] is None else f"{100 * m['error']:+.1f} %"
+            lines.append(f"| {kind} | {r['config']} | {r['true_max']:.4g} | {method} | {m['runs']:g} | "
+                         f"{m['seconds']:.0f} | {answer} | {error} | {within} | {valid} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("live", "virtual", "both"), default="both")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--configs", default="decode-bound,tpot-bound", help="virtual: these; live: the first")
+    parser.add_argument("--probe-queries", type=int, default=640)
+    parser.add_argument("--full-queries", type=int, default=1024)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "search.json")
+    args = parser.parse_args()
+    names = [n for n in args.configs.split(",") if n]
+    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
+                    "cpus": len(__import__("os").sched_getaffinity(0)), "probe_queries": args.probe_queries,
+                    "full_queries": args.full_queries, "configs": {n: CONFIGS[n] for n in names}}
+    if args.mode in ("virtual", "both"):
+        report["virtual"] = [virtual(n, CONFIGS[n], args) for n in names]
+        print(table(report["virtual"], "virtual"))
+    if args.mode in ("live", "both"):
+        with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+            data = dataset(Path(tmp))
+            runs = [live_once(names[0], CONFIGS[names[0]], args, Path(tmp) / f"rep{i}", data)
+                    for i in range(args.reps)]
+        report["live_runs"] = runs
+        report["live"] = [median(runs)]
+        print(table(report["live"], "live"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The kubernetes launcher against a fake API server (tests/integration/fake_kube.py) up to the API boundary: what it
+creates and deletes, readiness through the Service (the API server's service proxy, forwarded to the real smoke
+engine), fail-fast on a crashing pod, and cleanup of what a killed run left. No real cluster is involved."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from submission.engines import KubernetesSettings
+from submission.errors import LaunchError
+from tasks.engines import Endpoint, backend, demand
+from tasks.launchers import launched, launcher, start_ready
+from tasks.launchers.kubernetes import KubernetesLauncher
+from tests.integration.fake_kube import TOKEN, FakeApiServer
+
+pytestmark = pytest.mark.integration
+LOG = logging.getLogger("test.k8s")
+NS = "podium-test"
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def smoke_engine(smoke_server: Endpoint) -> tuple[str, int]:
+    """The real smoke engine on 127.0.0.1: what the Service of the pod would reach in a cluster."""
+    host, port = smoke_server.base_url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _launcher(api: FakeApiServer, tmp_path: Path, engine: str = "smoke", **settings: object) -> KubernetesLauncher:
+    config = KubernetesSettings(image="registry.example/podium-smoke:1", namespace=NS, name=f"podium-{engine}",
+                                kubeconfig=str(api.kubeconfig(tmp_path / "kubeconfig")), shm_gib=0, **settings)
+    return launcher("kubernetes", state_dir=tmp_path / "state", settings=config, engine=engine)  # type: ignore
+
+
+def _calls(api: FakeApiServer, method: str | None = None) -> list[tuple[str, str]]:
+    return [(r["method"], r["path"]) for r in api.cluster.requests if method in (None, r["method"])
+            and "/proxy" not in r["path"] and not r["path"].endswith("/pods")]
+
+
+def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_path: Path, smoke_store: Path,
+                                                     smoke_engine: tuple[str, int]) -> None:
+    model = smoke_store / "models" / "tiny-llama"
+    api.cluster.services["podium-smoke-smoke-server"] = smoke_engine
+    api.cluster.unready_proxy_calls = 3   # the Service has no ready endpoint at first
+    where = _launcher(api, tmp_path)
+    with launched(backend("smoke"), {}, model, where, tmp_path / "logs", LOG, timeout_s=60) as endpoint:
+        assert endpoint.base_url == f"http://podium-smoke-smoke-server.{NS}.svc.cluster.local:8000"
+        created = dict(api.cluster.objects)
+        assert json.loads((tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").read_text()) == [
+            ["Deployment", "podium-smoke-smoke-server"], ["Service", "podium-smoke-smoke-server"]]
+    assert _calls(api, "POST") == [("POST", f"/apis/apps/v1/namespaces/{NS}/deployments"),
+                                   ("POST", f"/api/v1/namespaces/{NS}/services")]
+    deployment = k8s.V1Deployment.from_dict(created[("deployments", "podium-smoke-smoke-server")])
+    [c] = deployment.spec.template.spec.containers
+    assert c.image == "registry.example/podium-smoke:1" and c.command[1:3] == ["serve", str(model)]
+    assert c.command[c.command.index("--host") + 1] == "0.0.0.0" and c.ports[0].container_port == 8000
+    proxied = [(r["method"], r["path"].split("/proxy", 1)[1]) for r in api.cluster.requests if "/proxy" in r["path"]]
+    assert proxied[:3] == [("GET", "/health")] * 3   # 503 three times: it waited
+    assert proxied[3:] == [("GET", "/health"), ("POST", "/v1/completions")]
+    one_token = next(r for r in api.cluster.requests if r["path"].endswith("/proxy/v1/completions"))
+    assert one_token["path"] == f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server:8000/proxy/v1/completions"
+    assert one_token["body"] == {"model": str(model), "prompt": "the", "max_tokens": 1}
+    assert all(r["auth"] == f"Bearer {TOKEN}" for r in api.cluster.requests)
+    assert _calls(api, "DELETE") == [("DELETE", f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server"),
+                                     ("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments/podium-smoke-smoke-server")]
+    assert api.cluster.objects == {} and not (tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").exists()
+
+
+def test_a_crashing_pod_fails_at_once_with_its_log(api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
+    api.cluster.pod_waiting = "CrashLoopBackOff"
+    api.cluster.pod_log = "Loading weights\nRuntimeError: CUDA out of memory on rank 0\n"
+    with pytest.raises(LaunchError) as e:
+        start_ready(backend("smoke"), {}, smoke_store / "models" / "tiny-llama", _launcher(api, tmp_path),
+                    tmp_path / "logs", LOG, timeout_s=600)
+    assert "smoke-server (pod podium-smoke-smoke-server-7d9f8-abcde) CrashLoopBackOff while starting" in str(e.value)
+    assert "CUDA out of memory on rank 0" in str(e.value) and "kubectl describe pod" in str(e.value)
+    assert api.cluster.objects == {}   # stopped: what it created is deleted
+
+
+def test_a_later_run_deletes_what_a_killed_run_left(api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
+    model = smoke_store / "models" / "tiny-llama"
+    be = backend("smoke")
+    first = _launcher(api, tmp_path)
+    specs = be.processes({}, model, first.placement(1))
+    first.start(specs, tmp_path / "logs", LOG)   # the run that did this is killed here
+    second = _launcher(api, tmp_path)
+    again = second.start(specs, tmp_path / "logs", LOG)
+    methods = [m for m, _ in _calls(api)]
+    assert methods == ["POST", "POST", "DELETE", "DELETE", "POST", "POST"]
+    second.stop(again)
+    assert api.cluster.objects == {}
+
+
+def test_an_object_this_workspace_did_not_create(api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
+    where = _launcher(api, tmp_path)
+    specs = backend("smoke").processes({}, smoke_store / "models" / "tiny-llama", where.placement(1))
+    api.cluster.objects[("services", "podium-smoke-smoke-server")] = {"metadata": {"name": "x"}}
+    with pytest.raises(LaunchError, match="Service podium-smoke-smoke-server already exists in namespace podium-test "
+                                          "and this workspace did not create it"):
+        where.start(specs, tmp_path / "logs", LOG)
+    assert ("deployments", "podium-smoke-smoke-server") not in api.cluster.objects   # rolled back
+    assert ("services", "podium-smoke-smoke-server") in api.cluster.objects          # not ours: left alone
+
+
+def test_dynamo_applies_a_graph_deployment(api: FakeApiServer, tmp_path: Path) -> None:
+    options = {"version": "1.6.1", "nodes": 4, "gpus_per_node": 4, "discovery": "kubernetes",
+               "prefill": {"workers": 6, "tensor_parallel_size": 2}, "decode": {"workers": 4}}
+    where = _launcher(api, tmp_path, engine="dynamo", model_claim="models")
+    nodes, ports = demand(backend("dynamo"), options)
+    specs = backend("dynamo").processes(options, Path("/models/qwen3-vl"), where.placement(ports, nodes=nodes))
+    deployment = where.start(specs, tmp_path / "logs", LOG)
+    assert _calls(api, "POST") == [("POST", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments")]
+    graph = api.cluster.objects[("dynamographdeployments", "podium-dynamo")]
+    assert graph["spec"]["services"]["PrefillWorker"]["replicas"] == 6
+    assert json.loads((tmp_path / "logs" / "manifests.json").read_text())[0]["kind"] == "DynamoGraphDeployment"
+    where.stop(deployment)
+    assert _calls(api, "DELETE") == [
+        ("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/podium-dynamo")]
+
+
+def test_bad_credentials_are_named(tmp_path: Path) -> None:
+    settings = KubernetesSettings(image="x", kubeconfig=str(tmp_path / "missing"))
+    where = KubernetesLauncher(tmp_path, settings, engine="smoke")
+    with pytest.raises(LaunchError, match="no Kubernetes credentials"):
+        _ = where.api
