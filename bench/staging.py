@@ -11,14 +11,15 @@ the copy paths, not the disks.
 
 Methods:
   cp            `cp -r` of the local folder (no verification)
-  cp+sha256     the same, then a sha256 pass over the copy (what verifying a plain copy costs)
+  cp+verify     the same, then a sha256 pass over the copy and an fsync of each file: what a plain copy costs
+                once it is verified and on disk, as a staged copy is
   stage-fs      tasks.staging.stage of the local folder, first time (no manifest yet: each byte hashed while it
-                is copied, journaled, atomic rename)
+                is copied, journaled, fsynced, atomic rename)
   boto3         boto3 `download_file` of each object with its default TransferConfig (8 MiB parts, 10 threads;
                 no checksum of the whole object)
-  boto3+sha256  the same, then a sha256 pass over the files
+  boto3+verify  the same, then a sha256 pass over the files and an fsync of each
   stage-s3      tasks.staging.stage of s3://bench/model (8 ranged GETs of 8 MiB in flight, sha256 checked against
-                the manifest while copying, journal for resume, atomic rename)
+                the manifest while copying, journal for resume, fsync, atomic rename)
 """
 
 from __future__ import annotations
@@ -113,10 +114,15 @@ def main() -> None:
                     method(dest)
                     for path in sorted(p for p in dest.rglob("*") if p.is_file()):
                         sha256_file(path)
+                        fd = os.open(path, os.O_RDONLY)
+                        try:
+                            os.fsync(fd)
+                        finally:
+                            os.close(fd)
                 return run
 
-            methods = {"cp": cp, "cp+sha256": then_verify(cp), "stage-fs": stage_fs, "boto3": boto3_default,
-                       "boto3+sha256": then_verify(boto3_default), "stage-s3": stage_s3}
+            methods = {"cp": cp, "cp+verify": then_verify(cp), "stage-fs": stage_fs, "boto3": boto3_default,
+                       "boto3+verify": then_verify(boto3_default), "stage-s3": stage_s3}
             load = os.getloadavg()[0]
             results = {}
             for name, times in timed(methods, base / "dest", args.runs).items():

@@ -112,7 +112,7 @@ def register(app: typer.Typer, fail: Callable[[PodiumError], None], prefect_env:
               gpus_per_node: Annotated[int | None, typer.Option(help="for per-GPU throughput")] = None,
               precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
               workspace: WorkspaceOpt = Path(".podium"), as_json: AsJson = False) -> None:
-        """Run the benchmark at each node count; efficiency against linear; exit 1 under the floor."""
+        """Run the benchmark at each node count; efficiency against linear; exit 6 under the floor."""
         load(plan, workspace)
         from flows.scaling import scaling_check
 

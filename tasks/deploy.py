@@ -131,6 +131,9 @@ def render(items: list[dict[str, Any]]) -> str:
                   f"  model {r['model_dir']}; build folder {r['build_dir']}"]
         if r["launcher"] != "kubernetes":
             lines.append(f"  ports are picked free at launch; shown here counted from {REVIEW_PORT}")
+        else:
+            lines.append("  each process is a pod: CUDA_VISIBLE_DEVICES is dropped there (the device plugin numbers a "
+                         "pod's GPUs from 0); config files come from a ConfigMap at the paths shown")
         for p in r["processes"]:
             gpus = f"{p['gpus']} GPU(s) {p['gpu_ids']}" if p["gpus"] else "no GPU"
             mpi = f", {p['mpi_ranks']} MPI ranks over {p['nodes']} node(s)" if p["mpi_ranks"] > 1 else ""

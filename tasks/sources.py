@@ -12,6 +12,7 @@ is rsync's quick check; a file rewritten in place with its old size and mtime re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,14 +52,31 @@ class S3Access:
     def config(self, bucket: str) -> storage.StorageConfig:
         if self.embedded_dir is None:
             return storage.StorageConfig(self.endpoint_url, bucket, "", self.region)
-        from tasks import s3server
+        endpoint, access_key, secret_key = _embedded(self.embedded_dir)
+        return storage.StorageConfig(endpoint, bucket, "", self.region, access_key, secret_key)
 
-        server = s3server.running(Path(self.embedded_dir))
-        if server is None:
-            raise StorageError(f"no embedded S3 server is running on {self.embedded_dir}", where=bucket,
-                               fix="start it with `podium dev up`, or run the plan with `podium run`")
-        return storage.StorageConfig(server.endpoint_url, bucket, "", self.region, server.credentials.access_key,
-                                     server.credentials.secret_key)
+
+def _embedded(data_dir: str) -> tuple[str, str, str]:
+    """The embedded server's endpoint and keys, probed once per start of the server (its server.json changes at
+    every start): a probe builds a boto3 client, which costs a few hundred milliseconds."""
+    from tasks import s3server
+
+    try:
+        started = (Path(data_dir) / s3server.SERVER_FILE).stat().st_mtime_ns
+    except OSError:
+        started = 0
+    return _embedded_at(data_dir, started)
+
+
+@functools.lru_cache(maxsize=16)
+def _embedded_at(data_dir: str, started: int) -> tuple[str, str, str]:
+    from tasks import s3server
+
+    server = s3server.running(Path(data_dir))
+    if server is None:
+        raise StorageError(f"no embedded S3 server is running on {data_dir}",
+                           fix="start it with `podium dev up`, or run the plan with `podium run`")
+    return server.endpoint_url, server.credentials.access_key, server.credentials.secret_key
 
 
 class LocalSource:

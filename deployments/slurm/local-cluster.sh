@@ -66,9 +66,8 @@ export SLURM_CONF=$CONF
 # pid_alive FILE WORD: the pid in FILE runs and its command line holds WORD (a recycled pid is not ours)
 pid_alive() {
     local pid
-    [ -s "$1" ] || return 1
-    pid=$(cat "$1")
-    [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
+    pid=$(cat "$1" 2>/dev/null) || return 1   # a daemon removes its pid file as it exits
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$2"
 }
 
 node_names() { local i; for i in $(seq 1 "$NODES"); do echo "node$i"; done; }
@@ -170,7 +169,7 @@ up() {
 stop_pid() {  # stop_pid FILE WORD: TERM the daemon of FILE, KILL it after 10 s
     local file=$1 word=$2 pid i
     pid_alive "$file" "$word" || { rm -f "$file"; return 0; }
-    pid=$(cat "$file")
+    pid=$(cat "$file" 2>/dev/null) || return 0
     kill -TERM "$pid" 2>/dev/null || true
     for i in $(seq 1 40); do pid_alive "$file" "$word" || break; sleep 0.25; done
     if pid_alive "$file" "$word"; then kill -KILL "$pid" 2>/dev/null || true; fi
@@ -205,5 +204,5 @@ case "${1:-}" in
     down) down ;;
     status) if status; then say "up: export SLURM_CONF=$CONF"; sinfo; else exit 1; fi ;;
     env) echo "export SLURM_CONF=$CONF" ;;
-    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac

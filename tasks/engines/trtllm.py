@@ -150,7 +150,7 @@ class TrtllmBackend:
     def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         o = self.options(options)
-        files = self.config_files(options, build_dir or model_dir.parent / f"{model_dir.name}-trtllm")
+        files = self.config_files(options, build_dir or scratch(placement.workdir, None, self.name))
         by_name = {Path(p).name: p for p in files}
         env = {**OFFLINE_ENV, **o.env}
         model = self.model_name(o, model_dir)

@@ -147,14 +147,14 @@ async def serve(config: SimConfig, host: str, port: int, model_name: str = MODEL
 
 
 @contextlib.contextmanager
-def running(config: SimConfig, port: int, host: str = "127.0.0.1") -> Iterator[str]:
+def running(config: SimConfig, port: int, host: str = "127.0.0.1", chunk_tokens: int = 1) -> Iterator[str]:
     """Run the server in a thread of this process (tests); yields its base URL, stops on exit."""
     import threading
 
     loop = asyncio.new_event_loop()
     ready, stop = asyncio.Event(), asyncio.Event()
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(config, host, port, ready=ready, stop=stop),),
-                              daemon=True)
+    server = serve(config, host, port, ready=ready, stop=stop, chunk_tokens=chunk_tokens)
+    thread = threading.Thread(target=loop.run_until_complete, args=(server,), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not ready.is_set() and time.monotonic() < deadline and thread.is_alive():

@@ -260,7 +260,17 @@ class KubernetesLauncher:
         return endpoint
 
     def alive(self, deployment: KubernetesDeployment) -> bool:
-        return bool(deployment.created)
+        """False once a pod of the deployment crashed or cannot run (the session then relaunches)."""
+        if not deployment.created:
+            return False
+        if deployment.graph:
+            return True   # the operator restarts a graph's pods itself
+        try:
+            for spec in deployment.processes:
+                self._fail_fast(deployment, spec)
+        except LaunchError:
+            return False
+        return True
 
     def stop(self, deployment: KubernetesDeployment) -> None:
         """Delete what this launch created, newest first; the record goes when all are gone."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,11 +23,11 @@ def main(spec_file: Path) -> None:
     from tasks.engines import backend
     from tasks.harness import runner
     from tasks.launchers import launcher, start_ready
-    from tests.integration.engines_support import listening, offline_spec
+    from tests.integration.engines_support import listening, loopback_up, offline_spec
 
     spec = json.loads(spec_file.read_text())
     work = Path(spec["work"])
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    loopback_up()
     logging.basicConfig(level=logging.INFO, filename=work / "launch.log")
     log = logging.getLogger("dynamo-netns")
     options = {"python": spec["python"], "worker": "mocker", "discovery": "file", "gpus_per_node": 0,

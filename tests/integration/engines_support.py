@@ -3,8 +3,11 @@ over the smoke data set, and the listening sockets of a process group."""
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import os
-import subprocess
+import socket
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from submission.runs import RunSpec
 
 REPO = Path(__file__).parents[2]
 BENCH = "gpt-oss-120b"
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1   # linux/sockios.h, linux/if.h
 
 
 def engine_python(venv: str, target: str) -> Path:
@@ -41,7 +45,8 @@ def offline_spec(dataset: Path, mode: str, *, samples: int, max_tokens: int, eng
 
 
 def listening(pgids: set[int]) -> list[str]:
-    """`address:port` of every TCP socket that a process of these process groups listens on."""
+    """`address:port` of every TCP socket a process of these process groups listens on, read from /proc (each
+    process's own network namespace), so no `ss` is needed."""
     pids = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -50,5 +55,34 @@ def listening(pgids: set[int]) -> list[str]:
             continue
         if int(fields[2]) in pgids:
             pids.add(int(stat.parent.name))
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[3] for line in out.splitlines() if any(f"pid={p}," in line for p in pids)]
+    found = set()
+    for pid in pids:
+        try:
+            inodes = {os.readlink(fd)[8:-1] for fd in Path(f"/proc/{pid}/fd").iterdir()
+                      if os.readlink(fd).startswith("socket:[")}
+            tables = [(Path(f"/proc/{pid}/net/tcp").read_text(), False),
+                      (Path(f"/proc/{pid}/net/tcp6").read_text(), True)]
+        except OSError:
+            continue
+        for table, v6 in tables:
+            for row in table.splitlines()[1:]:
+                cols = row.split()
+                if cols[3] == "0A" and cols[9] in inodes:   # 0A: LISTEN
+                    found.add(_address(cols[1], v6))
+    return sorted(found)
+
+
+def _address(hex_address: str, v6: bool) -> str:
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)
+    if v6:
+        words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+        return f"[{ipaddress.IPv6Address(words)}]:{int(port, 16)}"
+    return f"{ipaddress.IPv4Address(raw[::-1])}:{int(port, 16)}"
+
+
+def loopback_up() -> None:
+    """`ip link set lo up` without iproute2: set IFF_UP on lo (SIOCGIFFLAGS / SIOCSIFFLAGS)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0)))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))

@@ -78,7 +78,13 @@ def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_pat
 
 
 def test_a_crashing_pod_fails_at_once_with_its_log(api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
+    where = _launcher(api, tmp_path)
+    specs = backend("smoke").processes({}, smoke_store / "models" / "tiny-llama", where.placement(1))
+    running = where.start(specs, tmp_path / "logs", LOG)
+    assert where.alive(running)
     api.cluster.pod_waiting = "CrashLoopBackOff"
+    assert not where.alive(running)   # an engine session relaunches it
+    where.stop(running)
     api.cluster.pod_log = "Loading weights\nRuntimeError: CUDA out of memory on rank 0\n"
     with pytest.raises(LaunchError) as e:
         start_ready(backend("smoke"), {}, smoke_store / "models" / "tiny-llama", _launcher(api, tmp_path),

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from submission.errors import RunFailed
 from submission.rules import load_rules
 from tasks.engines.simulated import config
 from tasks.harness.simulated import Protocol, loadgen_schedule, max_valid_qps
@@ -148,17 +149,18 @@ def test_sweep_picks_the_known_best_split(prefect_server: None, tmp_path: Path) 
 
 
 def test_podium_scale_gates_efficiency(prefect_server: None, tmp_path: Path) -> None:
-    """Offline at 1 and 2 nodes of a deployment that loses 10 % per added node: efficiency ~0.9, under 0.95."""
+    """Offline at 1 and 2 nodes of a deployment that loses 30 % per added node: efficiency ~0.7, under 0.95."""
     from typer.testing import CliRunner
 
     from flows.cli import app
 
-    plan = sim_plan(tmp_path, {**SEARCH_ENGINE, "node_efficiency": 0.9}, server_queries=640, name="scale")
+    plan = sim_plan(tmp_path, {**SEARCH_ENGINE, "node_efficiency": 0.7}, server_queries=640, name="scale")
     result = CliRunner().invoke(app, ["scale", str(plan), "--nodes", "1,2", "--gpus-per-node", "4",
                                       "--workspace", str(tmp_path / "ws"), "--json"])
-    assert result.exit_code == 1, result.output
-    data = json.loads(result.output[: result.output.rindex("}") + 1])
+    assert result.exit_code == RunFailed.exit_code, result.output      # the gate failed: exit non-zero
+    text = result.output
+    data = json.loads(text[text.index('{\n  "rows"'): text.rindex("\n}") + 2])
     rows = {r["nodes"]: r for r in data["rows"]}
-    assert rows[2]["efficiency"] == pytest.approx(0.9, abs=0.06)
+    assert 0.55 <= rows[2]["efficiency"] <= 0.85
     assert rows[2]["per_gpu"] == pytest.approx(rows[2]["metric"] / 8)
     assert data["passed"] is False and data["gates"][0]["passed"] is False and data["floor"] == 0.95

@@ -32,7 +32,6 @@ LOG = logging.getLogger("test.slurm")
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "deployments" / "slurm" / "local-cluster.sh"
 SBATCH = REPO / "deployments" / "slurm" / "podium.sbatch"
-SMALL_CACHE = ("--cb-num-blocks", "256", "--cb-max-batch-tokens", "1024")   # 0.8 GB RSS instead of 14.4 GB
 
 # Serves HTTP on 127.0.0.1:<port>; first prints what Slurm gave the step.
 WEB = """
@@ -131,10 +130,7 @@ def test_smoke_engine_on_two_nodes_with_loadgen(slurm_conf: Path, smoke_store: P
     for index in (0, 2):
         node = placement.node(index)
         spec = smoke.processes({}, model, Placement(node.host, node.ports))[0]
-        # On the CPU, transformers' continuous batching sizes its KV cache from 60 % of the machine's RAM, per
-        # server (14.4 GB RSS measured on a 24 GB machine); two servers on one machine need a small, fixed one.
-        specs.append(dataclasses.replace(spec, name=f"smoke-{index}", node_index=index,
-                                         argv=(*spec.argv, *SMALL_CACHE)))
+        specs.append(dataclasses.replace(spec, name=f"smoke-{index}", node_index=index))
     assert specs[0].port != specs[1].port   # the nodes share one address here, so ports differ across nodes
     deployment = where.start(specs, tmp_path / "logs", LOG)
     try:

@@ -21,7 +21,7 @@ from tests.loadgen_fake import default_user_conf, fake_tokens, run_fake
 
 RULES = load_rules("v6.1")
 TOTAL, TOKENS = 16, 8
-LATENCY_S = 1.0   # the Offline fake SUT answers its one query after this long: the run's duration, for TEST01/04
+LATENCY_S = 2.0   # the Offline fake SUT answers its one query after this long: the run's duration, for TEST01/04
 
 
 class FirstTokenEvaluator:

@@ -265,3 +265,27 @@ def test_a_kubernetes_placement_binds_every_interface_and_names_services() -> No
 def test_versions_come_from_the_pin_when_the_engine_is_not_here(engine: str) -> None:
     options = {"version": "9.9.9", **({"python": "/nonexistent/python"} if engine != "trtllm" else {})}
     assert backend(engine).version(options).endswith("9.9.9")
+
+
+@pytest.mark.parametrize(("engine", "options", "fields"), [
+    ("vllm", {"gpus_per_node": 1}, {"return_token_ids": True}),
+    ("trtllm", {"gpus_per_node": 1}, {"detokenize": False}),
+    ("dynamo", {"python": "py", "gpus_per_node": 1, "discovery": "etcd"},
+     {"nvext": {"extra_fields": ["completion_token_ids"]}}),
+])
+def test_the_harness_asks_each_engine_for_token_ids_its_way(engine: str, options: dict, fields: dict) -> None:
+    import asyncio
+
+    from tasks.harness.client import CompletionClient
+
+    be = backend(engine)
+    specs = be.processes(options, Path("/m/x"), placement(engine, options, ["h"]), None)
+    client = CompletionClient(be.endpoint(options, Path("/m/x"), specs), max_tokens=4, temperature=0.0,
+                              max_concurrency=1)
+    try:
+        body = client.request((5, 6, 7))
+    finally:
+        asyncio.run(client.aclose())
+    assert body["prompt"] == [5, 6, 7] and body["stream"] is True
+    assert {k: body[k] for k in fields} == fields
+    assert ("return_token_ids" in body) == (engine == "vllm")   # TRT-LLM and Dynamo refuse unknown fields

@@ -165,3 +165,27 @@ def test_an_unchanged_folder_is_not_read_again(tmp_path: Path, monkeypatch: pyte
     os.utime(model / "weights.bin", ns=(1, 1))     # touched: copied and hashed again, same bytes, same place
     again = stage(model, tmp_path / "stage")
     assert again.reused and again.fetched == again.bytes and again.path == first.path
+
+
+def test_a_resumed_copy_that_fails_its_checksum_starts_over(tmp_path: Path, small_chunks: None) -> None:
+    """Journaled bytes are not fsynced: after a machine crash they may be garbage. The final checksum catches that,
+    and the copy is redone once from nothing rather than calling the source corrupt."""
+    model = make_model(tmp_path / "nfs")
+    listed = {rel: {"size": p.stat().st_size, "sha256": sha(p)} for rel, p in
+              (("config.json", model / "config.json"), ("sub/tokenizer.json", model / "sub" / "tokenizer.json"),
+               ("weights.bin", model / "weights.bin"))}
+    (model / MANIFEST).write_text(json.dumps(listed))
+
+    def cut(done: int, _total: int) -> None:
+        if done >= 7 * MIB:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        stage(model, tmp_path / "stage", progress=cut)
+    part = next((tmp_path / "stage").rglob("weights.bin.part"))
+    with part.open("r+b") as f:   # what a crash can leave: journaled bytes that never reached the disk
+        f.seek(MIB)
+        f.write(b"\0" * 4096)
+    out = stage(model, tmp_path / "stage")
+    assert sha(Path(out.path) / "weights.bin") == sha(model / "weights.bin")
+    assert out.resumed < MIB   # the small files only: the weights came again from the start
