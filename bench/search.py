@@ -5,8 +5,9 @@ The server is Podium's simulated one (tasks/harness/testing.py); its true maximu
 known exactly (`max_valid_qps`: loadgen's fixed-seed schedule replayed through the same model with loadgen's rules).
 
     python bench/search.py [--mode live|virtual|both] [--reps 3] [--configs decode-bound,tpot-bound]
+                           [--probe-queries 640] [--full-queries 2048] [--virtual-full 2048,6400] [--merge]
 
-Methods (every one starts from the same measured Offline throughput, which is not counted):
+Methods (every one starts from the same measured Offline throughput, a 10 s Offline run, which is not counted):
   podium      tasks.search: probes of --probe-queries queries, bracket from Offline, bisection to 2 % (aimed by
               the p99 margins), one full-length confirmation (stepping down if it fails); "refine_up" (virtual
               only) then also climbs with full-length runs, for when short probes are pessimistic
@@ -97,6 +98,23 @@ def dataset(folder: Path) -> Path:
     return path
 
 
+OFFLINE_S = 10   # the Offline run that starts every method: long enough that its ramp-up is a few percent
+
+
+def offline_samples(cfg: SimConfig) -> int:
+    """Samples in the Offline run: loadgen's 1.1 x min_duration x expected rate (1.2 x capacity), padded to whole
+    passes over the 32-sample set (sample_concatenate_permutation)."""
+    n = int(1.1 * OFFLINE_S * 1.2 * cfg.capacity(TOKENS)) + 1
+    return n + (-n) % SAMPLES
+
+
+def offline_virtual(cfg: SimConfig) -> float:
+    """What that Offline run measures on the model: samples / time of the last completion (loadgen's Offline)."""
+    n = offline_samples(cfg)
+    ttft, tpot = replay(cfg, np.zeros(n), TOKENS)
+    return n / float(np.max(ttft + tpot * (TOKENS - 1)))
+
+
 def outcome(answer: float | None, true: float, seconds: float, runs: int, valid: bool | None) -> dict:
     error = None if answer is None else answer / true - 1
     return {"answer": answer, "error": None if error is None else round(error, 4), "seconds": round(seconds, 1),
@@ -135,11 +153,11 @@ def findpeak_virtual(cfg: SimConfig, lower: float, queries: int, decimals: int =
     return low, seconds, runs
 
 
-def virtual(name: str, options: dict, args: argparse.Namespace) -> dict:
+def virtual(name: str, options: dict, args: argparse.Namespace, full_queries: int) -> dict:
     cfg = sim_config(options)
-    true = max_valid_qps(cfg, protocol(args.full_queries))
-    offline = cfg.capacity(TOKENS)
-    model = judge(cfg, protocol(args.probe_queries), protocol(args.full_queries))
+    true = max_valid_qps(cfg, protocol(full_queries))
+    offline = offline_virtual(cfg)
+    model = judge(cfg, protocol(args.probe_queries), protocol(full_queries))
     settings = SearchSettings(precision=WITHIN, probe_queries=args.probe_queries, probe_duration_ms=1000)
     methods = {}
     for method, refine in (("podium", False), ("podium refine_up", True)):
@@ -153,9 +171,10 @@ def virtual(name: str, options: dict, args: argparse.Namespace) -> dict:
             break
         qps = float(f"{qps - 0.015 * offline:.4g}")
     methods["linear"] = outcome(qps, true, seconds, runs, probe.valid)
-    found, seconds, runs = findpeak_virtual(cfg, 0.5 * offline, args.full_queries)
+    found, seconds, runs = findpeak_virtual(cfg, 0.5 * offline, full_queries)
     methods["findpeak"] = outcome(found, true, seconds, runs, model(found, "confirm").valid)
-    return {"config": name, "capacity": round(offline, 2), "true_max": round(true, 3), "methods": methods}
+    return {"config": name, "full_queries": full_queries, "capacity": round(cfg.capacity(TOKENS), 2),
+            "offline": round(offline, 3), "true_max": round(true, 3), "methods": methods}
 
 
 # ---------------------------------------------------------------- live: real loadgen, real HTTP server
@@ -172,8 +191,8 @@ def live_once(name: str, options: dict, args: argparse.Namespace, work: Path, da
         time.sleep(1.5)
         endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}", model=MODEL_NAME, accepts_token_ids=True,
                             returns_token_ids=True)
-        offline_spec = spec(data, "Offline", [(f"{M}.Offline.target_qps", f"{2 * cfg.capacity(TOKENS):g}"),
-                                              (f"{M}.Offline.min_duration", "1000"),
+        offline_spec = spec(data, "Offline", [(f"{M}.Offline.target_qps", f"{1.2 * cfg.capacity(TOKENS):g}"),
+                                              (f"{M}.Offline.min_duration", str(1000 * OFFLINE_S)),
                                               (f"{M}.*.performance_sample_count_override", str(SAMPLES))])
         offline = run_probe(offline_spec, "offline", endpoint, work / "offline").completed_qps
         base = server_spec(data, offline, args.full_queries)
@@ -234,8 +253,8 @@ def median(runs: list[dict]) -> dict:
 
 
 def table(results: list[dict], kind: str) -> str:
-    lines = [f"| {kind} | config | true max (q/s) | method | runs | load seconds | answer (q/s) | vs true max |"
-             " within 2 % | VALID |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| {kind} | config | full run | true max (q/s) | method | runs | load seconds | answer (q/s) | "
+             "vs true max | within 2 % | VALID |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for method, m in r["methods"].items():
             reps = r.get("reps")
@@ -243,7 +262,8 @@ def table(results: list[dict], kind: str) -> str:
             valid = f"{m['valid']}/{reps}" if reps else ("yes" if m["valid"] else "no")
             answer = "-" if m["answer"] is None else f"{m['answer']:.4g}"
             error = "-" if m["error"] is None else f"{100 * m['error']:+.1f} %"
-            lines.append(f"| {kind} | {r['config']} | {r['true_max']:.4g} | {method} | {m['runs']:g} | "
+            lines.append(f"| {kind} | {r['config']} | {r.get('full_queries', '-')} q | {r['true_max']:.4g} | {method} "
+                         f"| {m['runs']:g} | "
                          f"{m['seconds']:.0f} | {answer} | {error} | {within} | {valid} |")
     return "\n".join(lines)
 
@@ -254,15 +274,21 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--configs", default="decode-bound,tpot-bound", help="virtual: these; live: the first")
     parser.add_argument("--probe-queries", type=int, default=640)
-    parser.add_argument("--full-queries", type=int, default=1024)
+    parser.add_argument("--full-queries", type=int, default=2048, help="a full-length run (live)")
+    parser.add_argument("--virtual-full", default="2048,6400",
+                        help="full-length runs the virtual mode compares at (6400: 10x a 640-query probe)")
+    parser.add_argument("--merge", action="store_true", help="keep the other mode's results already in --out")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "search.json")
     args = parser.parse_args()
     names = [n for n in args.configs.split(",") if n]
-    report: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
+    report: dict = json.loads(args.out.read_text()) if args.merge and args.out.is_file() else {}
+    report |= {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.platform(),
                     "cpus": len(__import__("os").sched_getaffinity(0)), "probe_queries": args.probe_queries,
-                    "full_queries": args.full_queries, "configs": {n: CONFIGS[n] for n in names}}
+                    "full_queries": args.full_queries, "configs": {n: CONFIGS[n] for n in names},
+                    "load_average_at_start": round(__import__("os").getloadavg()[0], 2)}
     if args.mode in ("virtual", "both"):
-        report["virtual"] = [virtual(n, CONFIGS[n], args) for n in names]
+        lengths = [int(x) for x in args.virtual_full.split(",") if x]
+        report["virtual"] = [virtual(n, CONFIGS[n], args, full) for full in lengths for n in names]
         print(table(report["virtual"], "virtual"))
     if args.mode in ("live", "both"):
         with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
@@ -270,7 +296,7 @@ def main() -> None:
             runs = [live_once(names[0], CONFIGS[names[0]], args, Path(tmp) / f"rep{i}", data)
                     for i in range(args.reps)]
         report["live_runs"] = runs
-        report["live"] = [median(runs)]
+        report["live"] = [median(runs) | {"full_queries": args.full_queries}]
         print(table(report["live"], "live"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

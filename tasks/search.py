@@ -110,10 +110,11 @@ SAFE = (0.25, 0.75)   # an interpolated step stays within the middle half of the
 
 def _midpoint(low: float, high: float, m_low: float | None = None, m_high: float | None = None) -> float | None:
     """The next rate between a passing `low` and a failing `high`, rounded; None when rounding leaves nothing
-    between them. With both p99 margins, where the margin (linear in log rate and log margin) crosses 1, kept in
-    the middle half of the bracket so a bad guess costs little; without them, the geometric midpoint."""
+    between them. With p99 margins on both sides of 1, where the margin (linear in log rate and log margin)
+    crosses 1, kept in the middle half of the bracket so a bad guess costs little; otherwise (no margins, or a
+    failure by early stopping with its p99 still under the limit) the geometric midpoint."""
     t = 0.5
-    if m_low and m_high and m_high > m_low:
+    if m_low and m_high and m_low < 1 < m_high:
         t = min(max(-math.log(m_low) / (math.log(m_high) - math.log(m_low)), SAFE[0]), SAFE[1])
     mid = round_qps(math.exp(math.log(low) + t * (math.log(high) - math.log(low))))
     return None if mid in (low, high) else mid

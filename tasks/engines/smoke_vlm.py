@@ -13,7 +13,7 @@ from typing import Any
 
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
-from tasks.engines.smoke import OFFLINE_ENV, SmokeBackend, _cli
+from tasks.engines.smoke import ENGINE_ENV, SmokeBackend, _cli
 
 DROPPED = frozenset({"top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens",
                      "ignore_eos", "stream_options"})
@@ -33,7 +33,7 @@ class SmokeVlmBackend(SmokeBackend):
         ready = (HttpProbe("/health"),
                  HttpProbe("/v1/chat/completions", {"model": str(model_dir), "max_tokens": 1,
                                                     "messages": [{"role": "user", "content": "the"}]}))
-        return [ProcessSpec(role="server", name="smoke-vlm-server", argv=argv, env=dict(OFFLINE_ENV),
+        return [ProcessSpec(role="server", name="smoke-vlm-server", argv=argv, env=dict(ENGINE_ENV),
                             host=placement.address(0, "smoke-vlm-server"), port=port, probes=ready,
                             bind=placement.bind)]
 

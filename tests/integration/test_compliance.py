@@ -35,12 +35,10 @@ LOG = logging.getLogger("test-compliance")
 
 
 class Fixed:
-    """What an audit asks of an engine session: its endpoint (here the engine's, or a fault proxy's). The smoke
-    engine answers 422 to `top_k`, which llama3.1-8b's reference sampling sets, so it is dropped here."""
+    """What an audit asks of an engine session: its endpoint (here the engine's, or a fault proxy's)."""
 
     def __init__(self, endpoint: Endpoint, base_url: str | None = None) -> None:
-        self._endpoint = dataclasses.replace(endpoint, base_url=base_url or endpoint.base_url,
-                                             drop_fields=endpoint.drop_fields | {"top_k"})
+        self._endpoint = dataclasses.replace(endpoint, base_url=base_url or endpoint.base_url)
 
     def endpoint(self) -> Endpoint:
         return self._endpoint

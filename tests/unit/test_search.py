@@ -123,4 +123,6 @@ def test_interpolation_uses_the_margins_but_stays_inside_the_bracket() -> None:
     assert near_high == pytest.approx(50 * 2 ** 0.75, abs=0.01)                       # clamped to 3/4 of the way
     inside = _midpoint(50.0, 100.0, m_low=0.8, m_high=1.25)                            # crosses half-way
     assert inside == pytest.approx(70.71, abs=0.01)
+    early = _midpoint(50.0, 100.0, m_low=0.9, m_high=0.98)     # failed by early stopping, p99 under the limit
+    assert early == pytest.approx(70.71, abs=0.01)
     assert _midpoint(50.0, 50.01) is None

@@ -49,8 +49,8 @@ def test_planted_bad_rows_fail_by_name(tmp_path: Path) -> None:
     failed = {f.check: f for f in result.failures}
     assert set(failed) == {"every performance run is VALID", "every performance run has a metric",
                            "gpt-oss-120b Interactive TPOT p99 <= 15 ms", "gpt-oss-120b Server exact_match >= 82.2987"}
-    assert failed["gpt-oss-120b Interactive TPOT p99 <= 15 ms"].values == [41.5]
-    assert failed["gpt-oss-120b Interactive TPOT p99 <= 15 ms"].runs == ["cpu-smoke/gpt-oss-120b/Interactive/performance"]
+    tpot = failed["gpt-oss-120b Interactive TPOT p99 <= 15 ms"]
+    assert tpot.values == [41.5] and tpot.runs == ["cpu-smoke/gpt-oss-120b/Interactive/performance"]
     assert failed["gpt-oss-120b Server exact_match >= 82.2987"].runs == ["cpu-smoke/gpt-oss-120b/Server/accuracy"]
     assert failed["every performance run is VALID"].values == ["INVALID"]
     stored = json.loads(write(result, tmp_path).read_text())
