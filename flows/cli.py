@@ -24,7 +24,8 @@ Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium
 
 def _prefect_env(workspace: Path) -> None:
     """Prefect reads its settings at import: set them first. An explicit PREFECT_API_URL (a server) wins."""
-    os.environ.setdefault("PREFECT_HOME", str((workspace / "prefect").resolve()))
+    home = Path(os.environ.setdefault("PREFECT_HOME", str((workspace / "prefect").resolve())))
+    home.mkdir(parents=True, exist_ok=True)   # Prefect's SQLite file cannot be created in a missing folder
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "podium")

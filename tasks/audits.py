@@ -24,6 +24,7 @@ from tasks.compliance.official import Official, run_official
 from tasks.engine import EngineSession
 from tasks.engines import Endpoint
 from tasks.harness import runner
+from tasks.workspace import folder_key
 
 ATTEMPTS = 2   # a failed audit is retried once, then reported
 
@@ -114,7 +115,7 @@ def _retry_unless_final(task, task_run, state) -> bool:
 
 
 def _cache_key(context, parameters: dict) -> str:
-    return f"audit-{parameters['job'].key()}"
+    return f"audit-{parameters['job'].key()}-{folder_key(parameters['work_dir'])}"
 
 
 @task(name="audit", task_run_name="{job.spec.audit}[{job.spec.system}/{job.spec.benchmark}/{job.spec.scenario}]",

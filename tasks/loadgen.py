@@ -20,6 +20,7 @@ from submission.runs import RunRecord, RunSpec, record
 from tasks.accuracy import score
 from tasks.engine import EngineSession
 from tasks.harness import runner
+from tasks.workspace import folder_key
 
 
 class RunRejected(RunFailed):
@@ -41,7 +42,7 @@ def _retry_unless_final(task, task_run, state) -> bool:
 
 
 def _cache_key(context, parameters: dict) -> str:
-    return f"loadgen-{parameters['spec'].key()}"
+    return f"loadgen-{parameters['spec'].key()}-{folder_key(parameters['work_dir'])}"
 
 
 def problems(rec: RunRecord) -> list[str]:
@@ -53,7 +54,8 @@ def problems(rec: RunRecord) -> list[str]:
     if rec.sut_failures:
         out.append(f"{rec.sut_failures} request(s) failed")
     if rec.accuracy_pass is False:
-        out.append(f"{rec.accuracy_metric} {rec.accuracy} is under the target")
+        out.append(f"accuracy misses a target or upper limit ({rec.accuracy_metric} {rec.accuracy}); "
+                   "see accuracy.txt")
     return out
 
 
@@ -66,10 +68,12 @@ def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: st
     endpoint = engine.endpoint()
     stats = runner.run(spec, endpoint, run_dir)
     run = load_run(run_dir)
-    metrics = None
+    metrics = passed = None
     if spec.mode == "accuracy":
-        metrics = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer)).metrics
-    rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics)
+        result = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer),
+                       benchmark=spec.benchmark, scenario=spec.scenario, round=spec.round)
+        metrics, passed = result.metrics, result.verdict is not None and result.verdict.passed
+    rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed)
     found = problems(rec)
     if found:
         raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec)

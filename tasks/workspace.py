@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,12 @@ class Workspace:
         tmp.symlink_to(run_id)
         tmp.replace(latest)
         return folder
+
+
+def folder_key(path: str | Path) -> str:
+    """A short, stable key of a folder's absolute path: part of every cache key whose result points into it, so
+    that a cached record never names logs in a workspace that was deleted or moved."""
+    return hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:12]
 
 
 def git_commit(cwd: Path | None = None) -> str:

@@ -65,7 +65,7 @@ class LocalDeployment:
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
 
 
-def _forward(path: Path, name: str, logger: logging.Logger, stop: threading.Event) -> None:
+def forward_log(path: Path, name: str, logger: logging.Logger, stop: threading.Event) -> None:
     """Follow a log file and forward each line to the logger until `stop` is set and the file is drained."""
     with path.open(errors="replace") as f:
         while True:
@@ -132,7 +132,7 @@ class LocalLauncher:
                 pidfile = self.state_dir / f"{popen.pid}.json"
                 pidfile.write_text(json.dumps({"pid": popen.pid, "name": spec.name, "argv0": spec.argv[0]}))
                 deployment.running.append(Running(spec, popen, log, pidfile))
-                threading.Thread(target=_forward, args=(log, spec.name, logger, deployment.stop_forwarding),
+                threading.Thread(target=forward_log, args=(log, spec.name, logger, deployment.stop_forwarding),
                                  daemon=True).start()
         except OSError as e:
             self.stop(deployment)

@@ -37,7 +37,7 @@ from submission.errors import CommandError, LaunchError, PlanError, PodiumError
 from submission.slurm import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, write_files
 from tasks.launchers import slurm_cli as cli
-from tasks.launchers.local import _forward, tail
+from tasks.launchers.local import forward_log, tail
 
 Logger = logging.Logger | logging.LoggerAdapter
 POLL_S = 0.5
@@ -267,7 +267,7 @@ class SlurmLauncher:
                         stdin=subprocess.DEVNULL, process_group=0)
                 deployment.steps.append(Step(spec, srun, log, step_name, nodes, srun_job=alloc.job_id))
                 self.steps.append(deployment.steps[-1])
-                threading.Thread(target=_forward, args=(log, spec.name, logger, deployment.stop_forwarding),
+                threading.Thread(target=forward_log, args=(log, spec.name, logger, deployment.stop_forwarding),
                                  daemon=True).start()
                 if spec.gpus:   # one GPU step at a time: Slurm hands out the lowest free GPUs, in the specs' order
                     self._find_steps(deployment)
