@@ -33,14 +33,14 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(corpus: Path = CORPUS):
+def build_tokenizer(corpus: Path = CORPUS, special_tokens: tuple[str, ...] = SPECIAL_TOKENS):
     """A word-level tokenizer over the corpus: lower-cased, split on whitespace, decoded by joining with spaces."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordLevelTrainer(vocab_size=4096, min_frequency=1, special_tokens=list(SPECIAL_TOKENS))
+    trainer = trainers.WordLevelTrainer(vocab_size=4096, min_frequency=1, special_tokens=list(special_tokens))
     tok.train([str(corpus)], trainer)
     return tok
 

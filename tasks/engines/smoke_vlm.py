@@ -13,10 +13,9 @@ from typing import Any
 
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
-from tasks.engines.smoke import ENGINE_ENV, SmokeBackend, _cli
+from tasks.engines.smoke import ENGINE_ENV, UNSUPPORTED_FIELDS, SmokeBackend, _cli
 
-DROPPED = frozenset({"top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "min_tokens",
-                     "ignore_eos", "stream_options"})
+DROPPED = UNSUPPORTED_FIELDS | {"presence_penalty", "frequency_penalty"}
 
 
 class SmokeVlmBackend(SmokeBackend):

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.checksums import sha256_file
-from tasks.engines.smoke_model import CORPUS
+from tasks.engines import smoke_model
 
 MODEL_NAME = "tiny-llava"
 IMAGE_TOKEN = "<image>"
@@ -39,18 +39,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% endif %} </s> {% endfor %}"
     "{% if add_generation_prompt %}assistant : {% endif %}"
 )
-
-
-def build_tokenizer(corpus: Path = CORPUS):
-    """The smoke word-level tokenizer, with `<image>` among the special tokens."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordLevelTrainer(vocab_size=4096, min_frequency=1, special_tokens=list(SPECIAL_TOKENS))
-    tok.train([str(corpus)], trainer)
-    return tok
 
 
 def _seeded(model, special_ids: list[int]) -> dict:
@@ -87,7 +75,7 @@ def build(out: Path) -> dict[str, str]:
     )
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
-    raw = build_tokenizer()
+    raw = smoke_model.build_tokenizer(special_tokens=SPECIAL_TOKENS)
     ids = {t: raw.token_to_id(t) for t in SPECIAL_TOKENS}
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                         pad_token="<pad>", extra_special_tokens={"image_token": IMAGE_TOKEN},
