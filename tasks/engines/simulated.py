@@ -2,9 +2,10 @@
 capacity is known exactly (`tasks.harness.simulated`). It needs no model and no GPU; the peak-QPS search, the
 prefill:decode sweep and the scaling check run against it on the CPU, and their tests know the right answer.
 
-Options are the model's (`SimConfig`: prefill_workers, prefill_ms, decode_workers, decode_slots, tpot_ms, tpot_load,
-output_tokens) plus `nodes`: that many copies of the per-node workers behind the one endpoint, as a deployment
-spread over nodes would be, scaled by `node_efficiency` per added node (1.0: perfect scaling).
+Options (`submission.engines.SimulatedOptions`) are the model's (prefill_workers, prefill_ms, decode_workers,
+decode_slots, tpot_ms, tpot_load, output_tokens), `chunk_tokens` (tokens per streamed event after the first) and
+`nodes`: that many copies of the per-node workers behind the one endpoint, as a deployment spread over nodes would
+be, each added node slowing prefill and decode by `node_efficiency` (1.0: perfect scaling).
 """
 
 from __future__ import annotations

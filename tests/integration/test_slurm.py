@@ -150,7 +150,8 @@ def test_smoke_engine_on_two_nodes_with_loadgen(slurm_conf: Path, smoke_store: P
         assert {f"{s.step_id} {s.nodes[0]}" for s in deployment.steps} <= set(steps)
         endpoint = smoke.endpoint({}, model, [specs[1]])   # the server on node3
         data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
-        stats = runner.run(offline_spec(data, "performance", samples=8, max_tokens=8, engine="smoke under slurm"),
+        stats = runner.run(offline_spec(data, "performance", samples=8, max_tokens=8, engine="smoke under slurm",
+                                            qps=40),
                            endpoint, tmp_path / "perf", timeout_s=300)
         assert stats["failed"] == 0 and stats["completed"] >= 8, stats
         run = load_run(tmp_path / "perf")
