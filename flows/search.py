@@ -114,7 +114,8 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     out = summarize(result, plan, bench, scenario, cfg, offline_probe=first, label=label, launches=launches,
                     ran=prober.ran, options=options)
     rows = trace_rows(result)
-    png = plots.plot_search_trace([r for r in rows if r["stage"] != "offline"], folder / f"{tag}.png")
+    png = plots.plot_search_trace([r for r in rows if r["stage"] != "offline"], folder / f"{tag}.png",
+                                   result.qps if result.confirmed else None)
     (folder / f"{tag}.result.json").write_text(json.dumps(out | {"trace": rows}, indent=2))
     record_artifacts(f"search-{tag}", rows, out["summary"], png)
     get_run_logger().info(out["summary"])

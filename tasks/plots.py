@@ -84,9 +84,10 @@ def plot_latency(record: RunRecord, path: Path, limits_ms: Mapping[str, float | 
     return _save(fig, path)
 
 
-def plot_search_trace(trace: Sequence[Mapping[str, Any]], path: Path) -> Path:
+def plot_search_trace(trace: Sequence[Mapping[str, Any]], path: Path, confirmed_qps: float | None = None) -> Path:
     """A peak-QPS search: each trial's `target_qps` in the order tried, coloured by `valid`; the measured
-    `metric` (optional) on a second axis. Keys per trial: target_qps, valid, and optionally metric."""
+    `metric` (optional) on a second axis. Keys per trial: target_qps, valid, and optionally metric. The title
+    names `confirmed_qps`, the rate a full-length run confirmed (a short probe's pass is not a result)."""
     fig, axes = _figure()
     ax = axes[0][0]
     steps = list(range(1, len(trace) + 1))
@@ -100,9 +101,7 @@ def plot_search_trace(trace: Sequence[Mapping[str, Any]], path: Path) -> Path:
         twin = ax.twinx()
         twin.plot(steps, [t.get("metric") for t in trace], color=VALID, linestyle=":", marker="x")
         twin.set_ylabel("measured metric")
-    best = [t for t in trace if t.get("valid")]
-    top = max((float(t["target_qps"]) for t in best), default=None)
-    ax.set_title("peak-QPS search" + (f": best valid {top:g} QPS" if top is not None else ": no valid trial"))
+    ax.set_title("peak-QPS search: " + (f"confirmed {confirmed_qps:g} QPS" if confirmed_qps else "no rate confirmed"))
     return _save(fig, path)
 
 

@@ -154,7 +154,7 @@ class S3Source:
         self.is_file = False
         prefix = f"{self.key}/" if self.key else ""
         listed = {}
-        with storage._boundary(self.cfg, "listing the source", prefix):
+        with storage.boundary(self.cfg, "listing the source", prefix):
             for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", []):
                     listed[item["Key"][len(prefix):]] = item
@@ -183,14 +183,14 @@ class S3Source:
         try:
             return self.s3.head_object(Bucket=self.bucket, Key=key)
         except botocore.exceptions.ClientError as exc:
-            if storage._code(exc) in storage.MISSING_CODES:
+            if storage.error_code(exc) in storage.MISSING_CODES:
                 return None
-            raise storage._error(self.cfg, "reading the source", key, exc) from exc
+            raise storage.storage_error(self.cfg, "reading the source", key, exc) from exc
 
     def _recorded(self, prefix: str) -> Manifest | None:
         """The prefix's own manifest: Podium's upload manifest (`objects`) or a staged copy's."""
         for name in S3_MANIFESTS:
-            with storage._boundary(self.cfg, "reading the source manifest", prefix + name):
+            with storage.boundary(self.cfg, "reading the source manifest", prefix + name):
                 try:
                     data = json.loads(self.s3.get_object(Bucket=self.bucket, Key=prefix + name)["Body"].read())
                 except self.s3.exceptions.NoSuchKey:

@@ -76,16 +76,16 @@ def check_reachable(cfg: StorageConfig) -> bool:
     try:
         client(cfg, max_attempts=2).head_bucket(Bucket=cfg.bucket)
     except botocore.exceptions.ClientError as exc:
-        if _code(exc) in MISSING_CODES | {"NoSuchBucket"}:
+        if error_code(exc) in MISSING_CODES | {"NoSuchBucket"}:
             return False
-        raise _error(cfg, "reaching the bucket", None, exc) from exc
+        raise storage_error(cfg, "reaching the bucket", None, exc) from exc
     except (botocore.exceptions.BotoCoreError, boto3.exceptions.Boto3Error) as exc:
-        raise _error(cfg, "reaching the bucket", None, exc) from exc
+        raise storage_error(cfg, "reaching the bucket", None, exc) from exc
     return True
 
 
 def ensure_bucket(cfg: StorageConfig) -> None:
-    with _boundary(cfg, "creating the bucket"):
+    with boundary(cfg, "creating the bucket"):
         if check_reachable(cfg):
             return
         args: dict[str, Any] = {"Bucket": cfg.bucket}
@@ -106,7 +106,7 @@ def put_tree(cfg: StorageConfig, local_root: Path, key_prefix: str, *, tags: dic
         key = object_key(cfg, key_prefix, rel)
         digest = sha256_file(path)
         extra = {"Metadata": {"sha256": digest}, **({"Tagging": tagging} if tagging else {})}
-        with _boundary(cfg, f"uploading {path}", key):
+        with boundary(cfg, f"uploading {path}", key):
             client(cfg).upload_file(str(path), cfg.bucket, key, ExtraArgs=extra, Config=TRANSFER)
         objects[rel] = {"sha256": digest, "size": path.stat().st_size}
     log.info("uploaded %d objects to s3://%s/%s", len(objects), cfg.bucket, object_key(cfg, key_prefix))
@@ -118,7 +118,7 @@ def put_manifest(cfg: StorageConfig, key_prefix: str, manifest: dict) -> str:
     """Write `manifest.json` under the prefix; call it after the objects it lists (the record before the marker)."""
     key = object_key(cfg, key_prefix, MANIFEST)
     body = json.dumps(manifest, indent=2, sort_keys=True).encode()
-    with _boundary(cfg, "writing the manifest", key):
+    with boundary(cfg, "writing the manifest", key):
         client(cfg).put_object(Bucket=cfg.bucket, Key=key, Body=body, ContentType="application/json",
                                Metadata={"sha256": hashlib.sha256(body).hexdigest()})
     return key
@@ -128,7 +128,7 @@ def verify_manifest(cfg: StorageConfig, key_prefix: str) -> list[str]:
     """Problems found (empty when good): each object must exist with its recorded size and sha256 metadata."""
     key = object_key(cfg, key_prefix, MANIFEST)
     s3 = client(cfg)
-    with _boundary(cfg, "reading the manifest", key):
+    with boundary(cfg, "reading the manifest", key):
         try:
             manifest = json.loads(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
         except s3.exceptions.NoSuchKey:
@@ -136,11 +136,11 @@ def verify_manifest(cfg: StorageConfig, key_prefix: str) -> list[str]:
     problems = []
     for rel, want in sorted(manifest.get("objects", {}).items()):
         obj_key = object_key(cfg, key_prefix, rel)
-        with _boundary(cfg, "checking an object", obj_key):
+        with boundary(cfg, "checking an object", obj_key):
             try:
                 head = s3.head_object(Bucket=cfg.bucket, Key=obj_key)
             except botocore.exceptions.ClientError as exc:
-                if _code(exc) not in MISSING_CODES:
+                if error_code(exc) not in MISSING_CODES:
                     raise
                 problems.append(f"{obj_key}: missing")
                 continue
@@ -157,7 +157,7 @@ def presign(cfg: StorageConfig, key: str, expires_s: int = MAX_PRESIGN_S) -> str
     if not 0 < expires_s <= MAX_PRESIGN_S:
         raise StorageError(f"presigned URL lifetime {expires_s} s is outside 1..{MAX_PRESIGN_S}",
                            fix="pass expires_s of at most 7 days", where=f"s3://{cfg.bucket}/{key}")
-    with _boundary(cfg, "presigning", key):
+    with boundary(cfg, "presigning", key):
         return client(cfg).generate_presigned_url("get_object", Params={"Bucket": cfg.bucket, "Key": key},
                                                   ExpiresIn=expires_s)
 
@@ -166,7 +166,7 @@ def list_keys(cfg: StorageConfig, key_prefix: str) -> list[str]:
     """Full keys of every object under the prefix (all pages)."""
     prefix = object_key(cfg, key_prefix)
     keys: list[str] = []
-    with _boundary(cfg, "listing", prefix + "/"):
+    with boundary(cfg, "listing", prefix + "/"):
         for page in client(cfg).get_paginator("list_objects_v2").paginate(
                 Bucket=cfg.bucket, Prefix=f"{prefix}/" if prefix else ""):
             keys.extend(item["Key"] for item in page.get("Contents", []))
@@ -184,7 +184,7 @@ def get_tree(cfg: StorageConfig, key_prefix: str, local_root: Path) -> list[Path
         target = Path(local_root, *rel.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.part")
-        with _boundary(cfg, f"downloading to {target}", key):
+        with boundary(cfg, f"downloading to {target}", key):
             client(cfg).download_file(cfg.bucket, key, str(tmp), Config=TRANSFER)
         os.replace(tmp, target)
         written.append(target)
@@ -199,22 +199,22 @@ def _tagging(tags: dict[str, str]) -> str:
 
 
 @contextlib.contextmanager
-def _boundary(cfg: StorageConfig, action: str, key: str | None = None) -> Iterator[None]:
+def boundary(cfg: StorageConfig, action: str, key: str | None = None) -> Iterator[None]:
     """Translate botocore/boto3 failures into StorageError."""
     try:
         yield
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, boto3.exceptions.Boto3Error) as exc:
-        raise _error(cfg, action, key, exc) from exc
+        raise storage_error(cfg, action, key, exc) from exc
 
 
-def _code(exc: botocore.exceptions.ClientError) -> str:
+def error_code(exc: botocore.exceptions.ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _error(cfg: StorageConfig, action: str, key: str | None, exc: Exception) -> StorageError:
+def storage_error(cfg: StorageConfig, action: str, key: str | None, exc: Exception) -> StorageError:
     endpoint = cfg.endpoint_url or f"AWS S3 ({cfg.region})"
     where = f"s3://{cfg.bucket}/{key}" if key else f"s3://{cfg.bucket}"
-    code = _code(exc) if isinstance(exc, botocore.exceptions.ClientError) else type(exc).__name__
+    code = error_code(exc) if isinstance(exc, botocore.exceptions.ClientError) else type(exc).__name__
     cause = exc.__cause__ if isinstance(exc, boto3.exceptions.S3UploadFailedError) else None
     if isinstance(exc, CONNECTION_ERRORS) or isinstance(cause, CONNECTION_ERRORS):
         fix = f"start the S3 server (`podium dev up`) or correct endpoint_url; nothing answered at {endpoint}"

@@ -15,7 +15,6 @@ equivalent but differently written answer wrong. LiveCodeBench needs the release
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -24,7 +23,7 @@ from submission.errors import PlanError
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, int_correct
 from tasks.accuracy.common import decoder, unique_entries
-from tasks.accuracy.livecodebench import DEFAULT_LIMITS, Limits, find_tests, read_problems, run_program
+from tasks.accuracy.livecodebench import CodeGrading
 from tasks.harness.datasets import read_deepseek
 
 BENCHMARK = "deepseek-r1"
@@ -90,15 +89,8 @@ def math_equal(predicted: str | None, truth: str) -> bool:
 
 
 @dataclass(frozen=True)
-class DeepSeekExactMatch:
+class DeepSeekExactMatch(CodeGrading):
     name: str = BENCHMARK
-    lcb_tests: Path | None = None
-    limits: Limits = DEFAULT_LIMITS
-    workers: int = 2
-
-    def with_options(self, *, lcb_tests: Path | None = None, workers: int | None = None) -> DeepSeekExactMatch:
-        return DeepSeekExactMatch(lcb_tests=lcb_tests or self.lcb_tests, limits=self.limits,
-                                  workers=workers or self.workers)
 
     def _correct(self, kind: str, text: str, truth: str) -> bool:
         if kind == "gpqa":
@@ -124,10 +116,7 @@ class DeepSeekExactMatch:
             else:
                 correct += self._correct(kind, text, truth)
         if code_jobs:
-            problems = read_problems(find_tests(self.lcb_tests, Path(dataset)))
-            with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                correct += sum(pool.map(lambda job: job[0] is not None and job[1] in problems
-                                        and run_program(job[0], problems[job[1]], self.limits).passed, code_jobs))
+            correct += sum(bool(ok) for ok in self.grade(code_jobs, Path(dataset)))
         n = len(entries)
         metrics = {"exact_match": 100.0 * correct / n if n else 0.0,
                    "TOKENS_PER_SAMPLE": output_tokens / n if n else 0.0}

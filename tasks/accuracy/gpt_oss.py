@@ -15,7 +15,6 @@ behaviour) and counted in the notes.
 from __future__ import annotations
 
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from submission.evaluation import evaluation_constant
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
 from tasks.accuracy.common import decoder, unique_entries
-from tasks.accuracy.livecodebench import DEFAULT_LIMITS, Limits, find_tests, read_problems, run_program
+from tasks.accuracy.livecodebench import CodeGrading
 from tasks.harness.datasets import read_gpt_oss
 
 BENCHMARK = "gpt-oss-120b"
@@ -48,15 +47,8 @@ def weighted_score(counts: dict[str, tuple[int, int]], repeats: dict[str, int]) 
 
 
 @dataclass(frozen=True)
-class GptOssExactMatch:
+class GptOssExactMatch(CodeGrading):
     name: str = BENCHMARK
-    lcb_tests: Path | None = None
-    limits: Limits = DEFAULT_LIMITS
-    workers: int = 2
-
-    def with_options(self, *, lcb_tests: Path | None = None, workers: int | None = None) -> GptOssExactMatch:
-        return GptOssExactMatch(lcb_tests=lcb_tests or self.lcb_tests, limits=self.limits,
-                                workers=workers or self.workers)
 
     def evaluate(self, accuracy_log: Path, dataset: Path, tokenizer: Path | None) -> AccuracyResult:
         data = read_gpt_oss(Path(dataset), accuracy=True)
@@ -79,14 +71,10 @@ class GptOssExactMatch:
                 code_jobs.append((subset, code_answer(text), truth.strip()))
         unrun = 0
         if code_jobs:
-            problems = read_problems(find_tests(self.lcb_tests, Path(dataset)))
-            runnable = [(s, c, problems.get(q)) for s, c, q in code_jobs]
-            unrun = sum(1 for _, c, p in runnable if c is None or p is None)
-            with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                passed = pool.map(lambda job: job[1] is not None and job[2] is not None
-                                  and run_program(job[1], job[2], self.limits).passed, runnable)
-                for (subset, _, _), ok in zip(runnable, passed, strict=True):
-                    counts[subset][0] += bool(ok)
+            passed = self.grade([(code, question) for _, code, question in code_jobs], Path(dataset))
+            unrun = passed.count(None)
+            for (subset, _, _), ok in zip(code_jobs, passed, strict=True):
+                counts[subset][0] += bool(ok)
         repeats = evaluation_constant(BENCHMARK, "dataset_repeats")
         final = {d: (c, t) for d, (c, t) in counts.items()}
         notes = tuple(f"{d}: {c} of {t} correct (repeats {repeats.get(d, 1)})" for d, (c, t) in sorted(final.items()))

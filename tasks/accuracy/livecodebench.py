@@ -26,9 +26,10 @@ import subprocess
 import sys
 import tempfile
 import zlib
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from submission.errors import PlanError
 
@@ -166,3 +167,30 @@ def run_program(code: str, problem: Problem, limits: Limits = DEFAULT_LIMITS) ->
         return RunResult(False, f"{reason} (exit code {child.returncode})", tests=len(problem.tests))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class CodeGrading:
+    """The sandbox settings of an evaluator that runs generated programs against LiveCodeBench tests; an
+    evaluator dataclass extends it and gets `with_options` (the CLI's --lcb-tests/--workers) and `grade`."""
+
+    lcb_tests: Path | None = None
+    limits: Limits = DEFAULT_LIMITS
+    workers: int = 2
+
+    def with_options(self, *, lcb_tests: Path | None = None, workers: int | None = None) -> Self:
+        return replace(self, lcb_tests=lcb_tests or self.lcb_tests, workers=workers or self.workers)
+
+    def grade(self, jobs: list[tuple[str | None, str]], dataset: Path) -> list[bool | None]:
+        """Each (program, question_id) job: passed, failed, or None when it cannot run (no program was
+        extracted, or the tests hold no such question). Programs run `workers` at a time."""
+        problems = read_problems(find_tests(self.lcb_tests, Path(dataset)))
+
+        def one(job: tuple[str | None, str]) -> bool | None:
+            code, question = job
+            if code is None or question not in problems:
+                return None
+            return run_program(code, problems[question], self.limits).passed
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(one, jobs))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from submission.logs import DETAIL_FILE, SUMMARY_FILE, LoadgenRun
+from submission.logs import DETAIL_FILE, SUMMARY_FILE, LoadgenRun, load_run
 from submission.rules import AuditValue, Rules
 from submission.runs import AuditCheck
 from tasks.compliance import AuditJob, Verdict
@@ -37,6 +37,29 @@ def audit_config_file(run_dir: Path, lines: tuple[str, ...]) -> Iterator[Path]:
 def samples_per_second(run: LoadgenRun) -> float | None:
     """The score verify_performance.py compares: Offline samples/s, Server completed samples/s."""
     return run.samples_per_second if run.scenario == "Offline" else run.completed_samples_per_second
+
+
+def performance_checks(reference: Path, run_dir: Path, ratio_ok: Callable[[float], bool],
+                       bound: str) -> tuple[list[AuditCheck], float | None, float | None]:
+    """What the performance audits (TEST01, TEST04) check alike: both runs valid, the audit's score over the
+    performance run's within `bound` (`ratio_ok`), and in Server the same target latency. Returns the checks and
+    the reference and audit scores."""
+    ref, test = load_run(reference), load_run(run_dir)
+    ref_score, test_score = samples_per_second(ref), samples_per_second(test)
+    ratio = test_score / ref_score if ref_score and test_score is not None else None
+    checks = [
+        AuditCheck(name="performance run valid", passed=ref.valid, detail=ref.validity or "no result"),
+        AuditCheck(name="audit run valid", passed=test.valid,
+                   detail="; ".join(test.invalid_reasons) or (test.validity or "no result")),
+        AuditCheck(name="audit score / performance score", passed=ratio is not None and ratio_ok(ratio),
+                   measured=None if ratio is None else round(ratio, 4), bound=bound,
+                   detail=f"{test_score} vs {ref_score} samples/s"),
+    ]
+    if ref.scenario == "Server":
+        checks.append(AuditCheck(name="same Server target latency",
+                                 passed=ref.settings.target_latency_ns == test.settings.target_latency_ns,
+                                 detail=f"{test.settings.target_latency_ns} vs {ref.settings.target_latency_ns}"))
+    return checks, ref_score, test_score
 
 
 def reference_folder(work: Path, performance: str | None, accuracy: str | None = None) -> Path:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from submission.errors import PlanError
-from submission.logs import AccuracyEntry, load_run, parse_accuracy_log
+from submission.logs import AccuracyEntry, parse_accuracy_log
 from submission.rules import load_rules
 from submission.runs import AuditCheck
 from tasks.accuracy import evaluator
@@ -25,8 +25,8 @@ from tasks.compliance.common import (
     FAIL,
     BaseAudit,
     check_lines,
+    performance_checks,
     reference_folder,
-    samples_per_second,
     verdict_line,
 )
 
@@ -89,22 +89,9 @@ class Test01(BaseAudit):
         return checks, files
 
     def _performance(self, run_dir: Path, job: AuditJob, tolerance: float) -> tuple[list[AuditCheck], str]:
-        ref, test = load_run(Path(job.reference_performance or "")), load_run(run_dir)
-        ref_score, test_score = samples_per_second(ref), samples_per_second(test)
-        ratio = test_score / ref_score if ref_score and test_score is not None else None
-        checks = [
-            AuditCheck(name="performance run valid", passed=ref.valid, detail=ref.validity or "no result"),
-            AuditCheck(name="audit run valid", passed=test.valid,
-                       detail="; ".join(test.invalid_reasons) or (test.validity or "no result")),
-            AuditCheck(name="audit score / performance score",
-                       passed=ratio is not None and 1 - tolerance <= ratio <= 1 + tolerance,
-                       measured=None if ratio is None else round(ratio, 4),
-                       bound=f"in [{1 - tolerance:g}, {1 + tolerance:g}]",
-                       detail=f"{test_score} vs {ref_score} samples/s"),
-        ]
-        if ref.scenario == "Server":
-            checks.append(AuditCheck(name="same Server target latency",
-                                     passed=ref.settings.target_latency_ns == test.settings.target_latency_ns))
+        checks, ref_score, test_score = performance_checks(
+            Path(job.reference_performance or ""), run_dir, lambda ratio: 1 - tolerance <= ratio <= 1 + tolerance,
+            f"in [{1 - tolerance:g}, {1 + tolerance:g}]")
         passed = all(c.passed for c in checks)
         text = "\n".join([f"Reference score = {ref_score}", f"Test score = {test_score}", *check_lines(checks),
                           verdict_line(passed), ""])

@@ -12,11 +12,9 @@ import sys
 from pathlib import Path
 
 from submission.errors import PlanError
-from submission.logs import load_run
 from submission.rules import load_rules
-from submission.runs import AuditCheck
 from tasks.compliance import AuditJob, Verdict
-from tasks.compliance.common import BaseAudit, check_lines, reference_folder, samples_per_second, verdict_line
+from tasks.compliance.common import BaseAudit, check_lines, performance_checks, reference_folder, verdict_line
 
 
 class Test04(BaseAudit):
@@ -30,21 +28,8 @@ class Test04(BaseAudit):
             raise PlanError(f"{job.label}: TEST04 compares against the scenario's performance run, which is missing",
                             fix="run the scenario's performance run first")
         speedup = float(load_rules(job.spec.round).audit(self.name).criteria["max_speedup"])
-        ref, test = load_run(Path(job.reference_performance)), load_run(run_dir)
-        ref_score, test_score = samples_per_second(ref), samples_per_second(test)
-        ratio = test_score / ref_score if ref_score and test_score is not None else None
-        checks = [
-            AuditCheck(name="performance run valid", passed=ref.valid, detail=ref.validity or "no result"),
-            AuditCheck(name="audit run valid", passed=test.valid,
-                       detail="; ".join(test.invalid_reasons) or (test.validity or "no result")),
-            AuditCheck(name="audit score / performance score", passed=ratio is not None and ratio < 1 + speedup,
-                       measured=None if ratio is None else round(ratio, 4), bound=f"< {1 + speedup:g}",
-                       detail=f"{test_score} vs {ref_score} samples/s"),
-        ]
-        if ref.scenario == "Server":
-            same = ref.settings.target_latency_ns == test.settings.target_latency_ns
-            checks.append(AuditCheck(name="same Server target latency", passed=same,
-                                     detail=f"{test.settings.target_latency_ns} vs {ref.settings.target_latency_ns}"))
+        checks, ref_score, test_score = performance_checks(Path(job.reference_performance), run_dir,
+                                                           lambda ratio: ratio < 1 + speedup, f"< {1 + speedup:g}")
         passed = all(c.passed for c in checks)
         text = "\n".join([
             "TEST04: verify performance with a repeated sample (Podium)",

@@ -15,10 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from submission.engines import SimulatedOptions, parse_options
-from submission.errors import PlanError
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
 from tasks.harness.simulated import SimConfig
 from tasks.harness.testing import MODEL_NAME
@@ -27,11 +24,7 @@ from tasks.harness.testing import MODEL_NAME
 def config(options: dict[str, Any]) -> SimConfig:
     """The model behind `options` (`submission.engines.SimulatedOptions`): the per-node workers times `nodes`, with
     prefill and decode times stretched by 1 / node_efficiency ** (nodes - 1)."""
-    try:
-        o: SimulatedOptions = parse_options("simulated", options)
-    except ValidationError as e:
-        raise PlanError(f"invalid simulated-engine options: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}",
-                        where="engine.options", fix="see submission/engines.py SimulatedOptions") from None
+    o: SimulatedOptions = parse_options("simulated", options)
     slow = 1 / o.node_efficiency ** (o.nodes - 1)
     return SimConfig(prefill_workers=o.prefill_workers * o.nodes, prefill_ms=o.prefill_ms * slow,
                      decode_workers=o.decode_workers * o.nodes, decode_slots=o.decode_slots, tpot_ms=o.tpot_ms * slow,

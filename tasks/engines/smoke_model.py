@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +109,7 @@ def build(out: Path) -> dict[str, str]:
     tok = build_tokenizer()
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     vocab_size = tok.get_vocab_size()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    def write(work: Path) -> None:
         tok.save(str(work / "tokenizer.json"))
         _write_json(work / "tokenizer_config.json", {
             "tokenizer_class": "PreTrainedTokenizerFast",
@@ -124,7 +123,18 @@ def build(out: Path) -> dict[str, str]:
         })
         weights = _weights(vocab_size, sorted(ids.values()))
         save_file(weights, str(work / "model.safetensors"), metadata={"format": "pt"})
-        manifest = {p.name: sha256_file(p) for p in sorted(work.iterdir())}
+
+    return write_folder(out, write)
+
+
+def write_folder(out: Path, write: Callable[[Path], None]) -> dict[str, str]:
+    """Run `write` on a fresh folder beside `out`, then put it in place of `out` in one rename, so a failed build
+    leaves no half-written model; return {file name: sha256} of its files."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write(work)
+        manifest = {p.name: sha256_file(p) for p in sorted(work.iterdir()) if p.is_file()}
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)

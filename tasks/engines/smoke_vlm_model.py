@@ -13,13 +13,10 @@ decoding never ends early and every answer is exactly `max_tokens` long.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from tasks.checksums import sha256_file
 from tasks.engines import smoke_model
 
 MODEL_NAME = "tiny-llava"
@@ -94,17 +91,10 @@ def build(out: Path) -> dict[str, str]:
     model.load_state_dict(_seeded(model, sorted(ids.values())))
     model.generation_config = GenerationConfig(bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
                                                pad_token_id=ids["<pad>"], do_sample=False)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+
+    def write(work: Path) -> None:
         model.save_pretrained(work, safe_serialization=True)
         processor.save_pretrained(work)
         (work / "podium_model.json").write_text(json.dumps({"name": MODEL_NAME, "seed": SEED}) + "\n")
-        manifest = {p.name: sha256_file(p) for p in sorted(work.iterdir()) if p.is_file()}
-        if out.exists():
-            shutil.rmtree(out)
-        work.rename(out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return manifest
+
+    return smoke_model.write_folder(out, write)

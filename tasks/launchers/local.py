@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,25 +142,15 @@ class LocalLauncher:
 
     def wait_ready(self, deployment: LocalDeployment, timeout_s: float) -> None:
         """Ready means every probe of every process answers 200; a process that exits fails at once."""
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=30.0) as client:
+
+        def exited() -> None:
             for proc in deployment.running:
-                for probe in proc.spec.probes:
-                    url = f"http://{proc.spec.host}:{proc.spec.port}{probe.path}"
-                    while True:
-                        code = proc.popen.poll()
-                        if code is not None:
-                            raise LaunchError(f"{proc.spec.name} exited with code {code} while starting; "
-                                              f"last lines of {proc.log}:\n{tail(proc.log)}")
-                        with contextlib.suppress(httpx.HTTPError):
-                            r = client.get(url) if probe.body is None else client.post(url, json=probe.body)
-                            if probe.accepts(r.status_code, r.text):
-                                break
-                        if time.monotonic() > deadline:
-                            raise LaunchError(f"{proc.spec.name} was not ready after {timeout_s:.0f} s ({url}); "
-                                              f"last lines of {proc.log}:\n{tail(proc.log)}",
-                                              fix="raise the launch timeout or read the engine log")
-                        time.sleep(0.5)
+                code = proc.popen.poll()
+                if code is not None:
+                    raise LaunchError(f"{proc.spec.name} exited with code {code} while starting; "
+                                      f"last lines of {proc.log}:\n{tail(proc.log)}")
+
+        wait_for_probes([(p.spec.name, p.spec, p.log) for p in deployment.running], timeout_s, exited)
 
     def stop(self, deployment: LocalDeployment) -> None:
         """SIGTERM each process group, SIGKILL what is left after the grace period."""
@@ -182,3 +173,26 @@ class LocalLauncher:
 
 def make(state_dir: Path, **kwargs: object) -> LocalLauncher:
     return LocalLauncher(state_dir, **kwargs)  # type: ignore[arg-type]
+
+
+def wait_for_probes(targets: list[tuple[str, ProcessSpec, Path]], timeout_s: float, exited: Callable[[], None],
+                    poll_s: float = 0.5) -> None:
+    """Poll every probe of each (label, spec, log) until it accepts; `exited` raises when a process of the
+    deployment has died, and runs before every poll. A probe still refused at the deadline is a LaunchError with
+    the process's log tail."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=30.0) as client:
+        for label, spec, log in targets:
+            for probe in spec.probes:
+                url = f"http://{spec.host}:{spec.port}{probe.path}"
+                while True:
+                    exited()
+                    with contextlib.suppress(httpx.HTTPError):
+                        r = client.get(url) if probe.body is None else client.post(url, json=probe.body)
+                        if probe.accepts(r.status_code, r.text):
+                            break
+                    if time.monotonic() > deadline:
+                        raise LaunchError(f"{label} was not ready after {timeout_s:.0f} s ({url}); last lines of "
+                                          f"{log}:\n{tail(log)}",
+                                          fix="raise engine.ready_timeout_s or read the engine log")
+                    time.sleep(poll_s)

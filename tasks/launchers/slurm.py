@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 
 from submission.errors import CommandError, LaunchError, PlanError, PodiumError
 from submission.slurm import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, write_files
 from tasks.launchers import slurm_cli as cli
-from tasks.launchers.local import forward_log, tail
+from tasks.launchers.local import forward_log, tail, wait_for_probes
 
 Logger = logging.Logger | logging.LoggerAdapter
 POLL_S = 0.5
@@ -307,29 +306,15 @@ class SlurmLauncher:
 
     def wait_ready(self, deployment: SlurmDeployment, timeout_s: float) -> None:
         """Ready means every probe of every process answers on its node; a step that exits fails at once."""
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=30.0) as client:
+
+        def exited() -> None:
             for step in deployment.steps:
-                for probe in step.spec.probes:
-                    url = f"http://{step.spec.host}:{step.spec.port}{probe.path}"
-                    while True:
-                        for other in deployment.steps:
-                            code = other.srun.poll()
-                            if code is not None:
-                                raise _failure(other, code, "while starting")
-                        with contextlib.suppress(httpx.HTTPError):
-                            r = client.get(url) if probe.body is None else client.post(url, json=probe.body)
-                            if probe.accepts(r.status_code, r.text):
-                                break
-                        if time.monotonic() > deadline:
-                            raise LaunchError(f"{step.label} was not ready after {timeout_s:.0f} s ({url}); "
-                                              f"last lines of {step.log}:\n{tail(step.log)}",
-                                              fix="raise engine.ready_timeout_s or read the engine log")
-                        time.sleep(POLL_S)
-        for step in deployment.steps:   # a process without probes is ready while it runs
-            code = step.srun.poll()
-            if code is not None:
-                raise _failure(step, code, "while starting")
+                code = step.srun.poll()
+                if code is not None:
+                    raise _failure(step, code, "while starting")
+
+        wait_for_probes([(s.label, s.spec, s.log) for s in deployment.steps], timeout_s, exited, POLL_S)
+        exited()   # a process without probes is ready while it runs
 
     def stop(self, deployment: SlurmDeployment) -> None:
         """SIGTERM the steps (scancel --signal), SIGKILL them after the grace period (scancel), then cancel the
