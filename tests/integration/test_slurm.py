@@ -151,7 +151,7 @@ def test_smoke_engine_on_two_nodes_with_loadgen(slurm_conf: Path, smoke_store: P
         endpoint = smoke.endpoint({}, model, [specs[1]])   # the server on node3
         data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
         stats = runner.run(offline_spec(data, "performance", samples=8, max_tokens=8, engine="smoke under slurm",
-                                            qps=40),
+                                            qps=400),   # ~440 samples: over 1 s even on a fast machine
                            endpoint, tmp_path / "perf", timeout_s=300)
         assert stats["failed"] == 0 and stats["completed"] >= 8, stats
         run = load_run(tmp_path / "perf")
