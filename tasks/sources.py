@@ -25,7 +25,7 @@ import botocore.exceptions
 
 from submission.errors import PlanError, StorageError
 from tasks import storage
-from tasks.transfer import Copied, copy_file, copy_object
+from tasks.transfer import WORKERS, Copied, copy_file, copy_object
 
 MANIFEST = ".podium-manifest.json"
 DONE = ".podium-done.json"                 # in a partial folder: files already verified
@@ -125,7 +125,7 @@ class LocalSource:
         tmp.write_text(json.dumps({"source": str(self.path), "stats": stats, "files": files}))
         os.replace(tmp, self.memo)
 
-    def copy(self, rel: str, part: Path, meta: dict, progress: Callable[[int], None]) -> Copied:
+    def copy(self, rel: str, part: Path, meta: dict, progress: Callable[[int], None], share: int = 1) -> Copied:
         return copy_file(self.base / rel, part, size=int(meta["size"]), sha256=meta.get("sha256"),
                          label=f"{self.name}/{rel}", progress=progress)
 
@@ -174,10 +174,11 @@ class S3Source:
         self.etags = {rel: listed[rel]["ETag"] for rel in files}
         return files
 
-    def copy(self, rel: str, part: Path, meta: dict, progress: Callable[[int], None]) -> Copied:
+    def copy(self, rel: str, part: Path, meta: dict, progress: Callable[[int], None], share: int = 1) -> Copied:
+        """`share`: files copied at once; they split the client's connections (ranged GETs in flight)."""
         return copy_object(self.s3, self.bucket, self.keys[rel], part, size=int(meta["size"]),
                            sha256=str(meta["sha256"]), etag=self.etags[rel], label=f"{self.name}/{rel}",
-                           progress=progress)
+                           progress=progress, workers=max(2, WORKERS // share))
 
     def _head(self, key: str) -> dict | None:
         try:

@@ -8,7 +8,9 @@ manifest and file sizes match is reused without reading the source. Otherwise fi
 (each through a journaled `.part` file, see tasks.transfer), every byte hashed on the way and checked against the
 manifest, and the folder is renamed into place only when all of them verified. An interrupted staging resumes
 there; a corrupt file is refused by name. A local folder without a manifest is copied and hashed in the same
-single pass, and its manifest remembered for the next time. One node stages one copy at a time (lock files).
+single pass, and its manifest remembered for the next time. Up to FILES_IN_FLIGHT files copy at once, largest
+first, so the hash (the cost of verification) runs on several cores. One node stages one copy at a time (lock
+files).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import json
 import os
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -31,9 +35,10 @@ from prefect import task
 from submission.errors import PlanError, StorageError
 from tasks.sources import DONE, MANIFEST, LocalSource, Manifest, S3Access, S3Source, open_source
 from tasks.sources import source_bytes as source_bytes  # re-exported: the bring-up's disk check uses it
-from tasks.transfer import ChecksumMismatch
+from tasks.transfer import ChecksumMismatch, Copied
 
 ProgressFn = Callable[[int, int], None]    # (bytes verified so far, total bytes)
+FILES_IN_FLIGHT = max(1, min(4, os.cpu_count() or 1))   # files copied at once, each hashed on its own core
 Source = LocalSource | S3Source
 
 
@@ -136,31 +141,44 @@ def _fill(src: Source, files: Manifest, partial: Path, total: int,
         raise StorageError(f"not enough free disk under {partial.parent} for {src.name} ({need} more bytes)",
                            fix="free disk space or point the workspace's stage folder at a larger disk")
     seen = [have]
+    lock = threading.Lock()
 
     def advance(n: int) -> None:
-        seen[0] += n
-        if progress:
-            progress(seen[0], total)
+        with lock:
+            seen[0] += n
+            if progress:
+                progress(seen[0], total)
 
     if progress:
         progress(have, total)
-    fetched, resumed = 0, have
-    for rel, meta in sorted(files.items()):
-        if rel in kept:
-            continue
+    todo = sorted((meta["size"], rel) for rel, meta in files.items() if rel not in kept)[::-1]   # largest first
+    for _, rel in todo:
         if ".." in PurePosixPath(rel).parts or PurePosixPath(rel).is_absolute():
             raise StorageError(f"manifest entry {rel!r} would escape {partial}", where=src.name)
+
+    def one(rel: str) -> Copied:
         final = partial / rel
         part = final.with_name(final.name + ".part")
         try:
-            copied = src.copy(rel, part, meta, advance)
+            copied = src.copy(rel, part, files[rel], advance, share=parallel)
         except OSError as exc:
             raise StorageError(f"staging {src.name}/{rel} failed: {exc}", fix="check free disk and permissions; "
                                "stage again to resume") from exc
         os.replace(part, final)
-        done[rel] = {"sha256": copied.sha256, "stat": meta.get("stat")}
-        _write_json(partial / DONE, done)
-        fetched, resumed = fetched + copied.bytes_fetched, resumed + copied.bytes_resumed
+        with lock:
+            done[rel] = {"sha256": copied.sha256, "stat": files[rel].get("stat")}
+            _write_json(partial / DONE, done)
+        return copied
+
+    # files in parallel: each hashes on its own core (hashlib and the writes release the GIL)
+    parallel = max(1, min(FILES_IN_FLIGHT, len(todo)))
+    pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="stage")
+    try:
+        copies = [f.result() for f in [pool.submit(one, rel) for _, rel in todo]]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)   # a failed file stops the queue; started files finish
+    fetched = sum(c.bytes_fetched for c in copies)
+    resumed = have + sum(c.bytes_resumed for c in copies)
     return fetched, resumed, {rel: rec["sha256"] for rel, rec in done.items() if rel in files}
 
 
