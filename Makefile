@@ -46,6 +46,11 @@ unit: install system-deps
 integration: install
 	$(PY) -m pytest -m integration
 
+# The fault suite alone (docs/reliability.md): kills, an S3 outage, full disks, bad plans, planted secrets (~6 min).
+.PHONY: faults
+faults: install
+	$(PY) -m pytest -m faults
+
 # Real engines beyond the smoke one, each in its own virtualenv so .venv keeps its packages (docs/engines.md).
 VLLM_VENV    ?= .venv-vllm
 DYNAMO_VENV  ?= .venv-dynamo
@@ -88,6 +93,27 @@ bench-staging: install
 bench: bench-search
 bench-search: install
 	$(PY) bench/search.py
+
+# The harness client against `vllm bench serve` (.venv-vllm) and aiperf (.venv-aiperf, installed for this only), in
+# output tokens per client CPU-second on an instant server (docs/performance.md; ~10 min).
+AIPERF_VENV  ?= .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed-aiperf-0.13.0
+$(AIPERF_STAMP):
+	test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet 'aiperf==0.13.0'
+	touch $@
+
+.PHONY: bench-harness venv-aiperf
+venv-aiperf: $(AIPERF_STAMP)
+bench: bench-harness
+bench-harness: install venv-vllm venv-aiperf
+	$(PY) bench/harness.py
+
+# The smoke submission's wall time minus its time inside loadgen, and a re-run that skips everything (~5 min).
+.PHONY: bench-orchestration
+bench: bench-orchestration
+bench-orchestration: install
+	$(PY) bench/orchestration.py
 
 down: install
 	$(PODIUM) dev down --workspace $(WORKSPACE)

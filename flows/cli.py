@@ -41,9 +41,11 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission import plan as plans
+    from tasks.inputs import check_inputs
 
     try:
         loaded = plans.load(plan)
+        check_inputs(loaded, str(plan))   # sources exist, storage credentials found: before anything starts
     except PodiumError as e:
         _fail(e)
     _prefect_env(workspace)

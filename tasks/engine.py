@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from tasks.deploy import launcher_for
 from tasks.engines import Endpoint, backend
 from tasks.launchers import start_ready
-from tasks.launchers.local import LocalDeployment
+from tasks.launchers.local import LocalDeployment, tail
 from tasks.nodes import NodeSlot
 
 
@@ -53,7 +53,8 @@ class EngineSession:
         self.deployment: Any = None
         self._endpoint: Endpoint | None = None
         self.launches = 0
-        self.slot = NodeSlot([socket.gethostname()])   # gpu-<node>: one engine per node across flows
+        self.slot = NodeSlot([socket.gethostname()],   # gpu-<node>: one engine per node across flows
+                             record_dir=Path(state_dir) / "leases")   # a killed flow's lease: released by the next
 
     def alive(self) -> bool:
         if self._endpoint is None:
@@ -63,6 +64,17 @@ class EngineSession:
         if isinstance(self.deployment, LocalDeployment):
             return all(r.popen.poll() is None for r in self.deployment.running)
         return getattr(self.where, "alive", lambda _: True)(self.deployment)
+
+    def log_report(self, lines: int = 20) -> str:
+        """The engine's log files and their last lines (processes this host started), for an error message."""
+        if not isinstance(self.deployment, LocalDeployment):
+            return f"the engine's logs are under {self.args[4]}"
+
+        def status(code: int | None) -> str:
+            return "running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exited with {code}")
+
+        return "\n".join(f"{r.spec.name} (pid {r.popen.pid}) {status(r.popen.poll())}; last lines of {r.log}:\n"
+                         f"{tail(r.log, lines)}" for r in self.deployment.running)
 
     def endpoint(self) -> Endpoint:
         if self._endpoint is not None and not self.alive():

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 
-from submission.errors import RunFailed
+from submission.errors import CommandError, LaunchError, RunFailed
 from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunRecord, RunSpec, record
 from tasks.accuracy import score
 from tasks.engine import EngineSession
-from tasks.harness import runner
+from tasks.harness import liveness, runner
 from tasks.workspace import folder_key
 
 
@@ -59,14 +59,29 @@ def problems(rec: RunRecord) -> list[str]:
     return out
 
 
+def set_aside(run_dir: Path) -> Path:
+    """Move a failed attempt's run folder to `<key>.failed-<time>`, where no later step reads it."""
+    aside = run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
+    run_dir.rename(aside)
+    return aside
+
+
 def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: str | None,
              tokenizer: str | None) -> RunRecord:
     """Run, parse, score and judge one loadgen run (plain function; the task below wraps it)."""
     run_dir = work_dir / "runs" / spec.key()
     if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
-        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}"))
+        set_aside(run_dir)
     endpoint = engine.endpoint()
-    stats = runner.run(spec, endpoint, run_dir)
+    try:
+        stats = runner.run(spec, endpoint, run_dir)
+    except CommandError as e:
+        if e.returncode != liveness.ENDPOINT_DOWN:
+            raise
+        state = "still running" if engine.alive() else "its process has exited"
+        raise LaunchError(f"{spec.label}: the engine stopped accepting connections during the run ({state}); "
+                          f"the run's partial logs are set aside in {set_aside(run_dir)}\n{engine.log_report()}",
+                          fix="read the engine log; the step is retried once on a relaunched engine") from None
     run = load_run(run_dir)
     metrics = passed = None
     if spec.mode == "accuracy":

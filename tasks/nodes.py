@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
+import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -57,8 +61,9 @@ class NodeSlot:
     """Hold one slot of `gpu-<node>` for each node, from `acquire()` until `release()`."""
 
     def __init__(self, nodes: Sequence[str], timeout_s: float | None = None, lease_s: float = LEASE_S,
-                 holder: str = "podium engine") -> None:
+                 holder: str = "podium engine", record_dir: Path | None = None) -> None:
         self.nodes, self.timeout_s, self.lease_s, self.holder = list(nodes), timeout_s, lease_s, holder
+        self.record_dir = record_dir   # where leases are recorded, so a run after a killed one can end theirs
         self.names = [limit_name(n) for n in self.nodes]
         self.lease_id: UUID | None = None
         self._stop = threading.Event()
@@ -77,6 +82,8 @@ class NodeSlot:
         ensure_limits(self.nodes)
         began, wait = time.monotonic(), POLL_S[0]
         with get_client(sync_client=True) as client:
+            if self.record_dir is not None:
+                release_dead_holders(self.record_dir, client)
             while True:
                 try:
                     response = client.increment_concurrency_slots_with_lease(
@@ -94,6 +101,11 @@ class NodeSlot:
                 time.sleep(min(max(retry_after, wait), POLL_S[1]))
                 wait = min(wait * 2, POLL_S[1])
         self.lease_id = UUID(str(response.json()["lease_id"]))
+        if self.record_dir is not None:
+            self.record_dir.mkdir(parents=True, exist_ok=True)
+            (self.record_dir / f"{self.lease_id}.json").write_text(
+                json.dumps({"lease_id": str(self.lease_id), "pid": os.getpid(), "host": socket.gethostname(),
+                            "names": self.names}))
         self._stop.clear()
         context = contextvars.copy_context()   # the renewal talks to the same API as the caller
         self._renewer = threading.Thread(target=context.run, args=(self._renew,), name=f"renew-{self.names[0]}",
@@ -115,6 +127,8 @@ class NodeSlot:
         except Exception as exc:   # the lease expires by itself; never hide the caller's own error
             log.warning("could not release %s (it expires within %.0f s): %s", self.names, self.lease_s, exc)
         finally:
+            if self.record_dir is not None:
+                (self.record_dir / f"{self.lease_id}.json").unlink(missing_ok=True)
             self.lease_id = None
 
     def _renew(self) -> None:
@@ -133,6 +147,27 @@ class NodeSlot:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def release_dead_holders(record_dir: Path, client: Any) -> int:
+    """Release the leases recorded in `record_dir` by processes of this host that no longer exist (a flow killed
+    with SIGKILL cannot release its own; the server would keep the node taken until the lease expires)."""
+    released = 0
+    for record in sorted(record_dir.glob("*.json")):
+        try:
+            data = json.loads(record.read_text())
+            pid, lease = int(data["pid"]), UUID(str(data["lease_id"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if data.get("host") != socket.gethostname() or Path(f"/proc/{pid}").exists():
+            continue
+        with contextlib.suppress(Exception):   # already expired or released: nothing to do
+            client.release_concurrency_slots_with_lease(lease_id=lease)
+        log.warning("released %s, held by pid %s of an earlier run that no longer exists",
+                    ", ".join(data.get("names", [])), pid)
+        record.unlink(missing_ok=True)
+        released += 1
+    return released
 
 
 def _float(value: str | None, default: float) -> float:

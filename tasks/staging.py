@@ -161,13 +161,13 @@ def _fill(src: Source, files: Manifest, partial: Path, total: int,
         part = final.with_name(final.name + ".part")
         try:
             copied = src.copy(rel, part, files[rel], advance, share=parallel)
+            os.replace(part, final)
+            with lock:
+                done[rel] = {"sha256": copied.sha256, "stat": files[rel].get("stat")}
+                _write_json(partial / DONE, done)
         except OSError as exc:
             raise StorageError(f"staging {src.name}/{rel} failed: {exc}", fix="check free disk and permissions; "
                                "stage again to resume") from exc
-        os.replace(part, final)
-        with lock:
-            done[rel] = {"sha256": copied.sha256, "stat": files[rel].get("stat")}
-            _write_json(partial / DONE, done)
         return copied
 
     # files in parallel: each hashes on its own core (hashlib and the writes release the GIL)

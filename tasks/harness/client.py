@@ -2,6 +2,10 @@
 
 The first streamed text chunk is the first token; the output token ids come from the engine when it returns them,
 otherwise from re-tokenizing the text with the model's own tokenizer (recorded as `token_source`).
+
+The HTTP is `tasks.harness.wire`: raw asyncio HTTP/1.1 with keep-alive and at most `max_concurrency` requests on
+the wire, the rest waiting their turn outside any connection pool; events are split by hand (`tasks.harness.sse`)
+and each event's JSON is decoded with orjson when it is installed.
 """
 
 from __future__ import annotations
@@ -10,9 +14,19 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
-
 from tasks.engines import Endpoint
+from tasks.harness.wire import HttpPool, post_bytes
+
+try:
+    from orjson import dumps as _dumps
+    from orjson import loads as _loads
+except ImportError:   # pragma: no cover - orjson is a dependency; the stdlib is the fallback
+    _loads = json.loads
+
+    def _dumps(obj: object) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+ERROR_KEPT = 300
 
 
 @dataclass
@@ -21,6 +35,64 @@ class Completion:
     text: str = ""
     engine_tokens: int | None = None      # usage.completion_tokens, when the engine reports it
     error: str | None = None
+
+
+class _Stream:
+    """One request's answer, fed event by event on the event loop."""
+
+    __slots__ = ("chunks", "engine_tokens", "error", "finished", "first_ids", "ids", "nvext", "on_first")
+
+    def __init__(self, nvext: bool, on_first: Callable[[list[int]], None] | None,
+                 first_ids: Callable[[str, list[int]], list[int]]) -> None:
+        self.nvext = nvext
+        self.on_first = on_first
+        self.first_ids = first_ids
+        self.chunks: list[str] = []
+        self.ids: list[int] = []
+        self.engine_tokens: int | None = None
+        self.error: str | None = None
+        self.finished = False
+
+    def events(self, payloads: list[bytes]) -> None:
+        """The events of one read: decoded together (one orjson call for all of them) when they all parse."""
+        if self.finished:
+            return
+        if b"[DONE]" in payloads:
+            payloads = payloads[:payloads.index(b"[DONE]")]
+            self.finished = True
+        if not payloads:
+            return
+        if len(payloads) == 1:
+            self.chunk(_loads(payloads[0]))
+            return
+        try:
+            chunks = _loads(b"[" + b",".join(payloads) + b"]")
+        except ValueError:   # one of them is not JSON: decode one by one, so the events before it still count
+            chunks = None
+        if chunks is None or len(chunks) != len(payloads):
+            chunks = [_loads(p) for p in payloads]
+        for chunk in chunks:
+            if self.error is None:
+                self.chunk(chunk)
+
+    def chunk(self, chunk: dict) -> None:
+        if "error" in chunk:
+            self.error = str(chunk["error"])[:ERROR_KEPT]
+            self.finished = True
+            return
+        usage = chunk.get("usage")
+        if usage:
+            self.engine_tokens = usage.get("completion_tokens")
+        for choice in chunk.get("choices") or ():
+            text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+            token_ids = ((chunk.get("nvext") or {}).get("completion_token_ids") if self.nvext else
+                         choice.get("token_ids")) or ()
+            if not (text or token_ids):
+                continue
+            if not self.chunks and self.on_first is not None:
+                self.on_first(self.first_ids(text, list(token_ids)))
+            self.chunks.append(text)
+            self.ids.extend(token_ids)
 
 
 class CompletionClient:
@@ -34,9 +106,7 @@ class CompletionClient:
 
             self.tokenizer = Tokenizer.from_file(endpoint.tokenizer)
         self.token_source = "engine" if endpoint.returns_token_ids else "re-tokenized text"
-        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self.http = httpx.AsyncClient(base_url=endpoint.base_url, limits=limits,
-                                      timeout=httpx.Timeout(None, connect=10.0))
+        self.http = HttpPool(endpoint.base_url, max_connections=max_concurrency)
 
     def request(self, prompt: tuple[int, ...]) -> dict:
         """A completions body for a token-id prompt with this client's max_tokens and temperature."""
@@ -54,8 +124,16 @@ class CompletionClient:
                 out.update(self.endpoint.request_fields or {"return_token_ids": True})
         return {k: v for k, v in out.items() if k not in self.endpoint.drop_fields}
 
+    def encode(self, path: str, body: dict, *, prepared: bool = False) -> bytes:
+        """The whole HTTP request for `body`, ready to write: build it once, send it with `send_bytes`."""
+        request = body if prepared else self.prepare(path, body)
+        return post_bytes(self.http.prefix + path, _dumps(request), self.http.host_header)
+
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
+    def _first_ids(self, text: str, token_ids: list[int]) -> list[int]:
+        return token_ids if self.endpoint.returns_token_ids else self._ids(text)
 
     async def complete(self, prompt: tuple[int, ...],
                        on_first: Callable[[list[int]], None] | None = None) -> Completion:
@@ -66,43 +144,25 @@ class CompletionClient:
                    prepared: bool = False) -> Completion:
         """Stream one request to `path` (`/v1/completions` or `/v1/chat/completions`); `on_first` gets the first
         token ids as soon as the first text (or token) chunk arrives."""
-        out = Completion()
-        ids: list[int] = []
-        chunks: list[str] = []
         try:
-            request = body if prepared else self.prepare(path, body)
-            async with self.http.stream("POST", path, json=request) as r:
-                if r.status_code != 200:
-                    out.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}"
-                    return out
-                async for line in r.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
-                    chunk = json.loads(payload)
-                    if "error" in chunk:
-                        out.error = str(chunk["error"])[:300]
-                        return out
-                    if chunk.get("usage"):
-                        out.engine_tokens = chunk["usage"].get("completion_tokens")
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        text = choice.get("text") or delta.get("content") or ""
-                        token_ids = (choice.get("token_ids") if self.endpoint.token_ids_in == "choice" else
-                                     (chunk.get("nvext") or {}).get("completion_token_ids")) or []
-                        if not (text or token_ids):
-                            continue
-                        if not chunks and on_first is not None:
-                            on_first(token_ids if self.endpoint.returns_token_ids else self._ids(text))
-                        chunks.append(text)
-                        ids.extend(token_ids)
-        except (httpx.HTTPError, json.JSONDecodeError) as e:
-            out.error = f"{type(e).__name__}: {e}"
-            return out
-        out.text = "".join(chunks)
-        out.tokens = ids if self.endpoint.returns_token_ids else self._ids(out.text)
+            data = self.encode(path, body, prepared=prepared)
+        except (TypeError, ValueError) as e:
+            return Completion(error=f"{type(e).__name__}: {e}")
+        return await self.send_bytes(data, on_first)
+
+    async def send_bytes(self, data: bytes, on_first: Callable[[list[int]], None] | None = None) -> Completion:
+        """Stream one request built by `encode`."""
+        stream = _Stream(self.endpoint.token_ids_in == "nvext", on_first, self._first_ids)
+        try:
+            status, body = await self.http.stream(data, stream.events)
+        except (OSError, ValueError, TypeError, AttributeError) as e:   # the network, or an answer not as expected
+            return Completion(error=f"{type(e).__name__}: {e}"[:ERROR_KEPT + 40])
+        if status != 200:
+            return Completion(error=f"HTTP {status}: {body.decode(errors='replace')[:ERROR_KEPT]}")
+        if stream.error is not None:
+            return Completion(error=stream.error)
+        out = Completion(text="".join(stream.chunks), engine_tokens=stream.engine_tokens)
+        out.tokens = stream.ids if self.endpoint.returns_token_ids else self._ids(out.text)
         return out
 
     async def aclose(self) -> None:

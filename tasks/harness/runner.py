@@ -3,13 +3,20 @@
 A child process keeps a loadgen crash (it segfaults on some settings) from taking the flow with it, and gives the
 run a working directory where `audit.config` is present only when a compliance test asks for it.
 
-    python -m tasks.harness.runner RUN_DIR      # RUN_DIR holds run.json and endpoint.json; logs are written there
+    python -m tasks.harness.runner RUN_DIR [PARENT_PID]   # RUN_DIR holds run.json and endpoint.json; logs go there
+
+The child dies with the process that started it (Linux PR_SET_PDEATHSIG): a flow killed mid-run leaves no loadgen
+run behind to load the engine or write into a run folder that the re-run sets aside.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +27,7 @@ from submission.runs import RunSpec
 from tasks.engines import Endpoint
 
 STATS = "sut_stats.json"
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
 def run_in_process(run_dir: Path) -> None:
@@ -63,7 +71,7 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
     (run_dir / "run.json").write_text(spec.model_dump_json(indent=2))
     endpoint_data = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
     (run_dir / "endpoint.json").write_text(json.dumps(endpoint_data, indent=2))
-    argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir)]
+    argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir), str(os.getpid())]
     with (run_dir / "harness.log").open("wb") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=run_dir)  # noqa: S603
         try:
@@ -78,5 +86,15 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
     return json.loads((run_dir / STATS).read_text())
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        die_with_parent(int(sys.argv[2]))
     run_in_process(Path(sys.argv[1]))

@@ -1,6 +1,8 @@
 """The loadgen SUT and QSL over a streaming completions client.
 
-Loadgen calls `issue` from its own thread; each sample becomes a coroutine on an asyncio loop in a second thread.
+Loadgen calls `issue` from its own thread; the batch is handed to an asyncio loop (uvloop when installed) in a
+second thread with one wake-up, where each sample becomes a task. Every issued sample is completed, also when its
+request fails or the harness itself raises: loadgen waits for all of them.
 In the Server scenario (Server and Interactive folders) the first token is reported with `FirstTokenComplete`,
 then all output tokens with `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`.
 """
@@ -14,10 +16,20 @@ from dataclasses import dataclass, field
 import mlperf_loadgen as lg
 import numpy as np
 
+from tasks.harness import liveness
 from tasks.harness.client import Completion, CompletionClient
 from tasks.harness.requests import RequestBuilder
 
 MAX_ERRORS_KEPT = 20
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop when it is installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:   # pragma: no cover - uvloop is a dependency; asyncio is the fallback
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 @dataclass
@@ -56,7 +68,7 @@ class StreamingSUT:
         self.builder: RequestBuilder | None = None if isinstance(prompts, tuple) else prompts
         self.report_first_token = report_first_token
         self.stats = SutStats(token_source=client.token_source)
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="sut-loop", daemon=True)
         self.lock = threading.Lock()
         self.pending: set[asyncio.Future] = set()
@@ -73,10 +85,16 @@ class StreamingSUT:
         self.thread.join(timeout=30)
 
     def issue(self, samples: list[lg.QuerySample]) -> None:
-        for s in samples:
-            asyncio.run_coroutine_threadsafe(self.serve(s.id, s.index), self.loop)
+        batch = [(s.id, s.index) for s in samples]
         with self.lock:
-            self.stats.issued += len(samples)
+            self.stats.issued += len(batch)
+        self.loop.call_soon_threadsafe(self._start, batch)
+
+    def _start(self, batch: list[tuple[int, int]]) -> None:
+        for sample_id, index in batch:
+            task = self.loop.create_task(self.serve(sample_id, index))
+            self.pending.add(task)
+            task.add_done_callback(self.pending.discard)
 
     def flush(self) -> None:
         pass
@@ -87,10 +105,15 @@ class StreamingSUT:
                 response, _keep = _response(sample_id, tokens)
                 lg.FirstTokenComplete([response])
 
-        if self.builder is None:
-            completion = await self.client.complete(self.prompts[index], first)
-        else:
-            completion = await self.client.send(self.builder.path, self.builder.body(index), first)
+        try:
+            if self.builder is None:
+                completion = await self.client.complete(self.prompts[index], first)
+            else:
+                completion = await self.client.send(self.builder.path, self.builder.body(index), first)
+        except Exception as e:   # the harness's own failure still completes the sample (with no tokens)
+            completion = Completion(error=f"harness: {type(e).__name__}: {e}")
+        if completion.error:   # a dead engine ends the run here, before loadgen sees a 0-token answer
+            liveness.exit_if_down(self.client.endpoint.base_url, completion.error)
         with self.lock:
             if completion.error:
                 self.stats.failed += 1

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -64,19 +65,32 @@ class LocalDeployment:
     processes: list[ProcessSpec]
     running: list[Running] = field(default_factory=list)
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)   # set when every probe passed
 
 
-def forward_log(path: Path, name: str, logger: logging.Logger, stop: threading.Event) -> None:
-    """Follow a log file and forward each line to the logger until `stop` is set and the file is drained."""
+PROBLEM = re.compile(r"error|warn|exception|traceback|fatal|killed|out of memory|oom", re.IGNORECASE)
+
+
+def forward_log(path: Path, name: str, logger: logging.Logger, stop: threading.Event,
+                ready: threading.Event | None = None) -> None:
+    """Follow a log file and forward its lines to the logger until `stop` is set and the file is drained: every
+    line while the process starts, then (once `ready` is set) only lines that look like problems, so a busy engine's
+    per-request lines do not flood the Prefect UI or take the CPU from a measurement. The file keeps every line."""
+    skipped = 0
     with path.open(errors="replace") as f:
         while True:
             line = f.readline()
             if line:
-                logger.info("[%s] %s", name, line.rstrip())
+                if ready is None or not ready.is_set() or PROBLEM.search(line):
+                    logger.info("[%s] %s", name, line.rstrip())
+                else:
+                    skipped += 1
             elif stop.is_set():
-                return
+                break
             else:
                 time.sleep(0.2)
+    if skipped:
+        logger.info("[%s] %d routine line(s) after start-up not forwarded; all are in %s", name, skipped, path)
 
 
 def _alive(pid: int, argv0: str) -> bool:
@@ -133,7 +147,8 @@ class LocalLauncher:
                 pidfile = self.state_dir / f"{popen.pid}.json"
                 pidfile.write_text(json.dumps({"pid": popen.pid, "name": spec.name, "argv0": spec.argv[0]}))
                 deployment.running.append(Running(spec, popen, log, pidfile))
-                threading.Thread(target=forward_log, args=(log, spec.name, logger, deployment.stop_forwarding),
+                threading.Thread(target=forward_log, args=(log, spec.name, logger, deployment.stop_forwarding,
+                                                                 deployment.ready),
                                  daemon=True).start()
         except OSError as e:
             self.stop(deployment)
@@ -151,6 +166,7 @@ class LocalLauncher:
                                       f"last lines of {proc.log}:\n{tail(proc.log)}")
 
         wait_for_probes([(p.spec.name, p.spec, p.log) for p in deployment.running], timeout_s, exited)
+        deployment.ready.set()
 
     def stop(self, deployment: LocalDeployment) -> None:
         """SIGTERM each process group, SIGKILL what is left after the grace period."""

@@ -83,6 +83,7 @@ class SlurmDeployment:
     allocation: Allocation
     steps: list[Step] = field(default_factory=list)
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)   # set when every probe passed
 
 
 def _fix(text: str, default: str) -> str:
@@ -266,7 +267,8 @@ class SlurmLauncher:
                         stdin=subprocess.DEVNULL, process_group=0)
                 deployment.steps.append(Step(spec, srun, log, step_name, nodes, srun_job=alloc.job_id))
                 self.steps.append(deployment.steps[-1])
-                threading.Thread(target=forward_log, args=(log, spec.name, logger, deployment.stop_forwarding),
+                threading.Thread(target=forward_log, args=(log, spec.name, logger, deployment.stop_forwarding,
+                                                                 deployment.ready),
                                  daemon=True).start()
                 if spec.gpus:   # one GPU step at a time: Slurm hands out the lowest free GPUs, in the specs' order
                     self._find_steps(deployment)
@@ -315,6 +317,7 @@ class SlurmLauncher:
 
         wait_for_probes([(s.label, s.spec, s.log) for s in deployment.steps], timeout_s, exited, POLL_S)
         exited()   # a process without probes is ready while it runs
+        deployment.ready.set()
 
     def stop(self, deployment: SlurmDeployment) -> None:
         """SIGTERM the steps (scancel --signal), SIGKILL them after the grace period (scancel), then cancel the

@@ -1,0 +1,40 @@
+"""A dead engine ends the loadgen run at once, in the runner's child process.
+
+When an engine dies mid-run every remaining request fails within milliseconds (connection refused). Completing
+those samples with no tokens makes loadgen log errors for the rest of the run, and a 0-token response can crash
+loadgen 6.0.17 outright. So after a failed request the SUT asks whether the endpoint still accepts a TCP
+connection; when it does not, the child writes one line to its log and exits with `ENDPOINT_DOWN` before that
+sample reaches loadgen. The parent (tasks.harness.runner, tasks.loadgen) turns that exit code into a LaunchError
+naming the engine's log; the step is retried on a relaunched engine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from urllib.parse import urlsplit
+
+ENDPOINT_DOWN = 75          # the runner child's exit code when the engine stopped accepting connections
+CONNECT_TIMEOUT_S = 2.0
+
+
+def reachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether something accepts a TCP connection at the URL's host and port."""
+    url = urlsplit(base_url)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def exit_if_down(base_url: str, error: str) -> None:
+    """After a failed request: end this process with ENDPOINT_DOWN if the endpoint no longer accepts connections."""
+    if reachable(base_url):
+        return
+    sys.stderr.write(f"podium: the engine at {base_url} no longer accepts connections (last request: {error}); "
+                     f"ending the run\n")
+    sys.stderr.flush()
+    os._exit(ENDPOINT_DOWN)

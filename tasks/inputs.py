@@ -1,0 +1,48 @@
+"""What `podium run` checks about a valid plan's surroundings before anything starts: no workspace folder, no
+Prefect, no process. Each problem is one PlanError naming the plan field (or the environment variables) and the fix.
+
+- every local source the plan names exists (model, performance, accuracy and compliance data sets);
+- object storage that is not the embedded server has credentials in boto3's default chain (environment variables,
+  a shared credentials or config file profile, a web-identity token, container or instance credentials). Without
+  any, uploads would fail only at the very end, after hours of runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from submission.errors import PlanError
+from submission.plan import Plan
+
+CREDENTIALS_FIX = ("export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE naming a profile in "
+                   "~/.aws/credentials), or set storage.embedded: true to use Podium's local S3 server")
+
+
+def _sources(plan: Plan) -> list[tuple[str, str]]:
+    """(plan field, path) of every source the plan stages."""
+    out = []
+    for i, b in enumerate(plan.benchmarks):
+        out += [(f"benchmarks.{i}.model.source", b.model.source),
+                (f"benchmarks.{i}.dataset.performance", b.dataset.performance),
+                (f"benchmarks.{i}.dataset.accuracy", b.dataset.accuracy)]
+        out += [(f"benchmarks.{i}.dataset.compliance.{test}", path) for test, path in b.dataset.compliance.items()]
+    return out
+
+
+def has_credentials() -> bool:
+    """Whether boto3's default chain finds credentials (the same chain the uploads use)."""
+    import botocore.session
+
+    return botocore.session.get_session().get_credentials() is not None
+
+
+def check_inputs(plan: Plan, source: str = "<plan>") -> None:
+    """Raise PlanError for the first missing source or missing storage credentials."""
+    for field, path in _sources(plan):
+        if not path.startswith("s3://") and not Path(path).exists():
+            raise PlanError(f"{field}: {path} does not exist", where=source,
+                            fix="build the smoke assets with `make smoke-assets`, or fix the path")
+    if not plan.storage.embedded and not has_credentials():   # s3:// sources use the same storage's access
+        raise PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
+                        f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance role",
+                        where=source, fix=CREDENTIALS_FIX)

@@ -1,0 +1,48 @@
+"""Fixtures shared by the integration and fault suites: one Prefect test server for the whole session, the smoke
+assets, a smoke engine started once. Session-scoped, so a full run starts each once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One Prefect test server for the session (its own temporary database)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model and the smoke data set, built the way `podium dev smoke-assets` builds them."""
+    from tasks.engines import smoke_data, smoke_model
+
+    store = tmp_path_factory.mktemp("store")
+    smoke_model.build(store / "models" / "tiny-llama")
+    smoke_data.build(store / "models" / "tiny-llama", store / "datasets" / "smoke")
+    return store
+
+
+@pytest.fixture(scope="session")
+def smoke_server(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real smoke engine on 127.0.0.1 for the session, for tests that need a server someone else started (the
+    external engine; the pod behind a fake Kubernetes Service). Yields its Endpoint."""
+    import logging
+
+    from tasks.engines import backend
+    from tasks.launchers import launched, launcher
+
+    base = tmp_path_factory.mktemp("smoke-server")
+    with launched(backend("smoke"), {}, smoke_store / "models" / "tiny-llama", launcher("local", state_dir=base / "p"),
+                  base / "logs", logging.getLogger("test.smoke-server"), timeout_s=240) as endpoint:
+        yield endpoint

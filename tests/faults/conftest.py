@@ -1,0 +1,23 @@
+"""Fault plans: the smoke plan cut down to what one fault needs (fixtures: tests/conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.integration.conftest import write_plan
+
+SCENARIOS = {"Offline": {"target_qps": 100},
+             "Server": {"target_qps": 25, "min_query_count": 460}}
+
+
+def fault_plan(path: Path, store: Path, scenarios: tuple[str, ...] = ("Server",), **changes: object) -> Path:
+    """The smoke plan without audits, with only `scenarios` (each with its performance and accuracy run; the checker
+    wants both): what one fault needs."""
+    write_plan(path, store, compliance={"run": "never"}, **changes)
+    data = yaml.safe_load(path.read_text())
+    bench = data["benchmarks"][0]
+    bench["scenarios"] = {name: SCENARIOS[name] for name in scenarios}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

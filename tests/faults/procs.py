@@ -1,0 +1,69 @@
+"""What a test reads about processes from /proc: the TCP ports a process group listens on, pid files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of a process group."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if os.getpgid(int(proc.name)) == pgid:
+                    out.append(int(proc.name))
+            except ProcessLookupError:
+                continue
+    return out
+
+
+def _socket_inodes(pids: list[int]) -> set[str]:
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    return inodes
+
+
+def _address(hex_addr: str) -> str:
+    if len(hex_addr) == 8:   # IPv4, little-endian
+        return ".".join(str(int(hex_addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    words = [hex_addr[i:i + 8] for i in range(0, 32, 8)]   # IPv6: four little-endian 32-bit words
+    raw = b"".join(bytes.fromhex(w)[::-1] for w in words)
+    if raw[:12] == b"\0" * 10 + b"\xff\xff":
+        return ".".join(str(b) for b in raw[12:])
+    return ":".join(raw[i:i + 2].hex() for i in range(0, 16, 2))
+
+
+def listening(pids: list[int]) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket these processes listen on, from /proc/net/tcp and tcp6."""
+    inodes = _socket_inodes(pids)
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:   # 0A: LISTEN
+                addr, port = fields[1].split(":")
+                found.append((_address(addr), int(port, 16)))
+    return found
+
+
+LOOPBACK = {"127.0.0.1", "0000:0000:0000:0000:0000:0000:0000:0001"}
+
+
+def recorded_engines(pid_dir: Path) -> list[dict]:
+    """The local launcher's pid files: {pid, name, argv0}."""
+    return [json.loads(p.read_text()) for p in sorted(pid_dir.glob("*.json"))]
+
+
+def kill_group(pgid: int) -> None:
+    os.killpg(pgid, signal.SIGKILL)

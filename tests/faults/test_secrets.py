@@ -1,0 +1,142 @@
+"""A planted S3 secret never appears in any output of a run, and the S3 server Podium starts listens on 127.0.0.1 only.
+
+The test starts a SeaweedFS (tasks.s3server, on its own data folder) whose secret key is a recognisable string, and
+runs a plan whose storage is that server as a non-embedded endpoint: the credentials reach Podium only through
+boto3's default chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Then it searches every output for the secret:
+the CLI's stdout and stderr, every file of the workspace (run folder, tree, loadgen folders, staged copies), each
+member of the submission tarball, every object in the bucket (tarballs opened too), and every log and artifact the
+Prefect server holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks import s3server, storage
+from tests.faults.conftest import fault_plan
+from tests.faults.procs import LOOPBACK, group_pids, listening
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+REPO = Path(__file__).parents[2]
+
+
+def _blobs(name: str, data: bytes) -> list[tuple[str, bytes]]:
+    """The bytes, and for a tarball or gzip file the bytes of each member too."""
+    out = [(name, data)]
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+                for member in tar.getmembers():
+                    handle = tar.extractfile(member) if member.isfile() else None
+                    out.append((f"{name}!{member.name}", handle.read() if handle else member.name.encode()))
+        except tarfile.TarError:
+            out.append((f"{name}!gunzip", gzip.decompress(data)))
+    return out
+
+
+def _leaks(blobs: list[tuple[str, bytes]], secret: str) -> list[str]:
+    needles = {secret.encode(), secret.encode().hex().encode()}
+    return [name for name, data in blobs if any(n in data for n in needles)]
+
+
+async def _prefect_texts() -> list[tuple[str, bytes]]:
+    from prefect import get_client
+
+    out = []
+    async with get_client() as client:
+        offset = 0
+        while batch := await client.read_logs(limit=200, offset=offset):
+            out += [(f"prefect log {log.id}", log.message.encode()) for log in batch]
+            offset += len(batch)
+        for artifact in await client.read_artifacts():
+            out.append((f"prefect artifact {artifact.key}", json.dumps(artifact.data, default=str).encode()
+                        + str(artifact.description).encode()))
+        for run in await client.read_flow_runs():
+            out.append((f"flow run {run.name}", json.dumps(run.parameters, default=str).encode()
+                        + str(run.state.message if run.state else "").encode()))
+    return out
+
+
+def test_a_planted_secret_appears_nowhere(prefect_server: None, smoke_store: Path, tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    secret = "PlantedS3cret" + secrets.token_hex(12)
+    access_key = "PODIUMPLANTED" + secrets.token_hex(4).upper()
+    data_dir = tmp_path / "external-s3"
+    data_dir.mkdir()
+    (data_dir / s3server.CREDENTIALS_FILE).write_text(json.dumps({"access_key": access_key, "secret_key": secret}))
+    server = s3server.start(data_dir)
+    try:
+        bound = listening(group_pids(server.pid))
+        plan = fault_plan(tmp_path / "plan.yaml", smoke_store, scenarios=("Offline",),
+                          storage={"bucket": "podium", "prefix": "runs", "endpoint_url": server.endpoint_url,
+                                   "embedded": False})
+        assert yaml.safe_load(plan.read_text())["storage"]["embedded"] is False
+        ws = tmp_path / "ws"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env |= {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret, "PYTHONPATH": str(REPO),
+                "PREFECT_API_URL": PREFECT_API_URL.value(), "AWS_EC2_METADATA_DISABLED": "true"}
+        result = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "run", str(plan),
+                                 "--workspace", str(ws)], capture_output=True, env=env, cwd=REPO, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+        cfg = storage.StorageConfig(server.endpoint_url, "podium", "", "us-east-1", access_key, secret)
+        s3 = storage.client(cfg)
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="podium")
+                for o in page.get("Contents", [])]
+        objects = [(f"s3://podium/{k}", s3.get_object(Bucket="podium", Key=k)["Body"].read()) for k in keys]
+    finally:
+        s3server.stop(server)
+
+    assert bound and all(addr in LOOPBACK for addr, _ in bound), bound   # every port of the S3 server: loopback
+    assert any(k.endswith("submission.tar.gz") for k in keys) and any(k.endswith("manifest.json") for k in keys)
+    blobs = [("stdout", result.stdout), ("stderr", result.stderr)]
+    for path in sorted(p for p in ws.rglob("*") if p.is_file() and not p.is_symlink()):
+        blobs += _blobs(str(path), path.read_bytes())
+    for name, data in objects:
+        blobs += _blobs(name, data)
+    blobs += asyncio.run(_prefect_texts())
+    assert len(blobs) > 100 and any("submission.tar.gz!" in name for name, _ in blobs)
+    assert _leaks(blobs, secret) == []
+    assert _leaks([("planted", f"x{secret}x".encode())], secret) == ["planted"]   # the search finds it when there
+    print(f"searched {len(blobs)} outputs ({sum(len(d) for _, d in blobs):,} bytes) for the planted secret: none")
+
+
+def test_dev_up_services_listen_on_loopback_only(tmp_path: Path) -> None:
+    """`podium dev up`: the Prefect server, its worker and the S3 server listen on 127.0.0.1 and nowhere else."""
+    from tasks import devstack
+    from tasks.workspace import Workspace
+
+    ws = Workspace.at(tmp_path / "ws")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-c", "from flows.cli import main; main()", "dev"]
+    try:
+        up = subprocess.run([*cli, "up", "--workspace", str(ws.root), "--port", "0", "--no-deploy"],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+        state = json.loads((devstack.dev_dir(ws) / devstack.STATE).read_text())
+        s3 = s3server.running(ws.s3)
+        assert s3 is not None
+        bound = {name: listening(group_pids(pid)) for name, pid in
+                 (("prefect server", state["server"]["pid"]), ("worker", state["worker"]["pid"]),
+                  ("s3 server", s3.pid))}
+    finally:
+        down = subprocess.run([*cli, "down", "--workspace", str(ws.root)], capture_output=True, text=True, env=env,
+                              cwd=REPO, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert bound["prefect server"] and bound["s3 server"], bound
+    outside = {name: [b for b in ports if b[0] not in LOOPBACK] for name, ports in bound.items()}
+    assert outside == {"prefect server": [], "worker": [], "s3 server": []}, bound
