@@ -95,13 +95,23 @@ def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: st
     return rec
 
 
+def summary(rec: RunRecord) -> str:
+    """One line of what a run measured, naming only what it has: `VALID, 1594.1 Tokens/s, TTFT p99 23.4 ms`."""
+    parts = [rec.validity or ""] if rec.valid is not None else []
+    if rec.metric is not None:
+        parts.append(f"{rec.metric:g} {rec.unit or ''}".strip())
+    parts += [f"{name} p99 {value:g} ms" for name, value in (("TTFT", rec.ttft_p99_ms), ("TPOT", rec.tpot_p99_ms))
+              if value is not None]
+    if rec.accuracy is not None:
+        parts.append(f"{rec.accuracy_metric} {rec.accuracy:g}")
+    return ", ".join(p for p in parts if p) or "no result"
+
+
 @task(name="loadgen-run", task_run_name="{spec.mode}[{spec.system}/{spec.benchmark}/{spec.scenario}]",
       cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
       retry_condition_fn=_retry_unless_final)
 def run_loadgen(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None,
                 tokenizer: str | None) -> RunRecord:
     rec = run_once(spec, engine, Path(work_dir), evaluator, tokenizer)
-    get_run_logger().info("%s: %s %s, TTFT p99 %s ms, TPOT p99 %s ms%s", spec.label, rec.metric, rec.unit or "",
-                          rec.ttft_p99_ms, rec.tpot_p99_ms,
-                          f", {rec.accuracy_metric} {rec.accuracy}" if rec.accuracy is not None else "")
+    get_run_logger().info("%s: %s", spec.label, summary(rec))
     return rec
