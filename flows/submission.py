@@ -20,7 +20,6 @@ from flows.benchmark import benchmark
 from submission import plan as plans
 from submission.assemble import assemble
 from submission.checker import CheckReport, check_tree
-from submission.errors import PlanError
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from submission.systems import describe, require_complete
@@ -29,6 +28,7 @@ from tasks.accuracy import evaluator
 from tasks.engine import engine_identity
 from tasks.engines import backend
 from tasks.gates import acceptance_gates
+from tasks.inputs import check_inputs
 from tasks.validation import validate_results
 from tasks.workspace import Workspace, git_commit
 
@@ -49,14 +49,11 @@ def object_storage(plan: Plan, ws: Workspace) -> Iterator[storage.StorageConfig]
 @task(name="preflight")
 def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str]]:
     """Everything that can be checked before an engine starts. Returns the system descriptions."""
+    check_inputs(plan)                                            # sources there, storage credentials found
     for b in plan.benchmarks:
         engine_identity(b.engine.name, b.engine.options)          # engine known and installed
         if b.accuracy:
             evaluator(b.evaluator or b.benchmark)                 # evaluator known
-        for source in (b.model.source, b.dataset.performance, b.dataset.accuracy):
-            if not source.startswith("s3://") and not Path(source).exists():
-                raise PlanError(f"{source} does not exist", where=f"benchmark {b.key}",
-                                      fix="build the smoke assets with `make smoke-assets`, or fix the path")
     storage.ensure_bucket(cfg)
     systems = {}
     for system in plan.systems:
