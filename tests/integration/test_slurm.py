@@ -82,6 +82,15 @@ def _web(name: str, port: int, node: int = 0, gpus: int = 0, host: str = "127.0.
                        node_index=node, gpus=gpus, probes=(HttpProbe("/"),))
 
 
+def _first_line(log: Path, timeout_s: float = 15) -> str:
+    """The first whole line of a step's log: srun forwards a step's output on its own time, possibly in pieces, so
+    the line may still be on its way when the step already answers its probe."""
+    deadline = time.monotonic() + timeout_s
+    while "\n" not in (text := log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return text.split("\n", 1)[0]
+
+
 def _process_on_port(port: int) -> int:
     """The pid of the smoke server on `port` (a Python process; srun's own command line holds the same words)."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -184,7 +193,7 @@ def test_gpu_steps_get_their_own_gpus_inside_the_job_podium_runs_in(slurm_conf: 
             assert deployment.allocation.job_id == job and not deployment.allocation.owned
             where.wait_ready(deployment, timeout_s=30)
             node = deployment.allocation.nodes[0]
-            seen = [(tmp_path / "logs" / f"{n}.log").read_text().splitlines()[0] for n in "ab"]
+            seen = [_first_line(tmp_path / "logs" / f"{n}.log") for n in "ab"]
             assert seen == [f"node {node} gpus 0,1", f"node {node} gpus 2,3"]   # distinct, in the specs' order
             with pytest.raises(LaunchError) as e:
                 where.start([_web("c", ports[2], gpus=1)], tmp_path / "logs", LOG)
