@@ -8,6 +8,7 @@ failed attempt are moved aside and never reach the tree.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -26,8 +27,8 @@ from tasks.workspace import folder_key
 class RunRejected(RunFailed):
     """A finished run whose result cannot be used; `record` is its results row."""
 
-    def __init__(self, message: str, record: RunRecord) -> None:
-        super().__init__(message, fix="see the run's mlperf_log_summary.txt; adjust the plan and run it again")
+    def __init__(self, message: str, record: RunRecord, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix or "see the run's mlperf_log_summary.txt; adjust the plan and run it again")
         self.record = record
 
 
@@ -57,6 +58,16 @@ def problems(rec: RunRecord) -> list[str]:
         out.append(f"accuracy misses a target or upper limit ({rec.accuracy_metric} {rec.accuracy}); "
                    "see accuracy.txt")
     return out
+
+
+def offline_resize(spec: RunSpec, run) -> str | None:
+    """The fix for an Offline run that ended before its minimum duration: loadgen issues one query of about
+    1.1 x target_qps x min_duration samples, so a faster engine than target_qps says finishes it too soon."""
+    if spec.loadgen_scenario != "Offline" or run.min_duration_met is not False or not run.samples_per_second:
+        return None
+    return (f"the engine did {run.samples_per_second:.1f} samples/s, more than the Offline target_qps sized the "
+            f"query for: set benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
+            f"{math.ceil(1.5 * run.samples_per_second)} and run the plan again")
 
 
 def set_aside(run_dir: Path) -> Path:
@@ -91,7 +102,7 @@ def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: st
     rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed)
     found = problems(rec)
     if found:
-        raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec)
+        raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec, fix=offline_resize(spec, run))
     return rec
 
 
