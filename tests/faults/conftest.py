@@ -8,7 +8,7 @@ import yaml
 
 from tests.integration.conftest import write_plan
 
-SCENARIOS = {"Offline": {"target_qps": 400},   # as in the smoke plan: over 1 s on a faster machine too
+SCENARIOS = {"Offline": {"target_qps": 800},   # as in the smoke plan: over 1 s on a faster machine too
              "Server": {"target_qps": 25, "min_query_count": 460}}
 
 

@@ -117,7 +117,7 @@ def test_test06_passes_on_the_cpu_engine(engine: Endpoint, smoke_store: Path, tm
 
 
 def test_test06_fails_on_early_eos(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:
-    plan = _plan(tmp_path, smoke_store, "llama3.1-8b", {"Offline": {"target_qps": 400}})
+    plan = _plan(tmp_path, smoke_store, "llama3.1-8b", {"Offline": {"target_qps": 800}})
     job = _jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Offline/TEST06"]
     with FaultProxy(engine.base_url, "eos", keep=4) as proxy:
         error = _failed(job, Fixed(engine, proxy.url), tmp_path / "work")
@@ -141,7 +141,7 @@ def test_test06_fails_when_the_first_token_is_not_the_outputs(engine: Endpoint, 
 
 def test_test09_fails_on_padded_outputs_and_is_retried_once(engine: Endpoint, smoke_store: Path,
                                                             tmp_path: Path) -> None:
-    plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 400}})
+    plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 800}})
     job = _jobs(plan, smoke_store)["cpu-smoke/gpt-oss-120b/Offline/TEST09"]
     with FaultProxy(engine.base_url, "pad", pad_to=32) as proxy:
         error = _failed(job, Fixed(engine, proxy.url), tmp_path / "work", attempts=2)
@@ -156,7 +156,7 @@ def test_test09_fails_on_padded_outputs_and_is_retried_once(engine: Endpoint, sm
 
 
 def test_test07_fails_on_wrong_answers(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:
-    plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 400}})
+    plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 800}})
     job = _jobs(plan, smoke_store)["cpu-smoke/gpt-oss-120b/Offline/TEST07"]
     assert ("gpt-oss-120b.*.performance_sample_count_override", "16") in job.spec.user_conf   # the set's size
     with FaultProxy(engine.base_url, "corrupt") as proxy:
@@ -171,7 +171,7 @@ def test_test07_fails_on_wrong_answers(engine: Endpoint, smoke_store: Path, tmp_
 def test_test04_fails_against_a_caching_sut(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:
     """No Podium benchmark requires TEST04 (the rules name it for resnet, sdxl, wan); its module runs here on the
     smoke plan: the performance run and the audit both go through a proxy that caches answers."""
-    plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 400}})
+    plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 800}})
     rules = load_rules(plan.round)
     bench = rules.benchmark("gpt-oss-120b").model_copy(update={"compliance_tests": ("TEST04",)})
     rules = rules.model_copy(update={"benchmarks": {**rules.benchmarks, "gpt-oss-120b": bench}})
