@@ -181,6 +181,76 @@ def added_ttft(concurrency: int, tokens: int, n: int, work: Path) -> dict:
             "max_ms": round(delays[-1], 3)}
 
 
+def through_loadgen(url: str, workers: int, tokens: int, concurrency: int, work: Path, samples: int = 0,
+                    server_qps: int = 0) -> dict:
+    """One Offline performance run of the whole harness (runner child, loadgen, SUT; `workers` client processes)
+    over the smoke data set, `samples` samples in its one query: loadgen's own output tokens per second (from the
+    first query to the last answer, so process and worker start-up are not in it) and the client CPU (runner and
+    workers, start-up included)."""
+    sys.path.insert(0, str(ROOT))
+    from submission.logs import load_run
+    from submission.runs import RunSpec
+    from tasks.engines import Endpoint
+    from tasks.harness import runner
+
+    bench = "gpt-oss-120b"
+    if server_qps:   # a Server run at that rate for 5 s
+        conf = ((f"{bench}.Server.target_qps", str(server_qps)), (f"{bench}.Server.min_duration", "5000"),
+                (f"{bench}.*.performance_sample_count_override", "64"))
+    else:
+        conf = ((f"{bench}.Offline.target_qps", str(samples)), (f"{bench}.Offline.min_duration", "909"),
+                (f"{bench}.*.performance_sample_count_override", "64"))   # 1.1 x samples x 0.909 s: `samples`
+    scenario = "Server" if server_qps else "Offline"
+    spec = RunSpec(plan="bench", profile="smoke", round="v6.1", system="cpu", benchmark=bench, scenario=scenario,
+                   mode="performance", loadgen_model=bench, loadgen_scenario=scenario, user_conf=conf,
+                   dataset=str(work / "smoke" / "perf_eval_ref.parquet"), dataset_sha256="-", model_sha256="-",
+                   engine="instant", max_tokens=tokens, temperature=0.0, max_concurrency=concurrency,
+                   harness_workers=workers)
+    endpoint = Endpoint(url, "instant", accepts_token_ids=True, returns_token_ids=True)
+    run_dir = work / f"loadgen-{workers}-{time.monotonic_ns()}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stats = runner.run(spec, endpoint, run_dir, timeout_s=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if stats["failed"]:
+        raise RuntimeError(f"harness with {workers} workers: {stats['failed']} failed requests: {stats['errors']}")
+    run = load_run(run_dir)
+    return {"samples": stats["completed"], "tokens": stats["output_tokens"], "wall_s": stats["wall_s"],
+            "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 3),
+            "loadgen_tokens_per_s": round(run.tokens_per_second or run.completed_tokens_per_second or 0),
+            "ttft_ms": {p: round(run.ttft_ns[p] / 1e6, 3) for p in ("50.00", "99.00") if p in run.ttft_ns}}
+
+
+def worker_scaling(reps: int, tokens: int, concurrency: int, work: Path, quick: bool) -> dict:
+    """The whole harness with 1, 2 and 4 client worker processes against the burst server, taking turns. Each
+    count runs a small and a large query: tokens per CPU-second is the marginal cost between them (start-up and
+    imports cancel out), tokens per second is loadgen's own figure for the large one."""
+    counts = ("1", "2", "4")
+    sizes = (500, 2000) if quick else (2000, 12000)
+    runs = []
+    for rep in range(reps):
+        with instant_server("burst") as url:
+            row = {}
+            for w in counts[rep % len(counts):] + counts[:rep % len(counts)]:
+                small, large = (through_loadgen(url, int(w), tokens, concurrency, work, n) for n in sizes)
+                row[w] = {"small": small, "large": large, "tokens_per_s": large["loadgen_tokens_per_s"],
+                          "tokens_per_cpu_s": round((large["tokens"] - small["tokens"]) /
+                                                    (large["cpu_s"] - small["cpu_s"]))}
+        print("workers", rep, {w: (r["tokens_per_s"], r["tokens_per_cpu_s"]) for w, r in row.items()}, flush=True)
+        runs.append(row)
+    median = {w: {"tokens_per_s": statistics.median(r[w]["tokens_per_s"] for r in runs),
+                  "tokens_per_cpu_s": statistics.median(r[w]["tokens_per_cpu_s"] for r in runs)} for w in counts}
+    speedup = {w: round(statistics.median(r[w]["tokens_per_s"] / r["1"]["tokens_per_s"] for r in runs), 2)
+               for w in counts}
+    ttft = []   # the extra hop (worker -> pipe -> loadgen process) on the first token, through loadgen's own TTFT
+    for rep in range(reps):
+        with instant_server("paced", 1.0) as url:
+            ttft.append({w: through_loadgen(url, int(w), 64, 32, work, server_qps=200)["ttft_ms"]
+                         for w in (("1", "2") if rep % 2 == 0 else ("2", "1"))})
+    ttft_median = {w: {p: statistics.median(t[w][p] for t in ttft) for p in ("50.00", "99.00")} for w in ("1", "2")}
+    return {"samples_small_large": sizes, "median": median, "median_speedup_over_one": speedup, "runs": runs,
+            "server_ttft_ms_median": ttft_median, "server_ttft_runs": ttft}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -199,7 +269,7 @@ def main() -> None:
                          "requests_small_large": sizes, "reps": reps}, "skipped": skipped, "modes": {}}
     with tempfile.TemporaryDirectory(prefix="podium-bench-harness-") as tmp:
         work = Path(tmp)
-        from tasks.engines import smoke_model
+        from tasks.engines import smoke_data, smoke_model
 
         smoke_model.build(work / "tiny-llama")   # the peers' tokenizer (they count prompt tokens with it)
         for mode in ("burst", "paced"):
@@ -222,15 +292,21 @@ def main() -> None:
         results["one_token"] = {"median_requests_per_cpu_s": statistics.median(r["requests_per_cpu_s"] for r in one),
                                 "runs": one}
         ttft = [added_ttft(32, 64, 400 if args.quick else 1600, work) for _ in range(reps)]
+        smoke_data.build(work / "tiny-llama", work / "smoke")
+        results["worker_processes"] = worker_scaling(reps, args.tokens, args.concurrency, work, args.quick)
         results["added_ttft"] = {"median_p50_ms": statistics.median(t["p50_ms"] for t in ttft),
                                  "median_p99_ms": statistics.median(t["p99_ms"] for t in ttft), "runs": ttft}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in results.items() if k not in ("modes", "one_token", "added_ttft")}))
+    print(json.dumps({k: v for k, v in results.items()
+                      if k not in ("modes", "one_token", "added_ttft", "worker_processes")}))
     for mode, data in results["modes"].items():
         print(mode, data["median_tokens_per_cpu_s"], data["median_ratios"])
     print("one token:", results["one_token"]["median_requests_per_cpu_s"], "requests/CPU-s;",
           "added TTFT p50/p99 ms:", results["added_ttft"]["median_p50_ms"], results["added_ttft"]["median_p99_ms"])
+    print("through loadgen, by client worker processes:", results["worker_processes"]["median"],
+          "speed-up over one:", results["worker_processes"]["median_speedup_over_one"],
+          "Server TTFT p50/p99 ms at 200 q/s (paced):", results["worker_processes"]["server_ttft_ms_median"])
 
 
 if __name__ == "__main__":

@@ -106,6 +106,15 @@ class ScenarioSpec(Strict):
     min_duration_ms: int | None = Field(None, ge=0)
     min_query_count: int | None = Field(None, ge=1)
     max_concurrency: int = Field(64, ge=1)
+    harness_workers: int = Field(1, ge=1, le=256, description="client worker processes; each needs a request "
+                                 "of its own, so at most max_concurrency")
+
+    @model_validator(mode="after")
+    def _workers_within_concurrency(self) -> ScenarioSpec:
+        if self.harness_workers > self.max_concurrency:
+            raise ValueError(f"harness_workers {self.harness_workers} is over max_concurrency "
+                             f"{self.max_concurrency}: lower harness_workers or raise max_concurrency")
+        return self
 
 
 class LoadgenSpec(Strict):

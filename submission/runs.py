@@ -38,6 +38,7 @@ class RunSpec(BaseModel):
     max_tokens: int
     temperature: float
     max_concurrency: int
+    harness_workers: int = 1                   # client worker processes (tasks.harness.workers); 1: in-process
     audit: str | None = None                   # a compliance run: TEST01 | TEST04 | TEST06 | TEST07 | TEST09
     audit_config: tuple[str, ...] = ()         # its audit.config lines, written beside the run only while it runs
 
@@ -45,6 +46,8 @@ class RunSpec(BaseModel):
         data = self.model_dump(mode="json")
         if self.audit is None:   # runs that are not audits keep the keys they had before audits existed
             data = {k: v for k, v in data.items() if k not in ("audit", "audit_config")}
+        if self.harness_workers == 1:   # and in-process runs the keys they had before worker processes
+            del data["harness_workers"]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 
@@ -102,7 +105,8 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
                 user_conf=user_conf(bench, scenario, rules, plan.profile),
                 dataset=dataset, dataset_sha256=dataset_sha256[dataset], model_sha256=model_sha256, engine=engine,
                 max_tokens=max_tokens, temperature=bench.generation.temperature,
-                max_concurrency=bench.scenarios[scenario].max_concurrency))
+                max_concurrency=bench.scenarios[scenario].max_concurrency,
+                harness_workers=bench.scenarios[scenario].harness_workers))
     return runs
 
 

@@ -31,7 +31,7 @@ from tasks.harness import runner
 from tasks.search import Probe, SearchSettings, Stage, round_qps
 
 IDENTITY_FIELDS = ("round", "system", "benchmark", "scenario", "loadgen_model", "loadgen_scenario", "dataset_sha256",
-                   "model_sha256", "engine", "max_tokens", "temperature", "max_concurrency")
+                   "model_sha256", "engine", "max_tokens", "temperature", "max_concurrency", "harness_workers")
 
 
 def deployment_identity(spec: RunSpec) -> dict:

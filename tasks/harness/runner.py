@@ -30,19 +30,37 @@ STATS = "sut_stats.json"
 PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
+def requests_for(setup: dict):
+    """The request builder of one run (`setup`: its spec and endpoint as JSON, as in run.json and endpoint.json)."""
+    from tasks.harness.requests import build_requests
+
+    spec = RunSpec.model_validate_json(setup["spec"])
+    return build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
+                          temperature=spec.temperature)
+
+
+def client_for(setup: dict, max_concurrency: int):
+    """The streaming client of one run with at most `max_concurrency` requests in flight: the run's own, or one
+    worker's share."""
+    from tasks.harness.client import CompletionClient
+
+    spec = RunSpec.model_validate_json(setup["spec"])
+    data = json.loads(setup["endpoint"])
+    endpoint = Endpoint(**{**data, "drop_fields": frozenset(data["drop_fields"])})
+    return CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                            max_concurrency=max_concurrency)
+
+
 def run_in_process(run_dir: Path) -> None:
-    """The child's body: read the spec, drive loadgen, write the logs and the SUT's own statistics."""
+    """The child's body: read the spec, drive loadgen, write the logs and the SUT's own statistics. With
+    `harness_workers` > 1 the samples are served by that many worker processes (`tasks.harness.workers`)."""
     import mlperf_loadgen as lg
 
-    from tasks.harness.client import CompletionClient
-    from tasks.harness.requests import build_requests
     from tasks.harness.sut import PromptQSL, StreamingSUT
+    from tasks.harness.workers import PooledSUT
 
-    spec = RunSpec.model_validate_json((run_dir / "run.json").read_text())
-    endpoint_data = json.loads((run_dir / "endpoint.json").read_text())
-    endpoint = Endpoint(**{**endpoint_data, "drop_fields": frozenset(endpoint_data["drop_fields"])})
-    requests = build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
-                              temperature=spec.temperature)
+    setup = {"spec": (run_dir / "run.json").read_text(), "endpoint": (run_dir / "endpoint.json").read_text()}
+    spec = RunSpec.model_validate_json(setup["spec"])
     (run_dir / "user.conf").write_text(spec.user_conf_text())
 
     settings = lg.TestSettings()
@@ -54,14 +72,19 @@ def run_in_process(run_dir: Path) -> None:
     log.log_output.copy_summary_to_stdout = False
     log.enable_trace = False
 
-    client = CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
-                              max_concurrency=spec.max_concurrency)
-    started = time.time()
+    requests = requests_for(setup)
     first_token = spec.loadgen_scenario == "Server" and requests.output == "token_ids"
-    with PromptQSL(len(requests)) as qsl, StreamingSUT(client, requests, report_first_token=first_token) as sut:
+    if spec.harness_workers > 1:
+        sut = PooledSUT(setup, workers=spec.harness_workers, max_concurrency=spec.max_concurrency,
+                        report_first_token=first_token)
+    else:
+        sut = StreamingSUT(client_for(setup, spec.max_concurrency), requests, report_first_token=first_token)
+    started = time.time()
+    with PromptQSL(len(requests)) as qsl, sut:
         audit = run_dir / "audit.config"   # absent unless a compliance run put it there
         lg.StartTestWithLogSettings(sut.handle, qsl.handle, settings, log, str(audit))
-    stats = dataclasses.asdict(sut.stats) | {"wall_s": round(time.time() - started, 3)}
+    stats = dataclasses.asdict(sut.stats) | {"wall_s": round(time.time() - started, 3),
+                                             "harness_workers": spec.harness_workers}
     (run_dir / STATS).write_text(json.dumps(stats, indent=2))
 
 

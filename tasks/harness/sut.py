@@ -1,16 +1,16 @@
 """The loadgen SUT and QSL over a streaming completions client.
 
-Loadgen calls `issue` from its own thread; the batch is handed to an asyncio loop (uvloop when installed) in a
-second thread with one wake-up, where each sample becomes a task. Every issued sample is completed, also when its
-request fails or the harness itself raises: loadgen waits for all of them.
-In the Server scenario (Server and Interactive folders) the first token is reported with `FirstTokenComplete`,
-then all output tokens with `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`.
+Loadgen calls `issue` from its own thread; the batch is handed to an asyncio loop in a second thread
+(`SampleServer`), where each sample becomes a task. Every issued sample is completed, also when its request fails
+or the harness itself raises: loadgen waits for all of them. `tasks.harness.workers` runs the same SampleServer in
+several worker processes behind one loadgen SUT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import mlperf_loadgen as lg
@@ -43,49 +43,53 @@ class SutStats:
     token_source: str = ""
 
 
-def _response(sample_id: int, tokens: list[int]) -> tuple[lg.QuerySampleResponse, np.ndarray]:
-    """A response over an int32 buffer; the caller keeps the array alive until loadgen has copied it."""
-    data = np.asarray(tokens, dtype=np.int32)
-    return lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, len(tokens)), data
+def answer(completion: Completion, text_output: bool) -> tuple[np.ndarray, int]:
+    """What loadgen gets for a sample: int32 token ids, or for a text-output builder (Qwen3-VL) the UTF-8 answer
+    with the engine's completion-token count as n_tokens (else the re-tokenized length)."""
+    if text_output:
+        n_tokens = completion.engine_tokens if completion.engine_tokens is not None else len(completion.tokens)
+        return np.frombuffer(completion.text.encode("utf-8"), dtype=np.uint8).copy(), n_tokens
+    return np.asarray(completion.tokens, dtype=np.int32), len(completion.tokens)
 
 
-def _text_response(sample_id: int, completion: Completion) -> tuple[lg.QuerySampleResponse, np.ndarray]:
-    """A response over the UTF-8 answer; n_tokens is the engine's count, else the re-tokenized length."""
-    data = np.frombuffer(completion.text.encode("utf-8"), dtype=np.uint8).copy()
-    n_tokens = completion.engine_tokens if completion.engine_tokens is not None else len(completion.tokens)
-    return lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, n_tokens), data
+def response(sample_id: int, data: np.ndarray, n_tokens: int) -> lg.QuerySampleResponse:
+    """A response over `data`; the caller keeps the array alive until loadgen has copied it."""
+    return lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, n_tokens)
 
 
-class StreamingSUT:
-    """`prompts` is a tuple of token-id prompts (sent with the client's own settings) or a request builder
-    (`tasks.harness.requests`): its bodies are sent as they are, and a text-output builder (Qwen3-VL) gets the
-    UTF-8 answer in the accuracy log, with the engine's completion-token count as n_tokens."""
+class SampleServer:
+    """Serves samples on an asyncio loop (uvloop when installed) in a thread of its own: `submit` hands it a batch
+    of (sample id, index) with one wake-up and each sample becomes a task. Each answer goes to `done(sample_id,
+    data, n_tokens)` and, when `first` is given, the first token ids to `first(sample_id, tokens)`, both on the
+    loop's thread. Every submitted sample is answered, also when its request fails or the harness itself raises.
+
+    `prompts` is a tuple of token-id prompts (sent with the client's own settings) or a request builder
+    (`tasks.harness.requests`) whose bodies are sent as they are."""
 
     def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
-                 report_first_token: bool):
+                 done: Callable[[int, np.ndarray, int], None],
+                 first: Callable[[int, list[int]], None] | None = None) -> None:
         self.client = client
         self.prompts = prompts
         self.builder: RequestBuilder | None = None if isinstance(prompts, tuple) else prompts
-        self.report_first_token = report_first_token
+        self.text_output = self.builder is not None and self.builder.output == "text"
+        self.done = done
+        self.first = first
         self.stats = SutStats(token_source=client.token_source)
         self.loop = new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="sut-loop", daemon=True)
         self.lock = threading.Lock()
         self.pending: set[asyncio.Future] = set()
 
-    def __enter__(self) -> StreamingSUT:
+    def start(self) -> None:
         self.thread.start()
-        self.handle = lg.ConstructSUT(self.issue, self.flush)
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        lg.DestroySUT(self.handle)
+    def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop).result(timeout=30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
 
-    def issue(self, samples: list[lg.QuerySample]) -> None:
-        batch = [(s.id, s.index) for s in samples]
+    def submit(self, batch: list[tuple[int, int]]) -> None:
         with self.lock:
             self.stats.issued += len(batch)
         self.loop.call_soon_threadsafe(self._start, batch)
@@ -96,15 +100,8 @@ class StreamingSUT:
             self.pending.add(task)
             task.add_done_callback(self.pending.discard)
 
-    def flush(self) -> None:
-        pass
-
     async def serve(self, sample_id: int, index: int) -> None:
-        def first(tokens: list[int]) -> None:
-            if self.report_first_token:
-                response, _keep = _response(sample_id, tokens)
-                lg.FirstTokenComplete([response])
-
+        first = None if self.first is None else (lambda tokens: self.first(sample_id, tokens))
         try:
             if self.builder is None:
                 completion = await self.client.complete(self.prompts[index], first)
@@ -126,11 +123,43 @@ class StreamingSUT:
                     self.stats.engine_token_mismatches += 1
         # A failed sample is still completed (loadgen waits for every sample); with no tokens loadgen logs an
         # error, so the run cannot pass as valid.
-        if self.builder is not None and self.builder.output == "text":
-            response, _keep = _text_response(sample_id, completion)
-        else:
-            response, _keep = _response(sample_id, completion.tokens)
-        lg.QuerySamplesComplete([response])
+        self.done(sample_id, *answer(completion, self.text_output))
+
+
+class StreamingSUT:
+    """The loadgen SUT over a `SampleServer` in this process. In the Server scenario (Server and Interactive
+    folders) the first token is reported with `FirstTokenComplete`, then all output tokens with
+    `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`."""
+
+    def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
+                 report_first_token: bool) -> None:
+        self.server = SampleServer(client, prompts, done=self._done,
+                                   first=self._first if report_first_token else None)
+        self.stats = self.server.stats
+
+    def __enter__(self) -> StreamingSUT:
+        self.server.start()
+        self.handle = lg.ConstructSUT(self.issue, self.flush)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lg.DestroySUT(self.handle)
+        self.server.close()
+
+    def issue(self, samples: list[lg.QuerySample]) -> None:
+        self.server.submit([(s.id, s.index) for s in samples])
+
+    def flush(self) -> None:
+        pass
+
+    @staticmethod
+    def _first(sample_id: int, tokens: list[int]) -> None:
+        data = np.asarray(tokens, dtype=np.int32)
+        lg.FirstTokenComplete([response(sample_id, data, len(tokens))])
+
+    @staticmethod
+    def _done(sample_id: int, data: np.ndarray, n_tokens: int) -> None:
+        lg.QuerySamplesComplete([response(sample_id, data, n_tokens)])
 
 
 class PromptQSL:

@@ -42,6 +42,15 @@ def _gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
+def _gone_soon(pid: int, within_s: float = 10.0) -> bool:
+    """A SIGKILLed process of a group other than ours is gone once the kernel has delivered the signal; on a
+    loaded machine that can take a moment after the call that sent it."""
+    deadline = time.monotonic() + within_s
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _gone(pid)
+
+
 def test_ready_then_stopped_with_its_children(tmp_path: Path) -> None:
     launcher = LocalLauncher(tmp_path / "pids", grace_s=5)
     port = launcher.placement(1).ports[0]
@@ -52,7 +61,7 @@ def test_ready_then_stopped_with_its_children(tmp_path: Path) -> None:
         pass
     assert list((tmp_path / "pids").glob("*.json"))
     launcher.stop(deployment)
-    assert _gone(leader) and _gone(child)
+    assert _gone(leader) and _gone_soon(child)
     assert not list((tmp_path / "pids").glob("*.json"))
     assert (tmp_path / "logs" / "web.log").is_file()
 
@@ -80,7 +89,7 @@ def test_not_ready_in_time(tmp_path: Path) -> None:
             launcher.wait_ready(deployment, timeout_s=3)
     finally:
         launcher.stop(deployment)
-    assert _gone(int((tmp_path / "c.pid").read_text()))
+    assert _gone_soon(int((tmp_path / "c.pid").read_text()))
 
 
 def test_a_later_run_ends_what_a_killed_run_left_behind(tmp_path: Path) -> None:
@@ -92,7 +101,7 @@ def test_a_later_run_ends_what_a_killed_run_left_behind(tmp_path: Path) -> None:
     second = LocalLauncher(tmp_path / "pids")
     again = second.start([], tmp_path / "logs", LOG)
     orphan.running[0].popen.wait(timeout=10)
-    assert _gone(leader) and _gone(int((tmp_path / "o.pid").read_text()))
+    assert _gone(leader) and _gone_soon(int((tmp_path / "o.pid").read_text()))
     second.stop(again)
 
 

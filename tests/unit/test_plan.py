@@ -10,6 +10,8 @@ import yaml
 
 from submission import plan as plans
 from submission.errors import PlanError
+from submission.rules import load_rules
+from submission.runs import plan_runs
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 
@@ -61,6 +63,20 @@ def test_unknown_scenario(data: dict) -> None:
 def test_server_needs_target_qps(data: dict) -> None:
     del data["benchmarks"][0]["scenarios"]["Server"]["target_qps"]
     assert "scenarios.Server.target_qps is required for Server, e.g. target_qps: 2" in _error(data)
+
+
+def test_harness_workers_within_max_concurrency(data: dict) -> None:
+    data["benchmarks"][0]["scenarios"]["Server"] |= {"max_concurrency": 4, "harness_workers": 8}
+    message = _error(data)
+    assert "benchmarks.0.scenarios.Server" in message and "harness_workers 8 is over max_concurrency 4" in message
+    data["benchmarks"][0]["scenarios"]["Server"]["harness_workers"] = 4
+    plan = plans.parse(data, "plan.yaml")
+    dataset = plan.benchmarks[0].dataset
+    specs = plan_runs(plan, plan.benchmarks[0], load_rules(plan.round), model_sha256="m", engine="e",
+                      dataset_sha256={dataset.performance: "p", dataset.accuracy: "a"})
+    assert {(s.scenario, s.mode): s.harness_workers for s in specs if s.scenario != "Interactive"} == {
+        ("Offline", "performance"): 1, ("Server", "performance"): 4, ("Offline", "accuracy"): 1,
+        ("Server", "accuracy"): 4}
 
 
 def test_unknown_round(data: dict) -> None:
