@@ -46,7 +46,7 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     with EngineSession(bench.engine.name, bench.engine.options, str(model_dir_for(bench.engine, Path(model["path"]))),
                        str(ws.pids), str(Path(log_dir) / "engine" / key.replace("/", "-")),
                        timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
-                       build_dir=built["path"]) as engine:
+                       build_dir=built["path"], stall_s=bench.engine.stall_timeout_s) as engine:
         for spec in specs:
             state = run_loadgen(spec, engine, str(ws.work), bench.evaluator, tokenizer, return_state=True)
             if state.is_completed():

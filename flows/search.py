@@ -45,7 +45,8 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
     built = build_engine(bench.engine.name, options, model["path"], model["sha256"], str(ws.builds))
     session = {"engine_name": bench.engine.name, "options": options, "state_dir": str(ws.pids),
                "model_dir": str(model_dir_for(bench.engine, Path(model["path"]))),
-               "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine), "build_dir": built["path"]}
+               "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine), "build_dir": built["path"],
+               "stall_s": bench.engine.stall_timeout_s}
     return [s.model_copy(update={"dataset": staged["path"]}) for s in specs], session
 
 

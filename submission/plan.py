@@ -71,6 +71,10 @@ class EngineSpec(Strict):
     slurm: dict[str, Any] = Field(default_factory=dict, description="the Slurm launcher's settings")
     ready_timeout_s: float = Field(600, gt=0, description="how long the engine may take to answer a one-token "
                                                           "request (weights load for minutes on GPUs)")
+    stall_timeout_s: float = Field(300, gt=0, description="how long the engine may send nothing at all while "
+                                                          "requests are in flight before the run ends and the "
+                                                          "engine is relaunched (a hung collective keeps its port "
+                                                          "open and answers nothing)")
 
     @model_validator(mode="after")
     def _typed(self) -> EngineSpec:

@@ -10,6 +10,7 @@ and is not cached. A crash (engine died, harness failed) is retried once by Pref
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -30,9 +31,14 @@ ATTEMPTS = 2   # a failed audit is retried once, then reported
 
 
 class EndpointSource(Protocol):
-    """What an audit needs of an engine session: its endpoint, the engine launched on first use."""
+    """What an audit needs of an engine session (tasks.engine.EngineSession): its endpoint, the engine launched on
+    first use; the stall timeout, and the engine stopped when a run ends because it hung."""
+
+    stall_s: float | None
 
     def endpoint(self) -> Endpoint: ...
+
+    def stopped_if_hung(self) -> AbstractContextManager[None]: ...
 
 
 class AuditFailed(RunFailed):
@@ -67,8 +73,8 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
     run_dir = work_dir / "runs" / job.spec.key()
     _set_aside(run_dir)
     endpoint = engine.endpoint()
-    with audit_config_file(run_dir, job.spec.audit_config):
-        stats = runner.run(job.spec, endpoint, run_dir)
+    with engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config):
+        stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s)
     run = load_run(run_dir)
     verdict = impl.verify(run_dir, job)
     checks = list(verdict.checks)

@@ -6,17 +6,21 @@ costs a retry, not the run) and relaunches it when a process has died. `close()`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from submission.errors import CommandError
 from tasks.deploy import launcher_for
 from tasks.engines import Endpoint, backend
+from tasks.harness import liveness
 from tasks.launchers import start_ready
 from tasks.launchers.local import LocalDeployment, tail
 from tasks.nodes import NodeSlot
@@ -47,8 +51,10 @@ def launch_engine(engine_name: str, options: dict[str, Any], model_dir: str, sta
 
 class EngineSession:
     def __init__(self, engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
-                 timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None) -> None:
+                 timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None,
+                 stall_s: float | None = None) -> None:
         self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
+        self.stall_s = stall_s   # the plan's engine.stall_timeout_s: a run ends when the engine is silent that long
         self.where = launcher_for(engine_name, where, Path(state_dir))
         self.deployment: Any = None
         self._endpoint: Endpoint | None = None
@@ -86,6 +92,20 @@ class EngineSession:
             self.launches += 1
         assert self._endpoint is not None
         return self._endpoint
+
+    @contextlib.contextmanager
+    def stopped_if_hung(self) -> Iterator[None]:
+        """Around a harness run: when the run ended because the engine hung (the stall watchdog's
+        `liveness.ENGINE_STALLED`), stop the engine, which still holds its port and accelerators, so that the
+        step's retry launches a fresh one. The error goes on."""
+        try:
+            yield
+        except CommandError as e:
+            if e.returncode == liveness.ENGINE_STALLED:
+                _logger().warning("the engine hung (nothing for %s s with requests in flight); stopping it",
+                                  self.stall_s)
+                self.close()
+            raise
 
     def close(self) -> None:
         try:

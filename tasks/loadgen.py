@@ -70,6 +70,22 @@ def offline_resize(spec: RunSpec, run) -> str | None:
             f"{math.ceil(1.5 * run.samples_per_second)} and run the plan again")
 
 
+def engine_gone(label: str, code: int, engine: EngineSession, aside: Path) -> LaunchError:
+    """The error for a run the harness ended because the engine died (`ENDPOINT_DOWN`) or hung (`ENGINE_STALLED`).
+    A hung engine still holds its port and accelerators, so it is stopped here; the step's retry launches a fresh
+    one either way (`EngineSession.endpoint`)."""
+    report = engine.log_report()
+    if code == liveness.ENGINE_STALLED:
+        engine.close()
+        what = (f"the engine hung during the run (nothing for {engine.stall_s:g} s with requests in flight, its "
+                f"port still open) and was stopped")
+    else:
+        state = "still running" if engine.alive() else "its process has exited"
+        what = f"the engine stopped accepting connections during the run ({state})"
+    return LaunchError(f"{label}: {what}; the run's partial logs are set aside in {aside}\n{report}",
+                       fix="read the engine log; the step is retried once on a relaunched engine")
+
+
 def set_aside(run_dir: Path) -> Path:
     """Move a failed attempt's run folder to `<key>.failed-<time>`, where no later step reads it."""
     aside = run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
@@ -85,14 +101,11 @@ def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: st
         set_aside(run_dir)
     endpoint = engine.endpoint()
     try:
-        stats = runner.run(spec, endpoint, run_dir)
+        stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
     except CommandError as e:
-        if e.returncode != liveness.ENDPOINT_DOWN:
+        if e.returncode not in liveness.ENGINE_GONE:
             raise
-        state = "still running" if engine.alive() else "its process has exited"
-        raise LaunchError(f"{spec.label}: the engine stopped accepting connections during the run ({state}); "
-                          f"the run's partial logs are set aside in {set_aside(run_dir)}\n{engine.log_report()}",
-                          fix="read the engine log; the step is retried once on a relaunched engine") from None
+        raise engine_gone(spec.label, e.returncode, engine, set_aside(run_dir)) from None
     run = load_run(run_dir)
     metrics = passed = None
     if spec.mode == "accuracy":

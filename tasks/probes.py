@@ -105,14 +105,14 @@ def margin(scenario, ttft_ms: float | None, tpot_ms: float | None, latency_ms: f
     return round(max(ratios), 4) if ratios else None
 
 
-def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path) -> Probe:
+def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path, stall_s: float | None = None) -> Probe:
     """Run one probe and judge it by loadgen's verdict (VALID, with no loadgen errors and no failed requests)."""
     qps = target_qps(spec)
     run_dir = Path(work_dir) / "search-runs" / spec.key()
     if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}"))
     started = time.monotonic()
-    stats = runner.run(spec, endpoint, run_dir)
+    stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
     duration = time.monotonic() - started
     run = load_run(run_dir)
     scenario = load_rules(spec.round).benchmark(spec.benchmark).scenario(spec.scenario)
@@ -141,8 +141,10 @@ def _retry_unless_final(task, task_run, state) -> bool:
 @task(name="probe", task_run_name="{stage}[{spec.scenario}@{qps}]", cache_policy=NO_CACHE, retries=1,
       retry_delay_seconds=2, retry_condition_fn=_retry_unless_final)
 def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str) -> Probe:
-    """One probe on the (lazily launched, relaunched when dead) engine; a harness crash is retried once."""
-    probe = run_probe(spec, stage, engine.endpoint(), Path(work_dir))
+    """One probe on the (lazily launched, relaunched when dead) engine; a harness crash is retried once. A hung
+    engine (the harness's stall watchdog) is stopped first, so the retry gets a fresh one."""
+    with engine.stopped_if_hung():
+        probe = run_probe(spec, stage, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s)
     get_run_logger().info("%s %s q/s: %s (TTFT p99 %s ms, TPOT p99 %s ms) in %.1f s%s", stage, qps, probe.verdict,
                           probe.ttft_p99_ms, probe.tpot_p99_ms, probe.duration_s,
                           f": {'; '.join(probe.reasons)}" if probe.reasons else "")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from time import monotonic
 
 from tasks.engines import Endpoint
 from tasks.harness.wire import HttpPool, post_bytes
@@ -40,10 +41,11 @@ class Completion:
 class _Stream:
     """One request's answer, fed event by event on the event loop."""
 
-    __slots__ = ("chunks", "engine_tokens", "error", "finished", "first_ids", "ids", "nvext", "on_first")
+    __slots__ = ("chunks", "client", "engine_tokens", "error", "finished", "first_ids", "ids", "nvext", "on_first")
 
-    def __init__(self, nvext: bool, on_first: Callable[[list[int]], None] | None,
+    def __init__(self, client: CompletionClient, nvext: bool, on_first: Callable[[list[int]], None] | None,
                  first_ids: Callable[[str, list[int]], list[int]]) -> None:
+        self.client = client
         self.nvext = nvext
         self.on_first = on_first
         self.first_ids = first_ids
@@ -55,6 +57,7 @@ class _Stream:
 
     def events(self, payloads: list[bytes]) -> None:
         """The events of one read: decoded together (one orjson call for all of them) when they all parse."""
+        self.client.last_read = monotonic()
         if self.finished:
             return
         if b"[DONE]" in payloads:
@@ -107,6 +110,7 @@ class CompletionClient:
             self.tokenizer = Tokenizer.from_file(endpoint.tokenizer)
         self.token_source = "engine" if endpoint.returns_token_ids else "re-tokenized text"
         self.http = HttpPool(endpoint.base_url, max_connections=max_concurrency)
+        self.last_read = monotonic()   # when any stream last delivered events: the SUT's stall watchdog reads it
 
     def request(self, prompt: tuple[int, ...]) -> dict:
         """A completions body for a token-id prompt with this client's max_tokens and temperature."""
@@ -152,7 +156,7 @@ class CompletionClient:
 
     async def send_bytes(self, data: bytes, on_first: Callable[[list[int]], None] | None = None) -> Completion:
         """Stream one request built by `encode`."""
-        stream = _Stream(self.endpoint.token_ids_in == "nvext", on_first, self._first_ids)
+        stream = _Stream(self, self.endpoint.token_ids_in == "nvext", on_first, self._first_ids)
         try:
             status, body = await self.http.stream(data, stream.events)
         except (OSError, ValueError, TypeError, AttributeError) as e:   # the network, or an answer not as expected

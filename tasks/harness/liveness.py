@@ -1,4 +1,4 @@
-"""A dead engine ends the loadgen run at once, in the runner's child process.
+"""A dead or hung engine ends the loadgen run at once, in the runner's child process.
 
 When an engine dies mid-run every remaining request fails within milliseconds (connection refused). Completing
 those samples with no tokens makes loadgen log errors for the rest of the run, and a 0-token response can crash
@@ -6,6 +6,11 @@ loadgen 6.0.17 outright. So after a failed request the SUT asks whether the endp
 connection; when it does not, the child writes one line to its log and exits with `ENDPOINT_DOWN` before that
 sample reaches loadgen. The parent (tasks.harness.runner, tasks.loadgen) turns that exit code into a LaunchError
 naming the engine's log; the step is retried on a relaunched engine.
+
+A hung engine (a stuck collective, a deadlocked scheduler) keeps accepting connections and answers nothing. The
+SUT's watchdog (`tasks.harness.sut.SampleServer`) ends the run with `ENGINE_STALLED` when no byte arrived on any
+stream for the plan's `engine.stall_timeout_s` while requests were in flight; tasks.loadgen then stops the hung
+engine, so the retry gets a fresh one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import sys
 from urllib.parse import urlsplit
 
 ENDPOINT_DOWN = 75          # the runner child's exit code when the engine stopped accepting connections
+ENGINE_STALLED = 76         # ... when it sent nothing for the stall timeout with requests in flight
+ENGINE_GONE = (ENDPOINT_DOWN, ENGINE_STALLED)   # the codes that mean: relaunch the engine and retry
 CONNECT_TIMEOUT_S = 2.0
 
 
@@ -28,6 +35,14 @@ def reachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
             return True
     except OSError:
         return False
+
+
+def exit_stalled(base_url: str, silent_s: float, in_flight: int) -> None:
+    """The engine sent no byte on any stream for `silent_s` with requests in flight: end this process."""
+    sys.stderr.write(f"podium: the engine at {base_url} sent nothing for {silent_s:.0f} s with {in_flight} "
+                     f"request(s) in flight (hung, yet its port is open); ending the run\n")
+    sys.stderr.flush()
+    os._exit(ENGINE_STALLED)
 
 
 def exit_if_down(base_url: str, error: str) -> None:

@@ -3,7 +3,7 @@
 A child process keeps a loadgen crash (it segfaults on some settings) from taking the flow with it, and gives the
 run a working directory where `audit.config` is present only when a compliance test asks for it.
 
-    python -m tasks.harness.runner RUN_DIR [PARENT_PID]   # RUN_DIR holds run.json and endpoint.json; logs go there
+    python -m tasks.harness.runner RUN_DIR [PARENT_PID [STALL_S]]   # RUN_DIR holds run.json and endpoint.json
 
 The child dies with the process that started it (Linux PR_SET_PDEATHSIG): a flow killed mid-run leaves no loadgen
 run behind to load the engine or write into a run folder that the re-run sets aside.
@@ -51,7 +51,7 @@ def client_for(setup: dict, max_concurrency: int):
                             max_concurrency=max_concurrency)
 
 
-def run_in_process(run_dir: Path) -> None:
+def run_in_process(run_dir: Path, stall_s: float | None = None) -> None:
     """The child's body: read the spec, drive loadgen, write the logs and the SUT's own statistics. With
     `harness_workers` > 1 the samples are served by that many worker processes (`tasks.harness.workers`)."""
     import mlperf_loadgen as lg
@@ -59,7 +59,8 @@ def run_in_process(run_dir: Path) -> None:
     from tasks.harness.sut import PromptQSL, StreamingSUT
     from tasks.harness.workers import PooledSUT
 
-    setup = {"spec": (run_dir / "run.json").read_text(), "endpoint": (run_dir / "endpoint.json").read_text()}
+    setup = {"spec": (run_dir / "run.json").read_text(), "endpoint": (run_dir / "endpoint.json").read_text(),
+             "stall_s": stall_s}
     spec = RunSpec.model_validate_json(setup["spec"])
     (run_dir / "user.conf").write_text(spec.user_conf_text())
 
@@ -78,7 +79,8 @@ def run_in_process(run_dir: Path) -> None:
         sut = PooledSUT(setup, workers=spec.harness_workers, max_concurrency=spec.max_concurrency,
                         report_first_token=first_token)
     else:
-        sut = StreamingSUT(client_for(setup, spec.max_concurrency), requests, report_first_token=first_token)
+        sut = StreamingSUT(client_for(setup, spec.max_concurrency), requests, report_first_token=first_token,
+                           stall_s=stall_s)
     started = time.time()
     with PromptQSL(len(requests)) as qsl, sut:
         audit = run_dir / "audit.config"   # absent unless a compliance run put it there
@@ -88,13 +90,18 @@ def run_in_process(run_dir: Path) -> None:
     (run_dir / STATS).write_text(json.dumps(stats, indent=2))
 
 
-def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None) -> dict:
-    """Run the test in a child process; return the SUT statistics. A crash raises CommandError with the log tail."""
+def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None,
+        stall_s: float | None = None) -> dict:
+    """Run the test in a child process; return the SUT statistics. A crash raises CommandError with the log tail.
+    `stall_s`: end the run (liveness.ENGINE_STALLED) when the engine sends nothing that long with requests in
+    flight."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(spec.model_dump_json(indent=2))
     endpoint_data = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
     (run_dir / "endpoint.json").write_text(json.dumps(endpoint_data, indent=2))
     argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir), str(os.getpid())]
+    if stall_s:
+        argv.append(str(stall_s))
     with (run_dir / "harness.log").open("wb") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=run_dir)  # noqa: S603
         try:
@@ -120,4 +127,4 @@ def die_with_parent(parent: int) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 2:
         die_with_parent(int(sys.argv[2]))
-    run_in_process(Path(sys.argv[1]))
+    run_in_process(Path(sys.argv[1]), float(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -68,7 +69,7 @@ class SampleServer:
 
     def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
                  done: Callable[[int, np.ndarray, int], None],
-                 first: Callable[[int, list[int]], None] | None = None) -> None:
+                 first: Callable[[int, list[int]], None] | None = None, stall_s: float | None = None) -> None:
         self.client = client
         self.prompts = prompts
         self.builder: RequestBuilder | None = None if isinstance(prompts, tuple) else prompts
@@ -80,9 +81,22 @@ class SampleServer:
         self.thread = threading.Thread(target=self.loop.run_forever, name="sut-loop", daemon=True)
         self.lock = threading.Lock()
         self.pending: set[asyncio.Future] = set()
+        self.stall_s = stall_s
+        self.busy_since = 0.0   # when requests were last in flight after none were
 
     def start(self) -> None:
         self.thread.start()
+        if self.stall_s:
+            self.loop.call_soon_threadsafe(self._watch)
+
+    def _watch(self) -> None:
+        """The stall watchdog: the engine sent no byte on any stream for `stall_s` while requests were in flight
+        the whole time. A hung engine keeps its port open, so only silence tells; the run ends (liveness)."""
+        if self.pending:
+            silent = time.monotonic() - max(self.client.last_read, self.busy_since)
+            if silent > self.stall_s:
+                liveness.exit_stalled(self.client.endpoint.base_url, silent, len(self.pending))
+        self.loop.call_later(min(1.0, self.stall_s / 4), self._watch)
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop).result(timeout=30)
@@ -95,6 +109,8 @@ class SampleServer:
         self.loop.call_soon_threadsafe(self._start, batch)
 
     def _start(self, batch: list[tuple[int, int]]) -> None:
+        if not self.pending:
+            self.busy_since = time.monotonic()
         for sample_id, index in batch:
             task = self.loop.create_task(self.serve(sample_id, index))
             self.pending.add(task)
@@ -132,9 +148,9 @@ class StreamingSUT:
     `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`."""
 
     def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
-                 report_first_token: bool) -> None:
+                 report_first_token: bool, stall_s: float | None = None) -> None:
         self.server = SampleServer(client, prompts, done=self._done,
-                                   first=self._first if report_first_token else None)
+                                   first=self._first if report_first_token else None, stall_s=stall_s)
         self.stats = self.server.stats
 
     def __enter__(self) -> StreamingSUT:

@@ -10,8 +10,8 @@ one `QuerySamplesComplete` call.
 
 Workers start (spawn, so no loadgen or loop thread is inherited) and build their requests before loadgen starts;
 each says it is ready, so no query waits on a worker's start-up. A worker dies with the runner (PR_SET_PDEATHSIG).
-A worker that exits during the run ends the run: with its own code when it found the engine down
-(`liveness.ENDPOINT_DOWN`), else with code 1 and a line naming the worker; loadgen would otherwise wait forever for
+A worker that exits during the run ends the run: with its own code when it found the engine down or hung
+(`liveness.ENGINE_GONE`), else with code 1 and a line naming the worker; loadgen would otherwise wait forever for
 the worker's samples.
 """
 
@@ -140,11 +140,11 @@ class PooledSUT:
         proc = self.procs[i][0]
         proc.join(timeout=10)
         code = proc.exitcode
-        if code != liveness.ENDPOINT_DOWN:   # the worker has already said why when it found the engine down
+        if code not in liveness.ENGINE_GONE:   # the worker has said why when it found the engine down or hung
             sys.stderr.write(f"podium: harness worker {i} (pid {proc.pid}) exited with code {code} during the run; "
                              "ending the run\n")
         sys.stderr.flush()
-        os._exit(liveness.ENDPOINT_DOWN if code == liveness.ENDPOINT_DOWN else 1)
+        os._exit(code if code in liveness.ENGINE_GONE else 1)
 
     def _merge(self) -> None:
         for part in self.worker_stats:
@@ -187,7 +187,8 @@ def worker_main(setup: dict, max_concurrency: int, report_first_token: bool, com
     runner.die_with_parent(parent)
     client, requests = runner.client_for(setup, max_concurrency), runner.requests_for(setup)
     outbox = Outbox(events)
-    server = SampleServer(client, requests, done=outbox.done, first=outbox.first if report_first_token else None)
+    server = SampleServer(client, requests, done=outbox.done, first=outbox.first if report_first_token else None,
+                          stall_s=setup.get("stall_s"))
     outbox.loop = server.loop
     server.start()
     events.send_bytes(READY)

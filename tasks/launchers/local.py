@@ -169,10 +169,12 @@ class LocalLauncher:
         deployment.ready.set()
 
     def stop(self, deployment: LocalDeployment) -> None:
-        """SIGTERM each process group, SIGKILL what is left after the grace period."""
+        """SIGTERM each process group (and SIGCONT, so a stopped one gets it too), SIGKILL what is left after the
+        grace period."""
         for proc in deployment.running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.popen.pid, signal.SIGTERM)
+                os.killpg(proc.popen.pid, signal.SIGCONT)
         deadline = time.monotonic() + self.grace_s
         for proc in deployment.running:
             try:

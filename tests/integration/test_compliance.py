@@ -6,6 +6,7 @@ answers (TEST04). TEST07 and TEST09 passing for real is shown by the smoke flow 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -40,8 +41,13 @@ class Fixed:
     def __init__(self, endpoint: Endpoint, base_url: str | None = None) -> None:
         self._endpoint = dataclasses.replace(endpoint, base_url=base_url or endpoint.base_url)
 
+    stall_s = None
+
     def endpoint(self) -> Endpoint:
         return self._endpoint
+
+    def stopped_if_hung(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ the TESTxx folders carried into the tree and the report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -45,6 +46,11 @@ sys.exit(0 if verdict == "TEST PASS" else 1)
 
 
 class Engine:
+    stall_s = None
+
+    def stopped_if_hung(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url="http://127.0.0.1:9", model="m", accepts_token_ids=True, returns_token_ids=True)
 
@@ -76,7 +82,8 @@ def runner(monkeypatch: pytest.MonkeyPatch, runs: dict[str, Path]) -> dict:
     """Stands in for the harness child: records the audit.config it finds, then leaves a real run's logs."""
     state: dict = {"seen": [], "source": runs["TEST09"], "crash": False}
 
-    def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None) -> dict:
+    def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None,
+            stall_s: float | None = None) -> dict:
         config = run_dir / "audit.config"
         state["seen"].append(config.read_text() if config.is_file() else None)
         if state["crash"]:
