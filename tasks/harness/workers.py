@@ -136,13 +136,14 @@ class PooledSUT:
                 lg.QuerySamplesComplete(dones)
 
     def _lost(self, i: int) -> None:
-        """A worker's pipe closed before its statistics came: it died. End the run; loadgen waits otherwise."""
+        """A worker's pipe closed before its statistics came: it died (while starting or during the run). End the
+        run; loadgen would wait for its samples otherwise."""
         proc = self.procs[i][0]
         proc.join(timeout=10)
         code = proc.exitcode
         if code not in liveness.ENGINE_GONE:   # the worker has said why when it found the engine down or hung
-            sys.stderr.write(f"podium: harness worker {i} (pid {proc.pid}) exited with code {code} during the run; "
-                             "ending the run\n")
+            sys.stderr.write(f"podium: harness worker {i} (pid {proc.pid}) exited with code {code}; ending the run "
+                             "(its log lines, if any, are above)\n")
         sys.stderr.flush()
         os._exit(code if code in liveness.ENGINE_GONE else 1)
 

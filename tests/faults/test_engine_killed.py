@@ -92,9 +92,12 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
     # the step's failure, in Prefect's logs, names the engine log and carries its last lines
     import asyncio
 
-    async def _logs() -> list[str]:
+    async def _logs() -> list[str]:   # every log of the session's server, page by page (a page holds 200)
+        out: list[str] = []
         async with get_client() as client:
-            return [log.message for log in await client.read_logs()]
+            while batch := await client.read_logs(limit=200, offset=len(out)):
+                out += [log.message for log in batch]
+        return out
 
     messages = [m for m in asyncio.run(_logs()) if "stopped accepting connections" in m and str(ws.root) in m]
     assert messages, "no log of the step's failure"

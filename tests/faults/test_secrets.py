@@ -61,12 +61,16 @@ async def _prefect_texts() -> list[tuple[str, bytes]]:
         while batch := await client.read_logs(limit=200, offset=offset):
             out += [(f"prefect log {log.id}", log.message.encode()) for log in batch]
             offset += len(batch)
-        for artifact in await client.read_artifacts():
-            out.append((f"prefect artifact {artifact.key}", json.dumps(artifact.data, default=str).encode()
-                        + str(artifact.description).encode()))
-        for run in await client.read_flow_runs():
-            out.append((f"flow run {run.name}", json.dumps(run.parameters, default=str).encode()
-                        + str(run.state.message if run.state else "").encode()))
+        offset = 0
+        while batch := await client.read_artifacts(limit=200, offset=offset):
+            out += [(f"prefect artifact {artifact.key}", json.dumps(artifact.data, default=str).encode()
+                     + str(artifact.description).encode()) for artifact in batch]
+            offset += len(batch)
+        offset = 0
+        while batch := await client.read_flow_runs(limit=200, offset=offset):
+            out += [(f"flow run {run.name}", json.dumps(run.parameters, default=str).encode()
+                     + str(run.state.message if run.state else "").encode()) for run in batch]
+            offset += len(batch)
     return out
 
 
