@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -67,3 +68,19 @@ def recorded_engines(pid_dir: Path) -> list[dict]:
 
 def kill_group(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
+
+
+def act_mid_run(ws, seen: dict, stop, act, after_s: float = 3.0) -> None:
+    """Once loadgen has been issuing for `after_s` in the workspace `ws` (a tasks.workspace.Workspace), call
+    `act(pgid)` on the engine's process group; `seen` gets the run folder, the pgid and the time. Ends when `stop`
+    (a threading.Event) is set first."""
+    while not stop.is_set():
+        started = list((ws.work / "runs").glob("*/mlperf_log_detail.txt"))
+        engines = recorded_engines(ws.pids)
+        if started and engines:
+            time.sleep(after_s)
+            seen["pgid"], seen["run_dir"] = engines[0]["pid"], started[0].parent
+            act(seen["pgid"])
+            seen["at"] = time.time()
+            return
+        time.sleep(0.2)

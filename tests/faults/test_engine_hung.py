@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,24 +19,10 @@ import yaml
 
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
-from tests.faults.procs import group_pids, recorded_engines
+from tests.faults.procs import act_mid_run, group_pids, recorded_engines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 STALL_S = 4
-
-
-def _hang_mid_run(ws: Workspace, seen: dict, stop: threading.Event) -> None:
-    """Once loadgen has been issuing for 3 s, SIGSTOP the engine's process group."""
-    while not stop.is_set():
-        started = list((ws.work / "runs").glob("*/mlperf_log_detail.txt"))
-        engines = recorded_engines(ws.pids)
-        if started and engines:
-            time.sleep(3)
-            seen["stopped"], seen["run_dir"] = engines[0]["pid"], started[0].parent
-            os.killpg(seen["stopped"], signal.SIGSTOP)
-            seen["stopped_at"] = time.time()
-            return
-        time.sleep(0.2)
 
 
 def test_engine_hung_mid_server_run_is_stopped_relaunched_and_the_run_retried(
@@ -51,17 +36,18 @@ def test_engine_hung_mid_server_run_is_stopped_relaunched_and_the_run_retried(
     ws = Workspace.at(tmp_path / "ws")
     seen: dict = {}
     stop = threading.Event()
-    hanger = threading.Thread(target=_hang_mid_run, args=(ws, seen, stop), daemon=True)
+    hanger = threading.Thread(target=act_mid_run, daemon=True,   # SIGSTOP the engine's group 3 s into the run
+                              args=(ws, seen, stop, lambda pgid: os.killpg(pgid, signal.SIGSTOP)))
     hanger.start()
     try:
         state = submission(str(plan), str(ws.root), return_state=True)
     finally:
         stop.set()
         hanger.join()
-        if "stopped" in seen:   # whatever happened, never leave a stopped group behind
-            for pid in group_pids(seen["stopped"]):
+        if "pgid" in seen:   # whatever happened, never leave a stopped group behind
+            for pid in group_pids(seen["pgid"]):
                 os.kill(pid, signal.SIGKILL)
-    assert "stopped" in seen, "the engine was never hung: the fault did not happen"
+    assert "pgid" in seen, "the engine was never hung: the fault did not happen"
 
     assert state.is_completed(), state.message
     result = state.result()
@@ -74,12 +60,12 @@ def test_engine_hung_mid_server_run_is_stopped_relaunched_and_the_run_retried(
     log = (aside[0] / "harness.log").read_text()
     silent = re.search(r"sent nothing for (\d+) s with \d+ request\(s\) in flight \(hung, yet its port is open\)", log)
     assert silent and STALL_S <= int(silent.group(1)) <= STALL_S + 2, log
-    ended_after = (aside[0] / "harness.log").stat().st_mtime - seen["stopped_at"]
+    ended_after = (aside[0] / "harness.log").stat().st_mtime - seen["at"]
     assert STALL_S <= ended_after < STALL_S + 10, f"the run ended {ended_after:.1f} s after the engine hung"
     assert not (aside[0] / "sut_stats.json").exists()
 
     # the hung engine was stopped by the step, not left holding its port until the flow ended
-    assert group_pids(seen["stopped"]) == [] and recorded_engines(ws.pids) == []
+    assert group_pids(seen["pgid"]) == [] and recorded_engines(ws.pids) == []
     tarball = (Path(result["run_folder"]) / "submission.tar.gz").read_bytes()
     assert b".failed-" not in tarball
     print(f"engine hung mid-run: the run ended {ended_after:.2f} s after the hang (stall timeout {STALL_S} s); "

@@ -9,31 +9,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
-from tests.faults.procs import LOOPBACK, group_pids, kill_group, listening, recorded_engines
+from tests.faults.procs import LOOPBACK, act_mid_run, group_pids, kill_group, listening, recorded_engines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
-def _kill_mid_run(ws: Workspace, seen: dict, stop: threading.Event) -> None:
-    """Once loadgen has been issuing for 3 s, record what the engine listens on, then SIGKILL its group."""
-    while not stop.is_set():
-        started = list((ws.work / "runs").glob("*/mlperf_log_detail.txt"))
-        engines = recorded_engines(ws.pids)
-        if started and engines:
-            time.sleep(3)
-            pgid = engines[0]["pid"]
-            seen["listening"] = listening(group_pids(pgid))
-            seen["killed"], seen["run_dir"] = pgid, started[0].parent
-            kill_group(pgid)
-            seen["killed_at"] = time.time()
-            return
-        time.sleep(0.2)
+def _kill(seen: dict) -> Callable[[int], None]:
+    def kill(pgid: int) -> None:   # record what the engine listens on, then SIGKILL its group
+        seen["listening"] = listening(group_pids(pgid))
+        kill_group(pgid)
+    return kill
 
 
 def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
@@ -46,7 +38,7 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
     ws = Workspace.at(tmp_path / "ws")
     seen: dict = {}
     stop = threading.Event()
-    killer = threading.Thread(target=_kill_mid_run, args=(ws, seen, stop), daemon=True)
+    killer = threading.Thread(target=act_mid_run, args=(ws, seen, stop, _kill(seen)), daemon=True)
     killer.start()
     started = time.monotonic()
     try:
@@ -55,7 +47,7 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
         stop.set()
         killer.join()
     elapsed = time.monotonic() - started
-    assert "killed" in seen, "the engine was never killed: the fault did not happen"
+    assert "pgid" in seen, "the engine was never killed: the fault did not happen"
     assert seen["listening"] and all(addr in LOOPBACK for addr, _ in seen["listening"]), seen["listening"]
 
     assert state.is_completed(), state.message
@@ -70,7 +62,7 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
     assert key in folders and len(aside) == 1 and len(folders) == 3, folders
     failed = ws.work / "runs" / aside[0]
     assert "no longer accepts connections" in (failed / "harness.log").read_text()
-    ended_after = (failed / "harness.log").stat().st_mtime - seen["killed_at"]
+    ended_after = (failed / "harness.log").stat().st_mtime - seen["at"]
     assert ended_after < 10, f"the run went on {ended_after:.1f} s after the engine died"
     assert not (failed / "sut_stats.json").exists()   # the child ended before writing its statistics
 
@@ -87,7 +79,7 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
     # the engine log holds both launches; the killed engine is gone, the relaunched one stopped
     logs = list((run_folder / "logs" / "engine").rglob("*.log"))
     assert len(logs) == 1 and logs[0].read_text().count("Application startup complete") == 2   # killed, relaunched
-    assert group_pids(seen["killed"]) == [] and recorded_engines(ws.pids) == []
+    assert group_pids(seen["pgid"]) == [] and recorded_engines(ws.pids) == []
 
     # the step's failure, in Prefect's logs, names the engine log and carries its last lines
     import asyncio
@@ -102,6 +94,6 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
     messages = [m for m in asyncio.run(_logs()) if "stopped accepting connections" in m and str(ws.root) in m]
     assert messages, "no log of the step's failure"
     assert any("last lines of" in m and str(logs[0]) in m for m in messages), messages[0]
-    assert any(f"(pid {seen['killed']}) killed by signal 9" in m for m in messages), messages[0]
+    assert any(f"(pid {seen['pgid']}) killed by signal 9" in m for m in messages), messages[0]
     print(f"engine killed mid-run: the run ended {ended_after:.2f} s after the kill; flow completed in "
           f"{elapsed:.0f} s, 2 launches, 1 retried step\n--- the step's failure ---\n{messages[0]}")

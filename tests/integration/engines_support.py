@@ -3,16 +3,22 @@ over the smoke data set, and the listening sockets of a process group."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import ipaddress
 import os
+import signal
 import socket
 import struct
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from submission.runs import RunSpec
+from tasks.engines import Endpoint
 
 REPO = Path(__file__).parents[2]
 BENCH = "gpt-oss-120b"
@@ -42,6 +48,38 @@ def offline_spec(dataset: Path, mode: str, *, samples: int, max_tokens: int, eng
                    mode=mode, loadgen_model=BENCH, loadgen_scenario="Offline", user_conf=tuple(conf),
                    dataset=str(dataset), dataset_sha256="-", model_sha256="-", engine=engine,
                    max_tokens=max_tokens, temperature=0.0, max_concurrency=8)
+
+
+def server_spec(dataset: Path, *, qps: float, duration_ms: int, workers: int, engine: str,
+                min_queries: int | None = None) -> RunSpec:
+    """A Server performance run of the smoke data set (16 prompts, 8 tokens) at `qps` for `duration_ms`, served by
+    `workers` harness processes."""
+    conf = [(f"{BENCH}.Server.target_qps", str(qps)), (f"{BENCH}.Server.min_duration", str(duration_ms)),
+            (f"{BENCH}.*.performance_sample_count_override", "16")]
+    if min_queries is not None:
+        conf.append((f"{BENCH}.Server.min_query_count", str(min_queries)))
+    return offline_spec(dataset, "performance", samples=16, max_tokens=8, engine=engine).model_copy(update={
+        "scenario": "Server", "loadgen_scenario": "Server", "user_conf": tuple(conf), "harness_workers": workers})
+
+
+@contextlib.contextmanager
+def simulated_engine() -> Iterator[tuple[subprocess.Popen, Endpoint]]:
+    """The simulated server (tasks.harness.testing) in a process of its own on 127.0.0.1, so a test can kill or stop
+    it; yields the process and its Endpoint, and always ends it (a stopped one is continued first)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "tasks.harness.testing", "--port", str(port)],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert "listening" in server.stdout.readline()
+        yield server, Endpoint(f"http://127.0.0.1:{port}", "simulated", accepts_token_ids=True,
+                               returns_token_ids=True)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.wait()
 
 
 def listening(pgids: set[int]) -> list[str]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,29 +15,17 @@ import pytest
 from submission.errors import CommandError
 from tasks.engines import Endpoint
 from tasks.harness import liveness, runner
-from tests.integration.engines_support import offline_spec
+from tests.integration.engines_support import offline_spec, server_spec, simulated_engine
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_hung_engine_ends_the_run_after_the_stall_timeout(smoke_store: Path, tmp_path: Path, workers: int) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tasks.harness.testing", "--port", str(port)],
-                              stdout=subprocess.PIPE, text=True, cwd=REPO)
     run_dir = tmp_path / "run"
-    try:
-        assert "listening" in server.stdout.readline()
-        endpoint = Endpoint(f"http://127.0.0.1:{port}", "simulated", accepts_token_ids=True, returns_token_ids=True)
-        data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
-        base = offline_spec(data, "performance", samples=16, max_tokens=8, engine="simulated")
-        conf = (("gpt-oss-120b.Server.target_qps", "20"), ("gpt-oss-120b.Server.min_duration", "60000"),
-                ("gpt-oss-120b.*.performance_sample_count_override", "16"))
-        spec = base.model_copy(update={"scenario": "Server", "loadgen_scenario": "Server", "user_conf": conf,
-                                       "harness_workers": workers})
+    with simulated_engine() as (server, endpoint):
+        spec = server_spec(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet", qps=20, duration_ms=60000,
+                           workers=workers, engine="simulated")
         hung: dict[str, float] = {}
 
         def hang() -> None:
@@ -54,10 +40,6 @@ def test_a_hung_engine_ends_the_run_after_the_stall_timeout(smoke_store: Path, t
             runner.run(spec, endpoint, run_dir, timeout_s=120, stall_s=3)
         ended = time.monotonic()
         assert liveness.reachable(endpoint.base_url)   # the port is still open: only the silence tells
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        server.kill()
-        server.wait()
     assert caught.value.returncode == liveness.ENGINE_STALLED
     assert 3 <= ended - hung["at"] < 12, ended - hung["at"]   # the 3 s timeout, checked every 0.75 s, plus exit
     log = (run_dir / "harness.log").read_text()

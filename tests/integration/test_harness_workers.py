@@ -17,7 +17,7 @@ from submission.errors import CommandError
 from submission.logs import load_run, parse_accuracy_log
 from tasks.engines import Endpoint
 from tasks.harness import runner
-from tests.integration.engines_support import offline_spec
+from tests.integration.engines_support import offline_spec, server_spec, simulated_engine
 
 pytestmark = pytest.mark.integration
 
@@ -62,13 +62,8 @@ def test_workers_answer_token_for_token_as_the_in_process_sut(smoke_server: Endp
 
 def test_workers_report_first_tokens_in_a_server_run(smoke_server: Endpoint, smoke_store: Path,
                                                       tmp_path: Path) -> None:
-    data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
-    base = offline_spec(data, "performance", samples=16, max_tokens=8, engine="smoke")
-    conf = (("gpt-oss-120b.Server.target_qps", "20"), ("gpt-oss-120b.Server.min_duration", "2000"),
-            ("gpt-oss-120b.Server.min_query_count", "40"),
-            ("gpt-oss-120b.*.performance_sample_count_override", "16"))
-    spec = base.model_copy(update={"scenario": "Server", "loadgen_scenario": "Server", "user_conf": conf,
-                                   "harness_workers": 2})
+    spec = server_spec(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet", qps=20, duration_ms=2000,
+                       min_queries=40, workers=2, engine="smoke")
     stats = runner.run(spec, smoke_server, tmp_path / "server", timeout_s=300)
     assert stats["failed"] == 0 and stats["completed"] == stats["issued"] >= 40, stats
     run = load_run(tmp_path / "server")
@@ -78,12 +73,8 @@ def test_workers_report_first_tokens_in_a_server_run(smoke_server: Endpoint, smo
 
 def test_a_worker_that_dies_ends_the_run_with_its_name(smoke_server: Endpoint, smoke_store: Path,
                                                       tmp_path: Path) -> None:
-    data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
-    base = offline_spec(data, "performance", samples=16, max_tokens=8, engine="smoke")
-    conf = (("gpt-oss-120b.Server.target_qps", "10"), ("gpt-oss-120b.Server.min_duration", "60000"),
-            ("gpt-oss-120b.*.performance_sample_count_override", "16"))
-    spec = base.model_copy(update={"scenario": "Server", "loadgen_scenario": "Server", "user_conf": conf,
-                                   "harness_workers": 2})
+    spec = server_spec(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet", qps=10, duration_ms=60000,
+                       workers=2, engine="smoke")
     run_dir = tmp_path / "killed"
     outcome: dict[str, object] = {}
 
@@ -126,33 +117,15 @@ def test_a_worker_that_dies_ends_the_run_with_its_name(smoke_server: Endpoint, s
 def test_an_engine_that_dies_under_workers_ends_the_run_as_engine_down(smoke_store: Path, tmp_path: Path) -> None:
     """The worker that finds the endpoint gone exits with ENDPOINT_DOWN and the runner passes that code on, so
     tasks.loadgen relaunches the engine and retries, as with the in-process SUT."""
-    import socket
-    import subprocess
-    import sys
-
     from tasks.harness import liveness
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tasks.harness.testing", "--port", str(port)],
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
-    try:
-        assert "listening" in server.stdout.readline()
-        endpoint = Endpoint(f"http://127.0.0.1:{port}", "simulated", accepts_token_ids=True, returns_token_ids=True)
-        data = smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"
-        base = offline_spec(data, "performance", samples=16, max_tokens=8, engine="simulated")
-        conf = (("gpt-oss-120b.Server.target_qps", "20"), ("gpt-oss-120b.Server.min_duration", "60000"),
-                ("gpt-oss-120b.*.performance_sample_count_override", "16"))
-        spec = base.model_copy(update={"scenario": "Server", "loadgen_scenario": "Server", "user_conf": conf,
-                                       "harness_workers": 2})
+    with simulated_engine() as (server, endpoint):
+        spec = server_spec(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet", qps=20, duration_ms=60000,
+                           workers=2, engine="simulated")
         threading.Timer(4.0, server.kill).start()
         started = time.monotonic()
         with pytest.raises(CommandError) as caught:
             runner.run(spec, endpoint, tmp_path / "run", timeout_s=120)
-    finally:
-        server.kill()
-        server.wait()
     assert caught.value.returncode == liveness.ENDPOINT_DOWN
     assert time.monotonic() - started < 20
     assert "no longer accepts connections" in (tmp_path / "run" / "harness.log").read_text()
