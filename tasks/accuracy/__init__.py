@@ -11,7 +11,7 @@ moment the accuracy run ends.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,6 +57,7 @@ class AccuracyResult:
     samples: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     verdict: Verdict | None = None
+    reported: dict[str, float] = field(default_factory=dict)   # not gated, under the reference's names
 
 
 class Evaluator(Protocol):
@@ -115,7 +116,7 @@ def evaluate_log(name: str, accuracy_log: Path, dataset: Path, tokenizer: Path |
     result = ev.evaluate(Path(accuracy_log), Path(dataset), tokenizer and Path(tokenizer))
     text = ev.accuracy_txt(result)
     if benchmark is not None:
-        result = AccuracyResult(result.metrics, result.samples, result.notes, judge(text, benchmark, scenario, round))
+        result = replace(result, verdict=judge(text, benchmark, scenario, round))
     return result, text
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,23 +11,46 @@ from submission.errors import PlanError
 from submission.logs import AccuracyEntry, parse_accuracy_log
 
 Decoder = Callable[[list[int]], str]
+_log = logging.getLogger(__name__)
 
 
 def unique_entries(accuracy_log: Path, dataset_size: int, dataset: Path) -> list[AccuracyEntry]:
-    """The first entry of each qsl_idx (the reference scripts dedupe the same way), in log order. An index
-    outside the data set means the log belongs to another data set: an error naming both files."""
+    """The first entry of each qsl_idx, in log order (the ROUGE and deepseek-r1 evaluators; the gpt-oss and Qwen3-VL
+    references count every entry: `log_entries`). An index outside the data set is an error naming both files."""
     seen: set[int] = set()
     out = []
-    for entry in parse_accuracy_log(accuracy_log):
-        if entry.qsl_idx in seen:
-            continue
-        if not 0 <= entry.qsl_idx < dataset_size:
-            raise PlanError(f"accuracy log entry qsl_idx {entry.qsl_idx} is outside the data set "
+    for entry in log_entries(accuracy_log, dataset_size, dataset)[0]:
+        if entry.qsl_idx not in seen:
+            seen.add(entry.qsl_idx)
+            out.append(entry)
+    return out
+
+
+def log_entries(accuracy_log: Path, dataset_size: int, dataset: Path) -> tuple[list[AccuracyEntry], list[int]]:
+    """Every entry in log order, as `eval_mlperf_accuracy.py` (gpt-oss) and `evaluation.py` (Qwen3-VL) read them (a
+    repeated qsl_idx is scored each time), and the repeated indices, sorted. An index outside the data set means the
+    log belongs to another data set: an error naming both files."""
+    entries = parse_accuracy_log(accuracy_log)
+    counts = Counter(entry.qsl_idx for entry in entries)
+    for idx in counts:
+        if not 0 <= idx < dataset_size:
+            raise PlanError(f"accuracy log entry qsl_idx {idx} is outside the data set "
                             f"({dataset_size} rows in {dataset})", where=str(accuracy_log),
                             fix="score the log against the data set the run served")
-        seen.add(entry.qsl_idx)
-        out.append(entry)
-    return out
+    return entries, sorted(idx for idx, n in counts.items() if n > 1)
+
+
+def repeat_note(repeated: list[int], accuracy_log: Path) -> tuple[str, ...]:
+    """A warning (logged and returned as a note) naming repeated qsl_idx: loadgen's accuracy mode writes each sample
+    once, so repeats mean a broken harness. The score counts them, as the reference does."""
+    if not repeated:
+        return ()
+    shown = ", ".join(map(str, repeated[:20])) + (f" and {len(repeated) - 20} more" if len(repeated) > 20 else "")
+    text = (f"WARNING: qsl_idx {shown} appear(s) more than once in {Path(accuracy_log).name}; loadgen writes each "
+            "sample once in an accuracy run, so the harness is broken; scored as the reference does (every entry "
+            "counted): fix the harness and rerun the accuracy run")
+    _log.warning(text)
+    return (text,)
 
 
 def entry_text(entry: AccuracyEntry) -> str:

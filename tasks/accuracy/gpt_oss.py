@@ -7,7 +7,9 @@ set whose problems repeat r times weighs 1/r:
 
     score = 100 * sum_d(correct_d / r_d) / sum_d(total_d / r_d),   r = {aime25: 8, gpqa_diamond: 5, livecodebench_v6: 3}
 
-i.e. the mean over unique problems of each problem's pass rate. Printed as `'exact_match': 83.500` (3 decimals),
+i.e. the mean over unique problems of each problem's pass rate. Subset names are lower-cased before grouping and
+the repeats look-up, and every log entry counts (a repeated qsl_idx twice, with a warning naming it), as the
+reference does. Printed as `'exact_match': 83.500` (3 decimals),
 the line the checker's pattern reads. An output without a final channel is scored on its whole text (reference
 behaviour) and counted in the notes.
 """
@@ -22,7 +24,7 @@ from submission.errors import PlanError
 from submission.evaluation import evaluation_constant
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
-from tasks.accuracy.common import decoder, unique_entries
+from tasks.accuracy.common import decoder, log_entries, repeat_note
 from tasks.accuracy.livecodebench import CodeGrading
 from tasks.harness.datasets import read_gpt_oss
 
@@ -39,6 +41,12 @@ def kind_of(subset: str) -> str:
                     fix=f"the accuracy file's dataset column holds names containing one of {', '.join(KINDS)}")
 
 
+def subset_name(subset: str) -> str:
+    """The data set name as the reference groups and looks up repeats by: lower-cased (eval_accuracy.py
+    `validate_dataset_name`), so `AIME25` and `aime25` are one subset with 8 repeats."""
+    return str(subset).lower()
+
+
 def weighted_score(counts: dict[str, tuple[int, int]], repeats: dict[str, int]) -> float:
     """100 * sum_d(correct_d / r_d) / sum_d(total_d / r_d); 0 when nothing was scored."""
     correct = sum(c / repeats.get(d, 1) for d, (c, _) in counts.items())
@@ -53,12 +61,12 @@ class GptOssExactMatch(CodeGrading):
     def evaluate(self, accuracy_log: Path, dataset: Path, tokenizer: Path | None) -> AccuracyResult:
         data = read_gpt_oss(Path(dataset), accuracy=True)
         decode = decoder(tokenizer, skip_special_tokens=False, benchmark=BENCHMARK)
-        entries = unique_entries(accuracy_log, len(data), Path(dataset))
+        entries, repeated = log_entries(accuracy_log, len(data), Path(dataset))
         counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         no_final = 0
         code_jobs = []
         for entry in entries:
-            subset, truth = data.subsets[entry.qsl_idx], data.ground_truth[entry.qsl_idx]
+            subset, truth = subset_name(data.subsets[entry.qsl_idx]), data.ground_truth[entry.qsl_idx]
             text = decode(entry.tokens())
             no_final += not final_section(text)[1]
             counts[subset][1] += 1
@@ -77,7 +85,8 @@ class GptOssExactMatch(CodeGrading):
                 counts[subset][0] += bool(ok)
         repeats = evaluation_constant(BENCHMARK, "dataset_repeats")
         final = {d: (c, t) for d, (c, t) in counts.items()}
-        notes = tuple(f"{d}: {c} of {t} correct (repeats {repeats.get(d, 1)})" for d, (c, t) in sorted(final.items()))
+        notes = repeat_note(repeated, accuracy_log) + tuple(
+            f"{d}: {c} of {t} correct (repeats {repeats.get(d, 1)})" for d, (c, t) in sorted(final.items()))
         if no_final:
             notes += (f"{no_final} output(s) had no harmony final channel and were scored on their whole text",)
         if unrun:

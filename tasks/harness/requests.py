@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from submission.generation import Mode, Sampling, benchmark_generation
 from tasks.harness.datasets import PromptSet, read_prompts
@@ -26,7 +26,10 @@ PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 class ProductMetadata(BaseModel):
-    """What Qwen3-VL must answer for a product: the JSON the evaluator validates."""
+    """What Qwen3-VL must answer for a product: the JSON the evaluator validates. As the reference's model
+    (multimodal/qwen3-vl schema.py `ProductMetadata`): these three fields, typed, and no other key."""
+
+    model_config = ConfigDict(extra="forbid")
 
     category: str = Field(description="the single most specific correct category, copied from the candidates")
     brand: str = Field(description="the brand of the product")

@@ -48,7 +48,6 @@ def case(tmp_path: Path) -> dict[str, Path]:
              "private_test_cases": _compressed([{"input": "-4 10\n", "output": "6\n", "testtype": "stdin"}])}
     (tmp_path / "livecodebench_tests.jsonl").write_text(json.dumps(tests) + "\n")
     answers = [(i, encode(text)) for i, (_, _, text) in enumerate(ROWS)]
-    answers.append((3, encode(harmony("B"))))   # a repeated qsl_idx: only the first entry counts
     log = write_log(tmp_path / "mlperf_log_accuracy.json", answers)
     return {"log": log, "data": tmp_path / "acc.parquet", "tokenizer": tokenizer, "dir": tmp_path}
 
@@ -73,6 +72,36 @@ def test_exact_match_and_verdict(case: dict[str, Path]) -> None:
     assert (exact.metric, exact.value, exact.target) == ("exact_match", 56.593, 82.2987)
     tokens = verdict.metrics[1]   # the upper-limit-only metric the script does not print: absent, not failing
     assert tokens.metric == "TOKENS_PER_SAMPLE" and tokens.value is None and tokens.passed
+
+
+# eval_mlperf_accuracy.py on tests/gpt_oss_cases.py: FINAL SCORE 59.09090909090908, aime25 2/4, gpqa_diamond 2/3
+REFERENCE = {"exact_match": 59.09090909090908, "aime25": (2, 4), "gpqa_diamond": (2, 3)}
+
+
+def test_reference_value_with_subset_case_and_repeats(tmp_path: Path) -> None:
+    from tests.gpt_oss_cases import write_case
+
+    case = write_case(tmp_path)
+    result, text = evaluate_log("gpt-oss-120b", case["log"], case["data"], case["tokenizer"])
+    assert result.metrics["exact_match"] == pytest.approx(REFERENCE["exact_match"], abs=1e-9)
+    assert "'exact_match': 59.091" in text and result.samples == 7
+    for subset in ("aime25", "gpqa_diamond"):
+        correct, total = REFERENCE[subset]
+        repeats = {"aime25": 8, "gpqa_diamond": 5}[subset]
+        assert f"{subset}: {correct} of {total} correct (repeats {repeats})" in result.notes
+    assert result.notes[0].startswith("WARNING: qsl_idx 1, 3 appear(s) more than once")
+
+
+def test_subset_names_are_lower_cased(tmp_path: Path) -> None:
+    """The same case without the repeated entries: the reference gives 41.935483870967744 (aime25 1/3, gpqa 1/2)."""
+    from tests.gpt_oss_cases import ROWS, write_case
+
+    case = write_case(tmp_path)
+    unique = json.loads(case["log"].read_text())[:len(ROWS)]
+    case["log"].write_text(json.dumps(unique))
+    result, _ = evaluate_log("gpt-oss-120b", case["log"], case["data"], case["tokenizer"])
+    assert result.metrics["exact_match"] == pytest.approx(41.935483870967744, abs=1e-9)
+    assert not any("more than once" in note for note in result.notes)
 
 
 def test_verdict_passes_above_the_target() -> None:
