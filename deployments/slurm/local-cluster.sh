@@ -8,9 +8,18 @@
 #   local-cluster.sh down      cancel every job of this cluster, stop its daemons (by their pid files)
 #   local-cluster.sh status    exit 0 when every daemon runs and every node answers
 #   local-cluster.sh env       print `export SLURM_CONF=...`
+#   local-cluster.sh run CMD.. up, CMD (with SLURM_CONF set), down; exits with CMD's status. With PODIUM_SLURM_NETNS=1
+#                              all of it runs in a network, mount and UTS namespace of its own, made here
+#
+# PODIUM_SLURM_NETNS=1: nodes as on a real cluster. Each slurmd runs in a network, mount and UTS namespace of its own
+# (host name nodeX, its own IPv4 on a bridge), the controller ("head", $SUBNET.1) and the client commands on the
+# bridge itself; a hosts file naming them is bind-mounted over /etc/hosts in every mount namespace, and slurm.conf
+# says NodeAddr=nodeX. Only under `run`, which makes a network, mount and UTS namespace for all of it first (the
+# bridge, the mount over /etc/hosts and the host name `head` live there); `run bash` gives a shell on the cluster.
 #
 # Settings (environment): PODIUM_SLURM_DIR (default <repo>/.podium/slurm), PODIUM_SLURM_NODES (4),
-# PODIUM_SLURM_CPUS (CPUs each node advertises, 4), PODIUM_SLURM_GPUS (GPUs each node advertises, 4; 0 for none).
+# PODIUM_SLURM_CPUS (CPUs each node advertises, 4), PODIUM_SLURM_GPUS (GPUs each node advertises, 4; 0 for none),
+# PODIUM_SLURM_NETNS (0; 1: a namespace per node), PODIUM_SLURM_SUBNET (the bridge's /24 in netns mode, 10.77.0).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +28,12 @@ DIR=$(realpath -m "${PODIUM_SLURM_DIR:-$REPO/.podium/slurm}")
 NODES=${PODIUM_SLURM_NODES:-4}
 CPUS=${PODIUM_SLURM_CPUS:-4}
 GPUS=${PODIUM_SLURM_GPUS:-4}
+NETNS=${PODIUM_SLURM_NETNS:-0}
+SUBNET=${PODIUM_SLURM_SUBNET:-10.77.0}
+BRIDGE=podium0
+# netns mode: Slurm's own ports, the same on every node (each node has its own address)
+CTLD_PORT=6817
+SLURMD_PORT=6818
 CONF=$DIR/slurm.conf
 # munged wants every folder above its socket to be searchable by all; a test's 0700 tmp folder is not, so the
 # socket lives in a short folder of its own under /tmp, named after $DIR
@@ -71,6 +86,7 @@ pid_alive() {
 }
 
 node_names() { local i; for i in $(seq 1 "$NODES"); do echo "node$i"; done; }
+node_ip() { echo "$SUBNET.$((10 + $1))"; }   # node_ip 3 -> 10.77.0.13; the head is $SUBNET.1
 
 free_ports() {  # N ports free on 127.0.0.1 now
     python3 - "$1" <<'EOF'
@@ -83,15 +99,28 @@ EOF
 }
 
 write_config() {
-    local ports ctld i lines="" node port gres=""
-    read -r -a ports <<<"$(free_ports $((NODES + 1)))"
-    ctld=${ports[0]}
+    local ports ctld i lines="" node port gres="" host comm
+    if [ "$NETNS" = 1 ]; then
+        ctld=$CTLD_PORT host=head
+        # each daemon is alone in its node's namespace: binding 0.0.0.0 there reaches that node only, as on a cluster
+        comm="# netns mode: every daemon binds 0.0.0.0 of its own node's network namespace (Slurm's default)"
+    else
+        read -r -a ports <<<"$(free_ports $((NODES + 1)))"
+        ctld=${ports[0]} host="localhost(127.0.0.1)"
+        comm="# bind to the address each daemon's host name resolves to (127.0.0.1) instead of 0.0.0.0: slurmctld, slurmd, srun\nCommunicationParameters=NoInAddrAny,NoCtldInAddrAny"
+    fi
     if [ "$GPUS" -gt 0 ]; then gres=" Gres=gpu:$GPUS"; fi
     for i in $(seq 1 "$NODES"); do
-        node=node$i port=${ports[$i]}
-        lines+="NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS${gres} State=UNKNOWN\n"
+        node=node$i
+        if [ "$NETNS" = 1 ]; then
+            lines+="NodeName=$node NodeAddr=$node Port=$SLURMD_PORT CPUs=$CPUS${gres} State=UNKNOWN\n"
+        else
+            port=${ports[$i]}
+            lines+="NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS${gres} State=UNKNOWN\n"
+        fi
     done
     sed -e "s|@DIR@|$DIR|g" -e "s|@SOCKET@|$SOCKET_DIR/munge.socket|g" -e "s|@CTLD_PORT@|$ctld|g" -e "s|@NODES@|$NODES|g" -e "s|@NODE_RANGE@|node[1-$NODES]|g" \
+        -e "s|@CTLD_HOST@|$host|" -e "s|@COMM_LINES@|$comm|" \
         -e "s|@NODE_LINES@|${lines%\\n}|" "$HERE/slurm.conf.in" >"$CONF.tmp"
     if [ "$GPUS" -gt 0 ]; then
         sed -e "s|@DIR@|$DIR|g" -e "s|@GPUS@|$GPUS|g" -e "s|@LAST_GPU@|$((GPUS - 1))|g" \
@@ -105,6 +134,72 @@ write_config() {
         : >"$DIR/gres.conf"
     fi
     mv "$CONF.tmp" "$CONF"
+}
+
+# --- netns mode -----------------------------------------------------------------------------------------------
+private_namespaces() {  # this shell runs in the namespaces `run` made: nothing of the machine's own is touched
+    [ "${PODIUM_SLURM_INSIDE:-}" = 1 ] || return 1
+    local ns theirs
+    for ns in net mnt uts; do   # PID 1's namespaces are the machine's (when /proc/1 is readable at all)
+        theirs=$(readlink "/proc/1/ns/$ns" 2>/dev/null) || continue
+        [ "$(readlink "/proc/self/ns/$ns")" != "$theirs" ] || return 1
+    done
+    # and a network that holds nothing but loopback and what this script made
+    ! ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | grep -qvE "^(lo|$BRIDGE|pn[0-9]+)$"
+}
+
+network_up() {  # the bridge and the head's address on it, the hosts file over /etc/hosts, host name `head`
+    private_namespaces || die "PODIUM_SLURM_NETNS=1 creates a bridge, mounts over /etc/hosts and sets the host name: \
+run it with \`$0 run CMD\` (CMD may be a shell), which makes those namespaces"
+    local i
+    { echo "127.0.0.1 localhost"; echo "$SUBNET.1 head"
+      for i in $(seq 1 "$NODES"); do echo "$(node_ip "$i") node$i"; done; } >"$DIR/hosts"
+    mount --bind "$DIR/hosts" /etc/hosts
+    hostname head
+    ip link set lo up
+    ip link del "$BRIDGE" 2>/dev/null || true
+    ip link add "$BRIDGE" type bridge
+    ip addr add "$SUBNET.1/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+    readlink /proc/self/ns/net | sed 's/^/head /' >"$DIR/run/netns"
+}
+
+node_up() {  # node_up I: node I's own network, mount and UTS namespaces (eth0 on the bridge), then its slurmd there
+    local i=$1 name=node$1 holder ns="" n
+    # the namespaces live as long as a process is in them: this sleep until slurmd (a daemon) runs there
+    unshare --net --mount --uts --propagation private -- sleep 120 &
+    holder=$!
+    for n in $(seq 1 200); do
+        ns=$(readlink "/proc/$holder/ns/net" 2>/dev/null) || true
+        [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/net)" ] && break
+        sleep 0.05
+    done
+    local in=(nsenter --target "$holder" --net --mount --uts --)
+    ip link add "pn$i" type veth peer name eth0 netns "$holder"
+    ip link set "pn$i" master "$BRIDGE" up
+    "${in[@]}" hostname "$name"
+    "${in[@]}" ip link set lo up
+    "${in[@]}" ip addr add "$(node_ip "$i")/24" dev eth0
+    "${in[@]}" ip link set eth0 up
+    "${in[@]}" mount --bind "$DIR/hosts" /etc/hosts
+    echo "$name $ns" >>"$DIR/run/netns"
+    "${in[@]}" slurmd -f "$CONF" -N "$name" ||
+        die "slurmd of $name did not start: $(tail -n 5 "$DIR/log/slurmd-$name.log" 2>/dev/null)"
+    kill "$holder" 2>/dev/null || true
+    wait "$holder" 2>/dev/null || true
+}
+
+run_cmd() {  # run CMD...: up, CMD, down (in namespaces of its own in netns mode); CMD's exit status
+    [ "$#" -gt 0 ] || die "run: name the command to run on the cluster"
+    if [ "$NETNS" = 1 ] && [ "${PODIUM_SLURM_INSIDE:-}" != 1 ]; then
+        PODIUM_SLURM_INSIDE=1 exec unshare --net --mount --uts --propagation private -- "$0" run "$@"
+    fi
+    trap 'down >&2' EXIT
+    trap 'exit 143' TERM INT
+    up >&2
+    local rc=0
+    "$@" || rc=$?
+    return "$rc"
 }
 
 status() {
@@ -144,12 +239,16 @@ up() {
         fi
     fi
     chmod 400 "$DIR/munge/munge.key"
+    if [ "$NETNS" = 1 ]; then network_up; fi
     munged --socket="$socket" --key-file="$DIR/munge/munge.key" --pid-file="$DIR/munge/munged.pid" \
         --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge/munged.seed" ||
         die "munged did not start: $(tail -n 3 "$DIR/log/munged.log" 2>/dev/null)"
     write_config
     slurmctld -f "$CONF" || die "slurmctld did not start: $(tail -n 5 "$DIR/log/slurmctld.log" 2>/dev/null)"
-    for node in $(node_names); do
+    local i
+    for i in $(seq 1 "$NODES"); do
+        node=node$i
+        if [ "$NETNS" = 1 ]; then node_up "$i"; continue; fi
         slurmd -f "$CONF" -N "$node" ||
             die "slurmd of $node did not start: $(tail -n 5 "$DIR/log/slurmd-$node.log" 2>/dev/null)"
     done
@@ -162,7 +261,8 @@ up() {
             die "the nodes did not come up in ${READY_S} s; logs in $DIR/log"
         fi
     done
-    say "up: $NODES nodes ($CPUS CPUs, $GPUS GPUs each) in $DIR"
+    say "up: $NODES nodes ($CPUS CPUs, $GPUS GPUs each) in $DIR$([ "$NETNS" = 1 ] && echo ", each in its own \
+network namespace on $SUBNET.0/24")"
     echo "export SLURM_CONF=$CONF"
 }
 
@@ -195,6 +295,8 @@ down() {
     stop_pid "$DIR/run/slurmctld.pid" "$CONF"
     stop_pid "$DIR/munge/munged.pid" munged
     rm -rf "$SOCKET_DIR"
+    # the nodes' namespaces ended with their slurmd; the bridge goes with this namespace, or now
+    if [ "$NETNS" = 1 ] && private_namespaces; then ip link del "$BRIDGE" 2>/dev/null || true; fi
     say "down ($DIR kept: logs in $DIR/log)"
 }
 
@@ -204,5 +306,6 @@ case "${1:-}" in
     down) down ;;
     status) if status; then say "up: export SLURM_CONF=$CONF"; sinfo; else exit 1; fi ;;
     env) echo "export SLURM_CONF=$CONF" ;;
+    run) shift; run_cmd "$@" ;;
     *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
 esac
