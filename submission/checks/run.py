@@ -77,6 +77,7 @@ def check_run(ctx: Context, run_dir: Path, b: BenchmarkRules, sc: ScenarioRules,
     if run.validity != "VALID":
         ctx.add("result-valid", run_dir, f"Result is {run.validity}: {'; '.join(run.invalid_reasons) or '?'}",
                 "lower target_qps (Server) or raise it (Offline), then re-run")
+    consistency(ctx, run_dir, run)
     if run.num_errors:
         ctx.add("loadgen-errors", run_dir, f"{run.num_errors} loadgen error(s): {'; '.join(run.errors[:3])}",
                 "fix the SUT (every response needs n_tokens >= 2; first token before the last) and re-run")
@@ -95,6 +96,37 @@ def check_run(ctx: Context, run_dir: Path, b: BenchmarkRules, sc: ScenarioRules,
     if full:
         limits(ctx, run_dir, run, b, sc)
     return run
+
+
+# loadgen (results.cc) logs result_validity VALID exactly when these four are all true; the summary repeats them.
+# detail key: (LoadgenRun field, summary line)
+VALIDITY_PARTS = {"result_perf_constraints_met": ("perf_constraints_met", "Performance constraints satisfied"),
+                  "result_min_duration_met": ("min_duration_met", "Min duration satisfied"),
+                  "result_min_queries_met": ("min_queries_met", "Min queries satisfied"),
+                  "early_stopping_met": ("early_stopping_met", "Early stopping satisfied")}
+
+
+def consistency(ctx: Context, run_dir: Path, run: LoadgenRun) -> None:
+    """Podium's own: a VALID result whose own fields say a constraint was not met (in the detail log or the
+    summary), or a summary whose verdict is not the detail log's, cannot come from loadgen: a tampered or corrupt log.
+    The official checker reads result_validity alone and does not notice."""
+    if run.validity is None:
+        return
+    said = str(run.detail.get("result_validity") or "")
+    summary = run.summary.get("Result is")
+    contradicting = []
+    if summary is not None and said and summary != said:
+        contradicting.append(f"result_validity {said} but the summary says Result is {summary}")
+    if "VALID" in (said, summary):
+        for key, (field, line) in VALIDITY_PARTS.items():
+            if getattr(run, field) is False:
+                contradicting.append(f"{key} is false")
+            if run.summary.get(line, "").upper() == "NO":
+                contradicting.append(f"the summary's {line!r} is NO")
+    if contradicting:
+        ctx.add("log-consistency", run_dir, f"the loadgen log says VALID, yet {'; '.join(contradicting)}: loadgen "
+                "never writes that, so the log was edited or corrupted",
+                "restore the logs exactly as loadgen wrote them, or re-run the performance run")
 
 
 def check_audit(ctx: Context, run_dir: Path, run: LoadgenRun, b: BenchmarkRules, test: str, audited: bool) -> None:
