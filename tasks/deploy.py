@@ -14,13 +14,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from submission import capacity as capacity_checks
 from submission.errors import PlanError, PodiumError
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
+from submission.rules import load_rules
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend, demand
 from tasks.launchers import Launcher, launched, launcher
 from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
+
+
+def slurm_address(node: int) -> str:
+    """How the review names node `node`'s IPv4 address, which only the launch finds out (on the node)."""
+    return f"NODE{node}_IPV4"
 
 
 def where(engine: EngineSpec) -> dict[str, Any]:
@@ -52,16 +59,32 @@ def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
 
 def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
     """The placement a launch would get, without reserving anything: the kubernetes launcher's own (it is fixed);
-    for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `node<i>`."""
+    for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `NODE<i>_IPV4` (node i's IPv4 address,
+    which the Slurm launcher resolves on the node at launch)."""
     nodes, ports = demand(backend(engine.name), engine.options)
     if engine.launcher == "kubernetes":
         where = make_launcher(engine, state_dir)
         return where.placement(ports) if nodes == 1 else where.placement(ports, nodes=nodes)  # type: ignore[call-arg]
-    hosts = ["127.0.0.1"] * nodes if engine.launcher == "local" else [f"node{i}" for i in range(nodes)]
+    hosts = ["127.0.0.1"] * nodes if engine.launcher == "local" else [slurm_address(i) for i in range(nodes)]
     step = ports if engine.launcher == "local" else 0   # one host: every node's ports differ
     per_node = tuple(Node(h, tuple(REVIEW_PORT + i * step + p for p in range(ports))) for i, h in enumerate(hosts))
     return Placement(hosts[0], per_node[0].ports, nodes=per_node if nodes > 1 else (),
                      workdir="<deployment folder>")
+
+
+def sizing(plan: Plan, bench: BenchmarkSpec, *, model: Path | None = None, datasets: dict[str, str] | None = None,
+           capacity: str | None = None) -> capacity_checks.Review:
+    """The memory fit and sequence budgets of `bench`'s engine, from the model folder and data set files given
+    (staged: plan source -> local path) or, where absent, from the plan's local sources (a shared filesystem); the
+    system description's GPU memory unless `capacity` is given (preflight's detected one)."""
+    from tasks.harness.datasets import longest_prompts
+
+    src = Path(bench.model.source)
+    folder = model or (src if not bench.model.source.startswith("s3://") and src.is_dir() else None)
+    sources = {bench.dataset.performance, bench.dataset.accuracy, *bench.dataset.compliance.values()}
+    files = datasets or {s: s for s in sources if not s.startswith("s3://")}
+    return capacity_checks.review(plan, bench, load_rules(plan.round), model_folder=folder,
+                                  prompt_max=longest_prompts(bench.benchmark, files), capacity=capacity)
 
 
 def _probe(p: HttpProbe) -> dict[str, Any]:
@@ -103,6 +126,8 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         out["kubernetes"] = where.objects(specs)  # type: ignore[attr-defined]
         endpoint = where.endpoint(endpoint, _Review(specs, where.graph))  # type: ignore[attr-defined]
     out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
+    sized = sizing(plan, bench)
+    out["capacity"] = sized.as_dict()
     return out
 
 
@@ -119,6 +144,11 @@ def reviews(plan: Plan, workspace: Path, key: str | None = None) -> list[dict[st
     return [review(plan, b, workspace) for b in benches]
 
 
+def require_capacity(items: list[dict[str, Any]]) -> None:
+    """Exit 2 (PlanError) when a reviewed engine does not fit its GPUs or a run's sequence budget is short."""
+    capacity_checks.require([p for r in items for p in r["capacity"]["problems"]])
+
+
 def _indent(text: str, prefix: str = "      | ") -> str:
     return "\n".join(prefix + line for line in text.rstrip("\n").splitlines())
 
@@ -129,6 +159,9 @@ def render(items: list[dict[str, Any]]) -> str:
     for r in items:
         lines += [f"{r['benchmark']}: engine {r['engine']} ({r['version']}), launcher {r['launcher']}",
                   f"  model {r['model_dir']}; build folder {r['build_dir']}"]
+        if r["launcher"] == "slurm":
+            lines.append(f"  addresses: {slurm_address(0).replace('0', '<i>')} is node i's IPv4 address, resolved on "
+                         "the node at launch from its NodeAddr; every process binds and advertises it")
         if r["launcher"] != "kubernetes":
             lines.append(f"  ports are picked free at launch; shown here counted from {REVIEW_PORT}")
         else:
@@ -154,6 +187,7 @@ def render(items: list[dict[str, Any]]) -> str:
         if "kubernetes" in r:
             kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
             lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+        lines += r["capacity"]["text"]
         lines.append("")
     return "\n".join(lines)
 

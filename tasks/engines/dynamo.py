@@ -11,6 +11,7 @@ by 1.6.1. The frontend comes last: it is ready when a one-token request goes thr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,8 @@ class DynamoBackend:
         o = self.options(options)
         per_node = [0] * o.nodes
         per_node[0] = 1 + self._infra_ports(o)
-        for slot in self.slots(o):
-            per_node[slot.node] += 2 if o.worker == "vllm" else 1
+        for slot in self.slots(o):   # system port; vLLM: NIXL side channel, and the KV-event port when publishing
+            per_node[slot.node] += (2 + o.publishes_kv_events) if o.worker == "vllm" else 1
         return o.nodes, max(per_node)
 
     def build(self, options: dict[str, Any], model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
@@ -149,15 +150,16 @@ class DynamoBackend:
                 argv.append("--enable-expert-parallel")
             if o.prefill is not None:
                 argv += ["--kv-transfer-config", kv_transfer_config(o.kv_transfer)]
-            if o.discovery == "file":   # no event plane to publish KV events on (engines.md §3.2)
-                argv += ["--kv-events-config", '{"enable_kv_cache_events":false}']
+            side = {"nixl_side_channel": ports.take(node)}
+            if o.publishes_kv_events:
+                side["kv_events"] = ports.take(node)
+            argv += ["--kv-events-config", kv_events_config(side.get("kv_events"))]
             if o.max_model_len is not None:
                 argv += ["--max-model-len", str(o.max_model_len)]
             if o.limit_mm_per_prompt:
                 argv += ["--limit-mm-per-prompt", mm_limits(o.limit_mm_per_prompt)]
             if o.enable_multimodal:
                 argv.append("--enable-multimodal")
-            side = {"nixl_side_channel": ports.take(node)}
             extra_env = nixl_env(address, side["nixl_side_channel"])
         argv += [*self._planes(o), *o.worker_args, *pool.extra_args, *o.extra_args]
         bind = placement.bind_host(node)
@@ -181,7 +183,8 @@ class DynamoBackend:
         workers = [self._worker(o, slot, model_dir, model, placement, ports, env) for slot in self.slots(o)]
         address = placement.address(0, "frontend")
         argv = (o.python, "-m", "dynamo.frontend", "--http-host", placement.bind_host(0), "--http-port",
-                str(front_port), "--router-mode", o.frontend.router_mode, *self._planes(o), *o.frontend.extra_args)
+                str(front_port), "--router-mode", o.frontend.router_mode, *router_events(o), *self._planes(o),
+                *o.frontend.extra_args)
         probes = ready_probes(model)
         if o.prefill is not None:   # the frontend lists what registered; prefill workers register as `prefill`
             probes = (probes[0], HttpProbe("/health", contains='"component":"prefill"'), *probes[1:])
@@ -199,6 +202,26 @@ class DynamoBackend:
                         accepts_token_ids=True, returns_token_ids=True,
                         tokenizer=str(tokenizer) if tokenizer.is_file() else None,
                         request_fields={"nvext": {"extra_fields": ["completion_token_ids"]}}, token_ids_in="nvext")
+
+
+def kv_events_config(port: int | None) -> str:
+    """A vLLM worker's `--kv-events-config`: publish KV-cache events on `port` for the KV router, or none.
+
+    vLLM binds its ZMQ publisher only for a wildcard endpoint (`tcp://*:P`; any other address it connects to), and the
+    Dynamo worker relays what it reads at 127.0.0.1:P to the frontend over the event plane (dynamo/vllm/main.py):
+    the port listens on every interface of its node, so it is reserved like the node's other ports."""
+    if port is None:
+        return '{"enable_kv_cache_events":false}'
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{port}",
+                       "topic": "kv-events"}, separators=(",", ":"))
+
+
+def router_events(o: DynamoOptions) -> list[str]:
+    """The KV router's source of cache state, said explicitly: the workers' events when they publish them, else its
+    own predictions (`--no-router-kv-events`), since a router waiting for events nobody sends routes blind."""
+    if o.frontend.router_mode != "kv":
+        return []
+    return ["--router-kv-events"] if o.publishes_kv_events or o.worker == "mocker" else ["--no-router-kv-events"]
 
 
 BACKEND = DynamoBackend()

@@ -158,6 +158,15 @@ def read_prompts(benchmark: str, path: str | Path, *, accuracy: bool = False) ->
     return TOKEN_READERS[benchmark](Path(path), accuracy)
 
 
+def longest_prompts(benchmark: str, paths: dict[str, str]) -> dict[str, int]:
+    """The longest prompt, in tokens, of each data set (plan source -> local file) of a token-prompt benchmark; files
+    not here, and benchmarks whose prompts are chat messages with images, are left out."""
+    if benchmark not in TOKEN_READERS:
+        return {}
+    return {source: max(map(len, read_prompts(benchmark, path).prompts), default=0)
+            for source, path in paths.items() if Path(path).is_file()}
+
+
 def read_token_prompts(path: str | Path, *, need_ground_truth: bool = False) -> PromptSet:
     """A parquet file of pre-tokenized prompts in the gpt-oss-120b schema (`ground_truth` only when asked for)."""
     path = Path(path)

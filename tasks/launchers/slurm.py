@@ -7,10 +7,11 @@ an sbatch'd holder job would need a placeholder script on the first node and pol
 itself runs inside a job (`sbatch deployments/slurm/podium.sbatch`), the launcher uses that job instead and never
 cancels it (`allocation: auto|inherit`).
 
-Ports are found free on each node by a short step there, and differ across the deployment (nodes of a test cluster
-share one address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the
-run logger. The allocation and the step ids are recorded under the state folder, so a later launch cancels what a
-killed run left behind (after checking that the job still carries the recorded name).
+A short step on each node finds its IPv4 address (its NodeAddr resolved there: Dynamo and etcd bind and advertise IP
+literals only) and ports free on it; ports differ across the deployment (nodes of a test cluster share one
+address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the run logger.
+The allocation and the step ids are recorded under the state folder, so a later launch cancels what a killed run
+left behind (after checking that the job still carries the recorded name).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ POLL_S = 0.5
 class Allocation:
     job_id: str
     nodes: tuple[str, ...]       # node names, in Slurm's order: node_index i of a spec is nodes[i]
-    hosts: tuple[str, ...]       # where each is reached (its NodeAddr)
+    hosts: tuple[str, ...]       # each one's NodeAddr (often a name; placement resolves it on the node)
     owned: bool                  # taken by this launcher, so cancelled by it
     tag: str                     # the name of the launch: the job's (when owned), prefix of its steps' names
     state_dir: Path
@@ -84,6 +85,7 @@ class SlurmDeployment:
     steps: list[Step] = field(default_factory=list)
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)   # set when every probe passed
+    logger: Logger = field(default_factory=lambda: logging.getLogger("podium.slurm"))   # the launch's: what stop did
 
 
 def _fix(text: str, default: str) -> str:
@@ -220,14 +222,16 @@ class SlurmLauncher:
 
     # --- what the backends see ----------------------------------------------------------------------------------
     def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
+        """Each node as its IPv4 address (resolved on the node: Dynamo and etcd take IP literals only) with its free
+        ports."""
         alloc = self.allocate(nodes)
         taken: set[int] = set()
         per_node = []
         try:
             for i in range(nodes):
-                ports = self._free_ports(alloc, i, ports_needed, taken, max_port) if ports_needed else ()
+                ip, ports = self._probe_node(alloc, i, ports_needed, taken, max_port)
                 taken.update(ports)
-                per_node.append(Node(alloc.hosts[i], ports))
+                per_node.append(Node(ip, ports))
         except BaseException:
             self.release()
             raise
@@ -236,23 +240,26 @@ class SlurmLauncher:
         return Placement(per_node[0].host, per_node[0].ports, nodes=tuple(per_node) if nodes > 1 else (),
                          workdir=str(workdir))
 
-    def _free_ports(self, alloc: Allocation, index: int, count: int, skip: set[int],
-                    max_port: int | None) -> tuple[int, ...]:
-        argv = cli.port_finder_argv(self.settings, alloc.job_id, alloc.nodes[index], alloc.hosts[index], count,
+    def _probe_node(self, alloc: Allocation, index: int, count: int, skip: set[int],
+                    max_port: int | None) -> tuple[str, tuple[int, ...]]:
+        """(the node's IPv4 address, `count` ports free there), found by a short step on the node."""
+        node = alloc.nodes[index]
+        argv = cli.port_finder_argv(self.settings, alloc.job_id, node, alloc.hosts[index], count,
                                     skip, f"{self.tag}-ports", max_port)
         try:
-            out = cli.run(argv, self.env)
+            out = cli.run(argv, self.env).split()
         except CommandError as e:
-            raise LaunchError(f"cannot find free ports on {alloc.nodes[index]}: {e.message}",
-                              fix=f"{e.fix}; engine.slurm.python must be a Python on the nodes") from None
-        return tuple(int(p) for p in out.split())
+            raise LaunchError(f"cannot find the address and free ports of {node} (NodeAddr {alloc.hosts[index]}): "
+                              f"{e.message}", fix=f"{e.fix}; engine.slurm.python must be a Python on the nodes, and "
+                              "the node's NodeAddr must resolve there to one of its IPv4 addresses") from None
+        return out[0], tuple(int(p) for p in out[1:])
 
     # --- start, probe, stop -------------------------------------------------------------------------------------
     def start(self, specs: list[ProcessSpec], log_dir: Path, logger: Logger) -> SlurmDeployment:
         needed = max((s.node_index + s.nodes for s in specs), default=1)
         alloc = self.allocate(needed, logger)
         log_dir.mkdir(parents=True, exist_ok=True)
-        deployment = SlurmDeployment(processes=specs, allocation=alloc)
+        deployment = SlurmDeployment(processes=specs, allocation=alloc, logger=logger)
         try:
             for spec in specs:
                 nodes = alloc.nodes[spec.node_index:spec.node_index + spec.nodes]
@@ -286,7 +293,10 @@ class SlurmLauncher:
             listed = cli.run(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i|%j"], self.env)
             by_name = {name: sid for sid, _, name in (line.partition("|") for line in listed.split())}
             for step in deployment.steps:
-                step.step_id = step.step_id or by_name.get(step.name)
+                if step.step_id is None and step.name in by_name:
+                    step.step_id = by_name[step.name]
+                    deployment.logger.info("Slurm step %s of %s on %s", step.step_id, step.spec.name,
+                                           ",".join(step.nodes))
             self._write_record()
             for step in deployment.steps:
                 code = step.srun.poll()
@@ -341,23 +351,41 @@ class SlurmLauncher:
             else:
                 alloc.record.unlink(missing_ok=True)
 
+    def _listed(self, job: str, ids: list[str]) -> list[str]:
+        """Those of the step ids `ids` (of `job`) that Slurm still lists."""
+        try:
+            listed = cli.run(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i"], self.env).split()
+        except CommandError:   # "Invalid job id specified": the job, and so its steps, are gone
+            return []
+        return [i for i in ids if i in listed]
+
     def _cancel_steps(self, deployment: SlurmDeployment) -> None:
-        running = [s for s in deployment.steps if s.srun.poll() is None]
-        for s in running:
-            if s.step_id is None:   # still asking Slurm for its step: ending srun withdraws the request
+        """Cancel every recorded step Slurm still lists, whether or not its srun still runs (srun may be gone while
+        the step lives on): SIGTERM and SIGCONT (a stopped process acts on SIGTERM only once continued), then
+        Slurm's own kill after `grace_s`. A step not yet created is withdrawn by ending its srun."""
+        log = deployment.logger
+        for s in deployment.steps:
+            if s.step_id is None and s.srun.poll() is None:   # still asking Slurm for its step
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(s.srun.pid, signal.SIGTERM)
-        ids = [s.step_id for s in running if s.step_id]
+        recorded = [s.step_id for s in deployment.steps if s.step_id]
+        ids = self._listed(deployment.allocation.job_id, recorded)
+        if gone := [i for i in recorded if i not in ids]:
+            log.info("Slurm step(s) %s already ended", ", ".join(gone))
         if ids:
-            with contextlib.suppress(CommandError):   # a step that ended meanwhile
-                cli.run(["scancel", "--signal=TERM", *ids], self.env)
+            log.info("cancelling Slurm step(s) %s by their recorded ids: SIGTERM and SIGCONT, SIGKILL after %g s",
+                     ", ".join(ids), self.settings.grace_s)
+            for sig in ("TERM", "CONT"):
+                with contextlib.suppress(CommandError):   # a step that ended meanwhile
+                    cli.run(["scancel", f"--signal={sig}", *ids], self.env)
         deadline = time.monotonic() + self.settings.grace_s
-        while time.monotonic() < deadline and any(s.srun.poll() is None for s in running):
-            time.sleep(0.2)
-        left = [s.step_id for s in running if s.srun.poll() is None and s.step_id]
-        if left:
+        while ids and time.monotonic() < deadline and (ids := self._listed(deployment.allocation.job_id, ids)):
+            time.sleep(POLL_S)
+        if ids:
+            log.warning("Slurm step(s) %s still running after %g s: cancelling them (SIGKILL)", ", ".join(ids),
+                        self.settings.grace_s)
             with contextlib.suppress(CommandError):
-                cli.run(["scancel", *left], self.env)
+                cli.run(["scancel", *ids], self.env)
         for step in deployment.steps:
             try:
                 step.srun.wait(timeout=30)

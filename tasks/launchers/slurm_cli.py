@@ -172,27 +172,76 @@ def srun_argv(settings: SlurmSettings, job_id: str, spec: ProcessSpec, nodes: Se
 # Run on a node (bare, not in the container): bind N ports on the node's address, skipping ones already handed out,
 # and print them; under max_port (> 0) when the engine cannot take a higher one, else the kernel's choice. The sockets
 # stay bound until all N are found, so the N differ.
+# Runs on a node (as a short step there): prints the node's IPv4 address, then `count` ports free on it.
+# Dynamo and etcd bind and advertise IP literals only, while a node's NodeAddr is usually a name: the name is resolved
+# on the node itself, and an address counts only if it is on one of the node's interfaces (a bind to it succeeds).
+# A name that resolves to loopback only there (Debian's `127.0.1.1 <hostname>`) or to nobody's address falls back to
+# the node's address on its route to the submitting host (srun's SLURM_LAUNCH_NODE_IPADDR).
 PORT_FINDER = """
-import random, socket, sys
-host, count, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import ipaddress, os, random, socket, sys
+name, count, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 skip = {int(p) for p in sys.argv[4].split(",") if p}
+
+def here(ip):
+    with socket.socket() as s:
+        try:
+            s.bind((ip, 0))
+        except OSError:
+            return False
+    return True
+
+def route_to(peer):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((peer, 9))
+        except OSError:
+            return None
+        return s.getsockname()[0]
+
+def ipv4():
+    try:
+        literal = ipaddress.ip_address(name)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        if literal.version == 4 and here(name):
+            return name
+        sys.exit(f"{name} is not an IPv4 address of this node")
+    try:
+        found = sorted({a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)})
+    except OSError:
+        found = []
+    wide = [ip for ip in found if not ipaddress.ip_address(ip).is_loopback and here(ip)]
+    if wide:
+        return wide[0]
+    launch = os.environ.get("SLURM_LAUNCH_NODE_IPADDR")
+    ip = route_to(launch) if launch else None
+    if ip and here(ip):
+        return ip
+    if not launch and found and here(found[0]):   # loopback only, outside srun: one machine
+        return found[0]
+    sys.exit(f"no IPv4 address of this node for {name}: it resolves to {', '.join(found) or 'nothing'} here"
+             + (f" and no route to the submitting host {launch}" if launch else ""))
+
+ip = ipv4()
 tries = random.sample(range(20000, top + 1), k=top - 19999) if top else [0] * 1000
 held, found = [], []
 for port in tries:
+    if len(found) == count:
+        break
     s = socket.socket()
     try:
-        s.bind((host, port))
+        s.bind((ip, port))
     except OSError:
         s.close()
         continue
     held.append(s)
     if s.getsockname()[1] not in skip:
         found.append(s.getsockname()[1])
-    if len(found) == count:
-        break
 else:
-    sys.exit(f"found {len(found)} of {count} free ports on {host}" + (f" under {top}" if top else ""))
-print(" ".join(map(str, found)))
+    if len(found) < count:
+        sys.exit(f"found {len(found)} of {count} free ports on {ip}" + (f" under {top}" if top else ""))
+print(" ".join(map(str, [ip, *found])))
 """
 
 

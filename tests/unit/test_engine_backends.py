@@ -20,7 +20,7 @@ BUILD = Path("/ws/builds/trtllm-0123")
 def placement(engine: str, options: dict, hosts: list[str] | None = None, base: int = 9000) -> Placement:
     """What a launcher gives: per node, as many ports as the backend asked for."""
     nodes, ports = demand(backend(engine), options)
-    hosts = hosts or [f"node{i}" for i in range(nodes)]
+    hosts = hosts or [f"10.0.0.{i + 1}" for i in range(nodes)]   # launchers place nodes by IPv4 address
     per_node = tuple(Node(h, tuple(range(base, base + ports))) for h in hosts)
     return Placement(hosts[0], per_node[0].ports, nodes=per_node if nodes > 1 else ())
 
@@ -176,7 +176,7 @@ QWEN_75_25 = {"python": "/opt/dyn/bin/python", "nodes": 4, "gpus_per_node": 4, "
 def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> None:
     be = backend("dynamo")
     nodes, ports = demand(be, QWEN_75_25)
-    assert (nodes, ports) == (4, 8)   # node 3: four decode workers x (system port + NIXL side channel)
+    assert (nodes, ports) == (4, 12)   # node 3: four decode workers x (system port, NIXL side channel, KV events)
     specs = be.processes(QWEN_75_25, Path("/m/qwen3-vl"), placement("dynamo", QWEN_75_25), Path("/b/dyn"))
     roles = Counter(s.role for s in specs)
     assert roles == {"etcd": 1, "prefill": 6, "decode": 4, "frontend": 1}
@@ -186,7 +186,7 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
     assert [(s.node_index, s.gpu_ids) for s in prefill] == [(0, (0, 1)), (0, (2, 3)), (1, (0, 1)), (1, (2, 3)),
                                                              (2, (0, 1)), (2, (2, 3))]
     assert [(s.node_index, s.gpu_ids) for s in decode] == [(3, (0,)), (3, (1,)), (3, (2,)), (3, (3,))]
-    # every listening port is unique on its node: http/system ports, NIXL side channels, etcd's
+    # every listening port is unique on its node: http/system ports, NIXL side channels, KV-event ports, etcd's
     used = [(s.node_index, p) for s in specs for p in (s.port, *s.side_ports.values())]
     assert len(used) == len(set(used))
     p0 = prefill[0]
@@ -194,27 +194,31 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
         "/opt/dyn/bin/python", "-m", "dynamo.vllm", "--model", "/m/qwen3-vl", "--served-model-name", "qwen3-vl",
         "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1", "--disaggregation-mode", "prefill",
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
+        "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:'
+        f'{p0.side_ports["kv_events"]}","topic":"kv-events"}}',
         "--max-model-len", "16384", "--limit-mm-per-prompt", '{"image":1}', "--discovery-backend", "etcd"]
-    assert p0.env == {**OFFLINE_ENV, "ETCD_ENDPOINTS": "http://node0:9001", "DYN_SYSTEM_PORT": str(p0.port),
-                      "DYN_SYSTEM_HOST": "node0", "DYN_TCP_RPC_HOST": "node0", "DYN_TCP_RESPONSE_STREAM_HOST": "node0",
-                      "DYN_EVENT_PLANE_HOST": "node0", "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
-                      "VLLM_NIXL_SIDE_CHANNEL_HOST": "node0",
+    ip = "10.0.0.1"
+    assert p0.env == {**OFFLINE_ENV, "ETCD_ENDPOINTS": "http://10.0.0.1:9001", "DYN_SYSTEM_PORT": str(p0.port),
+                      "DYN_SYSTEM_HOST": ip, "DYN_TCP_RPC_HOST": ip, "DYN_TCP_RESPONSE_STREAM_HOST": ip,
+                      "DYN_EVENT_PLANE_HOST": ip, "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
+                      "VLLM_NIXL_SIDE_CHANNEL_HOST": ip,
                       "VLLM_NIXL_SIDE_CHANNEL_PORT": str(p0.side_ports["nixl_side_channel"]),
                       "CUDA_VISIBLE_DEVICES": "0,1"}
     assert p0.probes == (HttpProbe("/health", contains='"status":"ready"'),)
     d3 = decode[3]
     assert "--disaggregation-mode" in d3.argv and d3.argv[d3.argv.index("--disaggregation-mode") + 1] == "decode"
-    assert (d3.env["CUDA_VISIBLE_DEVICES"], d3.env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == ("3", "node3")
+    assert (d3.env["CUDA_VISIBLE_DEVICES"], d3.env["VLLM_NIXL_SIDE_CHANNEL_HOST"]) == ("3", "10.0.0.4")
+    assert len({s.side_ports["kv_events"] for s in decode}) == 4   # one ZMQ event port per worker of node 3
     front = specs[-1]
-    assert list(front.argv) == ["/opt/dyn/bin/python", "-m", "dynamo.frontend", "--http-host", "node0",
-                                "--http-port", "9000", "--router-mode", "kv", "--discovery-backend", "etcd"]
+    assert list(front.argv) == ["/opt/dyn/bin/python", "-m", "dynamo.frontend", "--http-host", ip, "--http-port",
+                                "9000", "--router-mode", "kv", "--router-kv-events", "--discovery-backend", "etcd"]
     assert front.probes[1] == HttpProbe("/health", contains='"component":"prefill"')
     assert front.probes[-1] == HttpProbe("/v1/completions", {"model": "qwen3-vl", "prompt": "hello", "max_tokens": 1})
     etcd = specs[0]
     assert etcd.argv[:5] == ("etcd", "--name", "podium", "--data-dir", "/b/dyn/launch/dynamo-9000/etcd")
-    assert "--listen-client-urls" in etcd.argv and "http://node0:9001" in etcd.argv
+    assert "--listen-client-urls" in etcd.argv and "http://10.0.0.1:9001" in etcd.argv
     endpoint = be.endpoint(QWEN_75_25, Path("/m/qwen3-vl"), specs)
-    assert endpoint.base_url == "http://node0:9000" and endpoint.token_ids_in == "nvext"
+    assert endpoint.base_url == "http://10.0.0.1:9000" and endpoint.token_ids_in == "nvext"
     assert endpoint.request_fields == {"nvext": {"extra_fields": ["completion_token_ids"]}}
 
 

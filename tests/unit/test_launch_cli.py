@@ -33,8 +33,20 @@ def test_qwen3_vl_75_25_review(tmp_path: Path) -> None:
     assert all(p["gpus"] == 2 for p in procs if p["role"] == "prefill")
     ports = [(p["node"], port) for p in procs for port in (p["port"], *p["side_ports"].values())]
     assert len(ports) == len(set(ports))
-    assert all(p["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == f"node{p['node']}" for p in procs
-               if p["role"] in ("prefill", "decode"))
+    workers = [p for p in procs if p["role"] in ("prefill", "decode")]
+    # every address Dynamo and etcd bind or advertise is the node's IPv4 address, which the launch resolves on it
+    for p in [*workers, procs[0], procs[-1]]:
+        ip = f"NODE{p['node']}_IPV4"
+        assert p["host"] == ip and p["bind"] == ip
+        assert {v for k, v in p["env"].items() if k.endswith("_HOST")} <= {ip}
+    assert all(p["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == f"NODE{p['node']}_IPV4" for p in workers)
+    assert "http://NODE0_IPV4:8001" in procs[0]["argv"]   # etcd listens on node 0's address
+    # the KV router is fed: one ZMQ KV-event port per worker, configured on it
+    for p in workers:
+        config = json.loads(p["argv"][p["argv"].index("--kv-events-config") + 1])
+        assert config == {"enable_kv_cache_events": True, "publisher": "zmq",
+                          "endpoint": f"tcp://*:{p['side_ports']['kv_events']}", "topic": "kv-events"}
+    assert "--router-kv-events" in procs[-1]["argv"]
     front = procs[-1]
     assert front["probes"][-1] == {"method": "POST", "path": "/v1/completions", "body": {
         "model": "Qwen3-VL-235B-A22B-Instruct", "prompt": "hello", "max_tokens": 1}}
@@ -69,7 +81,7 @@ def test_text_review_shows_argv_env_ports_gpus_and_probes(tmp_path: Path) -> Non
                                  "--workspace", str(tmp_path / "ws")])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "[node 3] decode-3 (decode) on node3:" in out and "1 GPU(s) [3]" in out
+    assert "[node 3] decode-3 (decode) on NODE3_IPV4:" in out and "1 GPU(s) [3]" in out
     assert "argv: /opt/dynamo/venv/bin/python -m dynamo.vllm --model /lustre/mlperf/models/" in out
     assert "CUDA_VISIBLE_DEVICES=2,3" in out
     assert 'ready when: GET /health contains "status":"ready"' in out
