@@ -12,13 +12,14 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from submission import capacity
 from submission import plan as plans
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from tasks.audits import AuditFailed, run_audit_task
 from tasks.build import build_engine
 from tasks.compliance.planning import audit_jobs
-from tasks.deploy import model_dir_for, where
+from tasks.deploy import model_dir_for, sizing, where
 from tasks.engine import EngineSession, engine_identity
 from tasks.loadgen import RunRejected, run_loadgen
 from tasks.staging import S3Access, stage_task
@@ -36,6 +37,7 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     sources = {bench.dataset.performance, bench.dataset.accuracy, *bench.dataset.compliance.values()}
     datasets = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sorted(sources)}
     staged = {p: d["path"] for p, d in datasets.items()}
+    check_staged(plan, bench, model["path"], staged)
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
                       dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
                       engine=engine_identity(bench.engine.name, bench.engine.options))
@@ -64,6 +66,14 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
                 launches)
     return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches,
             "audits": [a.model_dump(mode="json") for a in audits]}
+
+
+def check_staged(plan: plans.Plan, bench: plans.BenchmarkSpec, model: str, datasets: dict[str, str]) -> None:
+    """Before the build and the launch: the staged weights fit the GPUs and the staged prompts the sequence budgets."""
+    sized = sizing(plan, bench, model=Path(model), datasets=datasets)
+    if sized.fits or sized.budgets:
+        get_run_logger().info("%s after staging:\n%s", bench.key, "\n".join(capacity.render(sized)))
+    capacity.require(sized.problems)
 
 
 def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], records: list[RunRecord],

@@ -100,7 +100,8 @@ def _network_cards() -> dict[str, str]:
     return {"host_network_card_count": str(len(cards))}
 
 
-def _accelerators() -> dict[str, str]:
+def accelerators() -> dict[str, str]:
+    """This host's GPUs as nvidia-smi tells them (none without it)."""
     nvidia_smi = shutil.which("nvidia-smi")
     if nvidia_smi is None:
         return {"accelerators_per_node": "0", "accelerator_model_name": NOT_APPLICABLE,
@@ -131,7 +132,7 @@ def _probe(probe: Callable[[], dict[str, str]]) -> dict[str, str]:
 def detect_host(*, storage_path: str | Path = "/") -> dict[str, str]:
     """What this host tells about itself, by required field name. Never raises; missing facts are left out."""
     host: dict[str, str] = {}
-    probes = (_cpu, _memory, _operating_system, _network_cards, _accelerators, lambda: _storage(Path(storage_path)))
+    probes = (_cpu, _memory, _operating_system, _network_cards, accelerators, lambda: _storage(Path(storage_path)))
     for probe in probes:
         host.update(_probe(probe))
     software = [f"Python {platform.python_version()}"]

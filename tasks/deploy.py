@@ -18,6 +18,7 @@ from submission import capacity as capacity_checks
 from submission.errors import PlanError, PodiumError
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
 from submission.rules import load_rules
+from submission.systems import accelerators
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend, demand
 from tasks.launchers import Launcher, launched, launcher
 from tasks.workspace import Workspace
@@ -76,13 +77,19 @@ def sizing(plan: Plan, bench: BenchmarkSpec, *, model: Path | None = None, datas
            capacity: str | None = None) -> capacity_checks.Review:
     """The memory fit and sequence budgets of `bench`'s engine, from the model folder and data set files given
     (staged: plan source -> local path) or, where absent, from the plan's local sources (a shared filesystem); the
-    system description's GPU memory unless `capacity` is given (preflight's detected one)."""
+    system's GPU memory from `capacity` (preflight's system description), the plan's description, or this host's
+    GPUs when the engine runs here."""
     from tasks.harness.datasets import longest_prompts
 
     src = Path(bench.model.source)
     folder = model or (src if not bench.model.source.startswith("s3://") and src.is_dir() else None)
     sources = {bench.dataset.performance, bench.dataset.accuracy, *bench.dataset.compliance.values()}
     files = datasets or {s: s for s in sources if not s.startswith("s3://")}
+    if not bench.engine.config().workers():   # nothing to size (smoke, simulated, external, the Dynamo mocker)
+        files = {}
+    capacity = capacity or plan.system(bench.system).description.get("accelerator_memory_capacity")
+    if capacity is None and bench.engine.launcher == "local":   # the GPUs are this host's
+        capacity = accelerators().get("accelerator_memory_capacity")
     return capacity_checks.review(plan, bench, load_rules(plan.round), model_folder=folder,
                                   prompt_max=longest_prompts(bench.benchmark, files), capacity=capacity)
 

@@ -3,7 +3,10 @@ environment of Slurm's commands, the translation of Slurm's messages, and the va
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +146,30 @@ def test_the_review_shows_every_command_a_launch_would_run() -> None:
     assert steps["decode-0"][:8] == ["srun", "--jobid=$JOB", "--job-name=podium-<launch>-decode-0", "--nodes=1",
                                      "--nodelist=node3", "--ntasks=1", "--exact", "--gpus=1"]
     assert cli.review(SlurmSettings(allocation="inherit"), [SERVER])["salloc"] is None
+
+
+def _node_probe(host: str, count: int, environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The step a launch runs on each node to learn its address and free ports, run here as srun would run it."""
+    argv = cli.port_finder_argv(SlurmSettings(), "1", "n", host, count, set(), "probe", 32767)
+    script = argv[argv.index("-c") + 1:]
+    env = {"PATH": os.environ["PATH"], **(environ or {})}
+    return subprocess.run([sys.executable, "-c", *script], capture_output=True, text=True, env=env, check=False,
+                          timeout=30)
+
+
+def test_each_node_reports_its_ipv4_address_before_its_free_ports() -> None:
+    done = _node_probe("127.0.0.1", 3)
+    ip, *ports = done.stdout.split()
+    assert done.returncode == 0 and ip == "127.0.0.1" and len(set(ports)) == 3
+    assert all(20000 <= int(p) <= 32767 for p in ports)
+    # a name is resolved on the node, to an address of its own: localhost, as srun runs it (the submitting host's
+    # address in SLURM_LAUNCH_NODE_IPADDR names the route when the name resolves to loopback only)
+    named = _node_probe("localhost", 0, {"SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1"})
+    assert (named.returncode, named.stdout.split()) == (0, ["127.0.0.1"])
+
+
+def test_a_node_address_that_is_not_the_nodes_own_is_refused() -> None:
+    other = _node_probe("192.0.2.7", 1)   # TEST-NET-1: on no interface here
+    assert other.returncode != 0 and "192.0.2.7 is not an IPv4 address of this node" in other.stderr
+    nowhere = _node_probe("no-such-node.invalid", 1)
+    assert nowhere.returncode != 0 and "no IPv4 address of this node for no-such-node.invalid" in nowhere.stderr
