@@ -21,14 +21,27 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from submission.checker import CheckReport
+from submission.checker import CheckReport, ScenarioResult
 from submission.errors import PodiumError
 
 MODULE = "submission_checker.main"
 CHECKER_DIR = Path("tools") / "submission"  # the module is run from here (`python -m submission_checker.main`)
 TIMEOUT_S = 1800  # the checker parses every log of the tree; big trees take minutes
 TAIL_CHARS = 4000
-_ERROR = re.compile(r"^ERROR:[^:]*:(?P<text>.*)$")
+# its ERROR lines: `[time file:line ERROR] text` (submission_checker/loader.py's log format) or `ERROR:name:text`
+_ERROR = re.compile(r"^(?:ERROR:[^:]*:|\[[^\]]* ERROR\] )(?P<text>.*)$")
+# What an official ERROR line says, as the Podium rule that reports the same thing (submission_checker/checks/*.py
+# messages at the v6.1 commit; `accurcy` is its spelling). A rejection whose every error is one of Podium's named
+# deviations of that folder is expected; the rest are real disagreements.
+OFFICIAL_MESSAGES = {
+    "performance_sample_count, found": "performance-sample-count",  # performance_check.py
+    "Test duration less than 600s in user config": "min-duration",  # performance_check.py
+    "Required minimum samples per query not met": "offline-samples-per-query",  # performance_check.py
+    "Required minimum Query Count not met": "min-queries",  # performance_check.py
+    "does not have all required scenarios": "required-scenarios",  # performance_check.py
+    "accurcy run does not cover all dataset": "accuracy-coverage",  # accuracy_check.py
+}
+_AGGREGATE = ("Some ", "NoResults ", "SUMMARY:")  # base.py "Some %s Checks failed for", main.py: follow from others
 _NO_RESULTS = re.compile(r"NoResults (?P<path>\S+)")
 _TRACEBACK = "Traceback (most recent call last)"
 
@@ -64,9 +77,10 @@ class Difference(BaseModel):
     kind: Literal["verdict", "accepted-by-official", "rejected-by-official", "unknown-row", "crash"]
     path: str
     message: str
+    expected: bool = False  # fully explained by Podium's named deviations (the message names them)
 
     def line(self) -> str:
-        return f"DIFFERS   {self.kind}: {self.path}: {self.message}"
+        return f"{'EXPECTED' if self.expected else 'DIFFERS':9} {self.kind}: {self.path}: {self.message}"
 
 
 def checker_dir(inference_src: str | Path) -> Path:
@@ -129,6 +143,43 @@ def _inside(path: str, folder: str) -> bool:
     return PurePosixPath(path) == PurePosixPath(folder) or PurePosixPath(folder) in PurePosixPath(path).parents
 
 
+def official_rule(message: str) -> str | None:
+    """The Podium rule id that reports what an official ERROR line says, or None for one Podium has no name for."""
+    return next((rule for text, rule in OFFICIAL_MESSAGES.items() if text in message), None)
+
+
+def unexplained(errors: list[str], ours: CheckReport, folder: str | None = None) -> tuple[list[str], set[str]]:
+    """The official errors (inside `folder`, when given) that none of Podium's named deviations explains, and the
+    deviations that explain the others. A deviation explains an error of its own rule about its own scenario folder."""
+    left, named = [], set()
+    for error in errors:
+        if error.startswith(_AGGREGATE) or (folder is not None and folder not in error):
+            continue
+        rule = official_rule(error)
+        match = [f for f in ours.deviations if f.rule == rule and _scenario_of(f.path) in error]
+        if match:
+            named.add(rule)
+        else:
+            left.append(error)
+    return left, named
+
+
+def _scenario_of(path: str) -> str:
+    """division/org/results/system/benchmark/scenario of a finding's path (the path itself when shorter)."""
+    return str(PurePosixPath(*PurePosixPath(path).parts[:6]))
+
+
+def _rejected(result: ScenarioResult, ours: CheckReport, theirs: OfficialReport) -> Difference:
+    left, named = unexplained(theirs.errors, ours, result.path)
+    if named and not left:
+        return Difference(kind="rejected-by-official", path=result.path, expected=True, message="the official "
+                          f"checker rejects it for Podium's named deviation(s) only: {', '.join(sorted(named))}")
+    said = left[:3] or [p for p in theirs.no_results if result.path in p]
+    why = f" ({'; '.join(said)})" if said else ""
+    return Difference(kind="rejected-by-official", path=result.path,
+                      message=f"Podium accepts it; the official checker lists no result{why}")
+
+
 def compare(ours: CheckReport, theirs: OfficialReport) -> list[Difference]:
     """Where the two checkers disagree: the overall verdict, then each scenario folder (accepted by one, rejected
     by the other), rows the official checker lists that Podium does not know, and a crash."""
@@ -137,8 +188,7 @@ def compare(ours: CheckReport, theirs: OfficialReport) -> list[Difference]:
         diffs.append(Difference(kind="crash", path=".", message="the official checker crashed (a traceback), so "
                                 f"it did not check everything; last output: {theirs.output_tail[-300:].strip()}"))
     if ours.ok != theirs.ok:
-        ours_text = "no errors" if ours.ok else f"{len(ours.errors)} error(s): {', '.join(sorted(ours.rules('error')))}"
-        diffs.append(Difference(kind="verdict", path=".", message=f"official: {theirs.verdict()}; Podium: {ours_text}"))
+        diffs.append(_verdict(ours, theirs))
     rows = {_key(r.get("Division", ""), r.get("Organization", ""), r.get("Platform", ""), r.get("Model", ""),
                  r.get("Scenario", "")): r for r in theirs.rows}
     known = set()
@@ -150,12 +200,22 @@ def compare(ours: CheckReport, theirs: OfficialReport) -> list[Difference]:
             diffs.append(Difference(kind="accepted-by-official", path=result.path, message="the official checker "
                                     f"accepts it; Podium finds: {', '.join(errors)}"))
         elif key not in rows and not errors:
-            said = [e for e in theirs.errors if result.path in e] + [p for p in theirs.no_results if result.path in p]
-            why = f" ({'; '.join(said[:3])})" if said else ""
-            diffs.append(Difference(kind="rejected-by-official", path=result.path,
-                                    message=f"Podium accepts it; the official checker lists no result{why}"))
+            diffs.append(_rejected(result, ours, theirs))
     for key, row in rows.items():
         if key not in known:
             diffs.append(Difference(kind="unknown-row", path=row.get("Location", ""), message="the official checker "
                                     f"lists {'/'.join(key)}, which Podium did not check"))
     return diffs
+
+
+def _verdict(ours: CheckReport, theirs: OfficialReport) -> Difference:
+    """The overall verdicts differ: expected when Podium found no error and every official error is one of its
+    named deviations (a smoke tree), a real difference otherwise."""
+    ours_text = "no errors" if ours.ok else f"{len(ours.errors)} error(s): {', '.join(sorted(ours.rules('error')))}"
+    message = f"official: {theirs.verdict()}; Podium: {ours_text}"
+    if ours.ok and not theirs.crashed:
+        left, named = unexplained(theirs.errors, ours)
+        if named and not left:
+            return Difference(kind="verdict", path=".", expected=True, message=f"{message}; the official errors are "
+                              f"Podium's named deviation(s) only: {', '.join(sorted(named))}")
+    return Difference(kind="verdict", path=".", message=message)

@@ -1,0 +1,65 @@
+"""Official-checker differences fully explained by Podium's named deviations are EXPECTED (naming them); any other
+official error keeps the DIFFERS line. The error lines are the official v6.1 checker's, as it printed them for a
+smoke tree here (`podium check --inference-src`, mlcommons/inference b66003e1)."""
+
+from __future__ import annotations
+
+from submission import official
+from submission.checker import CheckReport, Finding, ScenarioResult
+
+ROOT = "/runs/x/submission/"
+SC = "open/Podium/results/cpu-smoke/tiny-llama/Offline"
+OFFICIAL_LINES = [  # the real checker's log lines for the smoke Offline folder
+    f"[2026-12-01 14:13:44,336 performance_check.py:202 ERROR] {ROOT}{SC}/performance/run_1/mlperf_log_detail.txt "
+    "performance_sample_count, found 32, needs to be >= 6396",
+    f"[2026-12-01 14:13:44,337 performance_check.py:381 ERROR] {ROOT}{SC}/performance/run_1/mlperf_log_detail.txt "
+    "Test duration less than 600s in user config. expected=600000, found=1000",
+    f"[2026-12-01 14:13:44,337 base.py:58 ERROR] Some performance checks Checks failed for: {ROOT}{SC}/performance/"
+    "run_1/mlperf_log_detail.txt",
+    f"[2026-12-01 14:13:44,337 accuracy_check.py:306 ERROR] {ROOT}{SC}/accuracy/mlperf_log_detail.txt accurcy run "
+    "does not cover all dataset, accuracy samples: 16, dataset size: 4395",
+    f"[2026-12-01 14:13:44,374 main.py:236 ERROR] NoResults {ROOT}{SC}/performance/run_1/mlperf_log_detail.txt",
+    "[2026-12-01 14:13:44,375 main.py:361 ERROR] SUMMARY: submission has errors",
+]
+DEVIATIONS = [("performance-sample-count", f"{SC}/performance/run_1"), ("min-duration", f"{SC}/performance/run_1"),
+              ("accuracy-coverage", f"{SC}/accuracy")]
+
+
+def reports(extra_errors: tuple[str, ...] = (), deviations=DEVIATIONS) -> tuple[CheckReport, official.OfficialReport]:
+    result = ScenarioResult(division="open", submitter="Podium", system="cpu-smoke", benchmark_folder="tiny-llama",
+                            benchmark="gpt-oss-120b", scenario="Offline", layout="loadgen", path=SC)
+    findings = [Finding(rule=r, severity="deviation", path=p, message="(smoke profile)") for r, p in deviations]
+    ours = CheckReport(round="v6.1", profile="smoke", scenarios_checked=1, findings=findings, results=[result])
+    lines = [*OFFICIAL_LINES, *extra_errors]
+    errors = [m["text"].strip() for line in lines if (m := official._ERROR.match(line))]
+    theirs = official.OfficialReport(argv=["x"], cwd=".", returncode=1, errors=errors,
+                                     no_results=[f"{ROOT}{SC}/performance/run_1/mlperf_log_detail.txt"])
+    return ours, theirs
+
+
+def test_real_log_lines_are_read() -> None:
+    _, theirs = reports()
+    assert len(theirs.errors) == len(OFFICIAL_LINES)
+    assert theirs.errors[1].endswith("Test duration less than 600s in user config. expected=600000, found=1000")
+
+
+def test_named_deviations_explain_the_rejection() -> None:
+    diffs = official.compare(*reports())
+    assert [d.kind for d in diffs] == ["verdict", "rejected-by-official"] and all(d.expected for d in diffs)
+    names = "accuracy-coverage, min-duration, performance-sample-count"
+    assert all(d.line().startswith("EXPECTED") and names in d.line() for d in diffs), [d.line() for d in diffs]
+
+
+def test_an_unexplained_official_error_still_differs() -> None:
+    seeds = (f"[2026-12-01 14:13:44,337 performance_check.py:228 ERROR] {ROOT}{SC}/performance/run_1/"
+             "mlperf_log_detail.txt qsl_rng_seed is wrong, expected=1, found=2")
+    diffs = official.compare(*reports((seeds,)))
+    assert diffs and not any(d.expected for d in diffs)
+    assert all(d.line().startswith("DIFFERS") for d in diffs)
+    assert "qsl_rng_seed is wrong" in diffs[1].message
+
+
+def test_a_deviation_of_another_folder_explains_nothing() -> None:
+    elsewhere = [(rule, path.replace("/Offline/", "/Server/")) for rule, path in DEVIATIONS]
+    diffs = official.compare(*reports(deviations=elsewhere))
+    assert {d.kind for d in diffs} == {"verdict", "rejected-by-official"} and not any(d.expected for d in diffs)
