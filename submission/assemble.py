@@ -52,8 +52,22 @@ def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: st
         f"- engine: `{bench.engine.name}` {json.dumps(bench.engine.options) if bench.engine.options else ''}",
         f"- model: `{bench.model.name}` from `{bench.model.source}`",
         "- loadgen settings: `user.conf` beside this file",
+        *_guided_decoding_line(bench),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _guided_decoding_line(bench: BenchmarkSpec) -> list[str]:
+    """Qwen3-VL: whether requests constrained answers to the answer schema (the reference's use_guided_decoding)."""
+    from submission.generation import load_generation
+
+    known = load_generation().benchmarks.get(bench.benchmark)
+    if known is None or known.guided_decoding is None:
+        return []
+    if bench.generation.guided_decoding:
+        return ["- guided decoding: on (every request's `response_format` is the answer JSON schema, as the "
+                "reference's `use_guided_decoding`)"]
+    return ["- guided decoding: off (answers are not constrained to the answer JSON schema)"]
 
 
 def _measurements(bench: BenchmarkSpec) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -56,12 +56,26 @@ class Sampling(_Frozen):
         return self.model_copy(update=update)
 
 
+class GuidedDecoding(_Frozen):
+    """The reference's `response_format` for guided decoding (its JSON schema is the answer model's)."""
+
+    name: str
+    strict: bool
+
+
+class EngineGuidance(_Frozen):
+    applies: Literal["request", "llm_api"]
+    key: str | None = None      # llm_api: the LLM-API YAML key that turns it on
+    example: str | None = None
+
+
 class BenchmarkGeneration(_Frozen):
     api: Literal["completions", "chat"]
     prompt: Literal["token_ids", "chat_image"]
     output: Literal["token_ids", "text"]
     performance: Sampling
     accuracy: Sampling
+    guided_decoding: GuidedDecoding | None = None
 
     def sampling(self, mode: Mode) -> Sampling:
         return self.performance if mode == "performance" else self.accuracy
@@ -69,6 +83,8 @@ class BenchmarkGeneration(_Frozen):
 
 class GenerationRules(_Frozen):
     rounds: tuple[str, ...]
+    guided_decoding_engines: dict[str, EngineGuidance]
+    guided_decoding_unsupported: dict[str, str]
     benchmarks: dict[str, BenchmarkGeneration]
 
 
@@ -91,3 +107,25 @@ def benchmark_generation(benchmark: str) -> BenchmarkGeneration:
 def reference_generation(benchmark: str, mode: Mode) -> Sampling:
     """The reference's sampling settings of `benchmark` in `mode` (performance or accuracy)."""
     return benchmark_generation(benchmark).sampling(mode)
+
+
+def guided_decoding_problem(benchmark: str, engine: str, options: dict[str, Any]) -> str | None:
+    """Why `generation.guided_decoding: true` cannot work for this benchmark and engine, or None when it can."""
+    rules = load_generation()
+    guided = [name for name, b in rules.benchmarks.items() if b.guided_decoding is not None]
+    if benchmark in rules.benchmarks and rules.benchmarks[benchmark].guided_decoding is None:
+        return (f"generation.guided_decoding: {benchmark}'s reference has no guided decoding (only "
+                f"{', '.join(guided)}); remove it")
+    if engine in rules.guided_decoding_unsupported:
+        return (f"generation.guided_decoding: the {engine} engine cannot constrain decoding to the answer schema "
+                f"({rules.guided_decoding_unsupported[engine]}); set guided_decoding: false or use "
+                f"{' / '.join(rules.guided_decoding_engines)}")
+    how = rules.guided_decoding_engines.get(engine)
+    if how is None:
+        return f"generation.guided_decoding: no guided decoding rule for engine {engine!r} in {_FILE.name}"
+    if engine == "dynamo" and options.get("worker") == "mocker":
+        return "generation.guided_decoding: Dynamo's mocker worker generates no text; use worker: vllm"
+    if how.applies == "llm_api" and how.key and not (options.get("llm_api_options") or {}).get(how.key):
+        return (f"generation.guided_decoding: {engine} applies response_format only with a guided decoding backend: "
+                f"set engine.options.llm_api_options.{how.key}: {how.example}")
+    return None

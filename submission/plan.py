@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from submission.engines import OPTIONS as ENGINE_OPTIONS
 from submission.engines import KubernetesSettings, engine_problems, parse_options
 from submission.errors import PlanError, did_you_mean
+from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
 from submission.slurm import settings_problems as slurm_problems
 
@@ -106,6 +107,8 @@ class GenerationSpec(Strict):
     max_tokens: int = Field(ge=2, description="performance runs; at least 2 tokens so loadgen can time TPOT")
     accuracy_max_tokens: int | None = Field(None, ge=2)
     temperature: float = Field(0.0, ge=0.0)
+    guided_decoding: bool = Field(False, description="Qwen3-VL: constrain answers to the answer JSON schema "
+                                                     "(response_format), as the reference's use_guided_decoding")
 
 
 class ScenarioSpec(Strict):
@@ -148,6 +151,14 @@ class BenchmarkSpec(Strict):
     @property
     def key(self) -> str:
         return f"{self.system}/{self.benchmark}"
+
+    @model_validator(mode="after")
+    def _guided_decoding_supported(self) -> BenchmarkSpec:
+        if self.generation.guided_decoding:
+            problem = guided_decoding_problem(self.benchmark, self.engine.name, self.engine.options)
+            if problem:
+                raise ValueError(problem)
+        return self
 
 
 class ComplianceSpec(Strict):

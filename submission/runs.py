@@ -39,6 +39,7 @@ class RunSpec(BaseModel):
     temperature: float
     max_concurrency: int
     harness_workers: int = 1                   # client worker processes (tasks.harness.workers); 1: in-process
+    guided_decoding: bool = False              # Qwen3-VL: requests carry the answer schema as response_format
     audit: str | None = None                   # a compliance run: TEST01 | TEST04 | TEST06 | TEST07 | TEST09
     audit_config: tuple[str, ...] = ()         # its audit.config lines, written beside the run only while it runs
 
@@ -48,6 +49,8 @@ class RunSpec(BaseModel):
             data = {k: v for k, v in data.items() if k not in ("audit", "audit_config")}
         if self.harness_workers == 1:   # and in-process runs the keys they had before worker processes
             del data["harness_workers"]
+        if not self.guided_decoding:   # and unguided runs the keys they had before guided decoding
+            del data["guided_decoding"]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 
@@ -106,7 +109,8 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
                 dataset=dataset, dataset_sha256=dataset_sha256[dataset], model_sha256=model_sha256, engine=engine,
                 max_tokens=max_tokens, temperature=bench.generation.temperature,
                 max_concurrency=bench.scenarios[scenario].max_concurrency,
-                harness_workers=bench.scenarios[scenario].harness_workers))
+                harness_workers=bench.scenarios[scenario].harness_workers,
+                guided_decoding=bench.generation.guided_decoding))
     return runs
 
 

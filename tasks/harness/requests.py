@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from submission.errors import PlanError
 from submission.generation import Mode, Sampling, benchmark_generation
 from tasks.harness.datasets import PromptSet, read_prompts
 from tasks.harness.shopify import Product, ProductSet, read_products
@@ -25,9 +26,10 @@ from tasks.harness.shopify import Product, ProductSet, read_products
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
+# As the reference's model (multimodal/qwen3-vl schema.py `ProductMetadata`): these three fields, typed, and no other
+# key. The docstring is the schema's description, which the system prompt and response_format send to the model.
 class ProductMetadata(BaseModel):
-    """What Qwen3-VL must answer for a product: the JSON the evaluator validates. As the reference's model
-    (multimodal/qwen3-vl schema.py `ProductMetadata`): these three fields, typed, and no other key."""
+    """What Qwen3-VL must answer for a product: the JSON the evaluator validates."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -81,12 +83,13 @@ class ChatImageRequests:
     path = PATHS["chat"]
     output: Literal["token_ids", "text"] = "text"
 
-    def __init__(self, products: ProductSet, sampling: Sampling, system_prompt: str | None = None) -> None:
+    def __init__(self, products: ProductSet, sampling: Sampling, system_prompt: str | None = None,
+                 response_format: dict[str, Any] | None = None) -> None:
         self.products = products
         self.sampling = sampling
         schema = json.dumps(ProductMetadata.model_json_schema(), indent=2)
         self.system = (system_prompt or SYSTEM_PROMPT).replace("{schema}", schema)
-        self._fields = sampling.request_fields()
+        self._fields = sampling.request_fields() | ({"response_format": response_format} if response_format else {})
 
     def __len__(self) -> int:
         return len(self.products)
@@ -107,11 +110,26 @@ class ChatImageRequests:
         return {"messages": messages, **self._fields}
 
 
+def response_format(benchmark: str) -> dict[str, Any]:
+    """The reference's guided-decoding `response_format` (task.py `formulate_loaded_sample`): a JSON schema named
+    and marked strict as `rules/generation.yaml` says, the schema being the answer model's (no other key allowed)."""
+    guided = benchmark_generation(benchmark).guided_decoding
+    if guided is None:
+        raise PlanError(f"{benchmark} has no guided decoding in its reference", fix="set guided_decoding: false")
+    return {"type": "json_schema", "json_schema": {"name": guided.name, "schema": ProductMetadata.model_json_schema(),
+                                                   "strict": guided.strict}}
+
+
 def build_requests(benchmark: str, dataset: str | Path, mode: Mode, *, max_tokens: int | None = None,
-                   temperature: float | None = None, system_prompt: str | None = None) -> RequestBuilder:
-    """The request builder of `benchmark` over `dataset` for a performance or accuracy run."""
+                   temperature: float | None = None, system_prompt: str | None = None,
+                   guided_decoding: bool = False) -> RequestBuilder:
+    """The request builder of `benchmark` over `dataset` for a performance or accuracy run; with `guided_decoding`
+    every request carries the answer schema as `response_format` (Qwen3-VL)."""
     generation = benchmark_generation(benchmark)
     sampling = generation.sampling(mode).merged(max_tokens=max_tokens, temperature=temperature)
+    fmt = response_format(benchmark) if guided_decoding else None
     if generation.prompt == "chat_image":
-        return ChatImageRequests(read_products(dataset), sampling, system_prompt)
+        return ChatImageRequests(read_products(dataset), sampling, system_prompt, fmt)
+    if fmt is not None:
+        raise PlanError(f"guided decoding needs a chat benchmark; {benchmark} sends completions")
     return CompletionRequests(read_prompts(benchmark, dataset), sampling)

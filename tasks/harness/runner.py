@@ -36,7 +36,7 @@ def requests_for(setup: dict):
 
     spec = RunSpec.model_validate_json(setup["spec"])
     return build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
-                          temperature=spec.temperature)
+                          temperature=spec.temperature, guided_decoding=spec.guided_decoding)
 
 
 def client_for(setup: dict, max_concurrency: int):
