@@ -222,6 +222,19 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
     assert endpoint.request_fields == {"nvext": {"extra_fields": ["completion_token_ids"]}}
 
 
+def test_a_kv_router_without_an_event_plane_predicts_instead_of_waiting_for_events() -> None:
+    options = {"python": "py", "gpus_per_node": 2, "discovery": "file", "frontend": {"router_mode": "kv"},
+               "prefill": {"workers": 1}, "decode": {"workers": 1}}
+    specs = backend("dynamo").processes(options, Path("/m/x"), placement("dynamo", options, ["127.0.0.1"]), None)
+    for worker in specs[:2]:
+        assert worker.argv[worker.argv.index("--kv-events-config") + 1] == '{"enable_kv_cache_events":false}'
+        assert "kv_events" not in worker.side_ports
+    assert "--no-router-kv-events" in specs[-1].argv
+    options["frontend"] = {"router_mode": "round-robin"}
+    front = backend("dynamo").processes(options, Path("/m/x"), placement("dynamo", options, ["127.0.0.1"]), None)[-1]
+    assert not any("router-kv-events" in a for a in front.argv)
+
+
 def test_dynamo_mocker_on_one_cpu_host_with_file_discovery() -> None:
     options = {"python": "py", "worker": "mocker", "discovery": "file", "gpus_per_node": 0,
                "prefill": {"workers": 1}, "decode": {"workers": 2}, "worker_args": ["--speedup-ratio", "10"]}

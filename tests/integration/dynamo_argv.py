@@ -1,0 +1,47 @@
+"""Parses the argv Podium generates for a Dynamo deployment with Dynamo 1.6.1's own parsers (`dynamo.vllm` worker
+on top of vLLM's engine arguments, `dynamo.frontend`), from the vLLM virtualenv with the Dynamo one on PYTHONPATH:
+
+    PYTHONPATH=<repo>:<.venv-dynamo site-packages> .venv-vllm/bin/python -m tests.integration.dynamo_argv PLAN OUT
+
+Writes what the parsers made of each process to OUT (JSON). No process is started and nothing listens.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(plan_path: str, out: str) -> None:
+    from dynamo.frontend.main import parse_args as frontend_args
+    from dynamo.vllm.args import _parse_cli_args as worker_args
+
+    from submission import plan as plans
+    from tasks import deploy
+    from tasks.engines import backend
+
+    plan = plans.load(plan_path)
+    bench = plan.benchmarks[0]
+    placement = deploy.review_placement(bench.engine, Path("/nonexistent"))
+    specs = backend("dynamo").processes(bench.engine.options, Path(bench.model.source), placement, Path("/b"))
+    parsed: dict[str, dict] = {}
+    for spec in specs:
+        if spec.role in ("prefill", "decode"):
+            config, engine = worker_args(list(spec.argv[3:]))
+            events = engine.kv_events_config
+            parsed[spec.name] = {"mode": str(config.disaggregation_mode), "tp": engine.tensor_parallel_size,
+                                 "kv_events": events and {"enabled": events.enable_kv_cache_events,
+                                                          "publisher": events.publisher, "endpoint": events.endpoint},
+                                 "kv_transfer": engine.kv_transfer_config.kv_connector,
+                                 "max_model_len": engine.max_model_len, "port": spec.side_ports.get("kv_events")}
+        elif spec.role == "frontend":
+            sys.argv = list(spec.argv[2:])
+            config, _, _ = frontend_args()
+            parsed[spec.name] = {"router_mode": str(config.router_mode), "use_kv_events": config.use_kv_events,
+                                 "http_host": config.http_host}
+    Path(out).write_text(json.dumps(parsed, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
