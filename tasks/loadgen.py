@@ -72,16 +72,17 @@ def offline_resize(spec: RunSpec, run) -> str | None:
 
 def engine_gone(label: str, code: int, engine: EngineSession, aside: Path) -> LaunchError:
     """The error for a run the harness ended because the engine died (`ENDPOINT_DOWN`) or hung (`ENGINE_STALLED`).
-    A hung engine still holds its port and accelerators, so it is stopped here; the step's retry launches a fresh
-    one either way (`EngineSession.endpoint`)."""
+    Either way the engine is stopped here: a hung one still holds its port and accelerators, and of one that refuses
+    connections processes may be left (a remote step whose srun has not noticed yet, a worker whose frontend died);
+    the step's retry launches a fresh one (`EngineSession.endpoint`)."""
     report = engine.log_report()
     if code == liveness.ENGINE_STALLED:
-        engine.close()
         what = (f"the engine hung during the run (nothing for {engine.stall_s:g} s with requests in flight, its "
                 f"port still open) and was stopped")
     else:
         state = "still running" if engine.alive() else "its process has exited"
-        what = f"the engine stopped accepting connections during the run ({state})"
+        what = f"the engine stopped accepting connections during the run ({state}); what was left of it was stopped"
+    engine.close()
     return LaunchError(f"{label}: {what}; the run's partial logs are set aside in {aside}\n{report}",
                        fix="read the engine log; the step is retried once on a relaunched engine")
 

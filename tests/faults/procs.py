@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -62,24 +64,58 @@ LOOPBACK = {"127.0.0.1", "0000:0000:0000:0000:0000:0000:0000:0001"}
 
 
 def recorded_engines(pid_dir: Path) -> list[dict]:
-    """The local launcher's pid files: {pid, name, argv0}."""
-    return [json.loads(p.read_text()) for p in sorted(pid_dir.glob("*.json"))]
+    """The local launcher's pid files: {pid, name, argv0} (not the Slurm launcher's `slurm-*.json` records)."""
+    return [json.loads(p.read_text()) for p in sorted(pid_dir.glob("*.json")) if not p.name.startswith("slurm-")]
+
+
+def local_engine(ws) -> int | None:
+    """The process group of the engine the local launcher started in the workspace `ws`, once it has one."""
+    engines = recorded_engines(ws.pids)
+    return engines[0]["pid"] if engines else None
+
+
+def slurm(conf: Path, *argv: str) -> str:
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def step_tasks(conf: Path, step_id: str) -> tuple[str, list[int]]:
+    """The node of a Slurm step and the pids of its tasks there, as `scontrol listpids` (asked on that node's
+    slurmd) lists them: the processes the step's slurmstepd started, not srun on the submitting side."""
+    listed = slurm(conf, "squeue", "--noheader", "--steps", "--format=%i|%N").split()
+    node = dict(line.split("|", 1) for line in listed)[step_id]
+    rows = [line.split() for line in slurm(conf, "scontrol", "listpids", step_id, node).splitlines()[1:]]
+    return node, [int(row[0]) for row in rows if row[3] != "-"]   # LOCALID "-": not one of the step's tasks
+
+
+def slurm_engine(conf: Path, seen: dict) -> Callable[[object], int | None]:
+    """A finder for act_mid_run: the process group of the engine's task on its node, found through the step the
+    Slurm launcher recorded in the workspace's state folder; `seen` gets the step id, its node and its pids."""
+    def find(ws) -> int | None:
+        for record in ws.pids.glob("slurm-*.json"):
+            steps = json.loads(record.read_text())["steps"]
+            if steps:
+                seen["step"] = steps[0][0]
+                seen["node"], seen["pids"] = step_tasks(conf, seen["step"])
+                return os.getpgid(seen["pids"][0])
+        return None
+    return find
 
 
 def kill_group(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
 
 
-def act_mid_run(ws, seen: dict, stop, act, after_s: float = 3.0) -> None:
+def act_mid_run(ws, seen: dict, stop, act, after_s: float = 3.0,
+                find: Callable[[object], int | None] = local_engine) -> None:
     """Once loadgen has been issuing for `after_s` in the workspace `ws` (a tasks.workspace.Workspace), call
-    `act(pgid)` on the engine's process group; `seen` gets the run folder, the pgid and the time. Ends when `stop`
-    (a threading.Event) is set first."""
+    `act(pgid)` on the engine's process group (`find(ws)`: the local launcher's by default); `seen` gets the run
+    folder, the pgid and the time. Ends when `stop` (a threading.Event) is set first."""
     while not stop.is_set():
         started = list((ws.work / "runs").glob("*/mlperf_log_detail.txt"))
-        engines = recorded_engines(ws.pids)
-        if started and engines:
+        if started and find(ws) is not None:
             time.sleep(after_s)
-            seen["pgid"], seen["run_dir"] = engines[0]["pid"], started[0].parent
+            seen["pgid"], seen["run_dir"] = find(ws), started[0].parent
             act(seen["pgid"])
             seen["at"] = time.time()
             return
