@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -124,3 +125,15 @@ def loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0)))[1]
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+
+
+def system_command(name: str, package: str) -> str:
+    """The path of a Debian package's command a real-engine test needs (`make system-deps` installs it); `make test`
+    requires it, a plain pytest skips without it."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is missing; run `make system-deps` (Debian package {package})"
+        if os.environ.get("PODIUM_REQUIRE_ENGINES"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

@@ -1,0 +1,155 @@
+"""Runs on the netns Slurm cluster, inside the namespaces `local-cluster.sh run` made (docs/slurm.md):
+
+    PODIUM_SLURM_NETNS=1 PODIUM_SLURM_DIR=DIR deployments/slurm/local-cluster.sh run \\
+        python -m tests.integration.slurm_netns SPEC.json                   (from the repository root)
+
+Each Slurm node has its own network namespace, IPv4 address and host name; `NodeAddr` is the name. Dynamo's etcd and
+frontend go on the allocation's first node, a prefill mocker on the second and a decode mocker on the third, launched
+by the dynamo backend and the Slurm launcher as one flow does (placement, processes, start, wait until ready); a
+loadgen Offline run through the harness from the head (where Podium runs) follows, then the stop.
+
+Writes `result.json` into the work folder: the nodes and the addresses their names resolve to, every process as
+launched (argv, the address settings of its env) and where it ran (node, network namespace, listening sockets), what
+the frontend saw, the loadgen stats and what was left after the stop; when the launch fails, the error and the last
+lines of every process's log instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ADDRESS_ENV = ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST", "DYN_SYSTEM_HOST",
+               "ETCD_ENDPOINTS")
+NODE_OF = {"etcd": 0, "frontend": 0, "prefill": 1, "decode": 2}   # which node of the allocation runs each role
+
+
+def options(spec: dict[str, Any]) -> dict[str, Any]:
+    """Three nodes: etcd and the frontend on node 0, one prefill mocker pinned to node 1, one decode mocker to 2."""
+    return {"python": spec["python"], "worker": "mocker", "discovery": "etcd", "etcd": spec["etcd"], "nodes": 3,
+            "gpus_per_node": 0, "served_model_name": "tiny",
+            "prefill": {"workers": 1, "nodes": [NODE_OF["prefill"]]},
+            "decode": {"workers": 1, "nodes": [NODE_OF["decode"]]},
+            "worker_args": ["--speedup-ratio", "20"]}
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def job_processes(job: str) -> dict[int, dict[str, str]]:
+    """Every process that runs for Slurm job `job` (its tasks carry SLURM_JOB_ID), with its environment."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            env = _environ(int(entry.name))
+        except OSError:
+            continue
+        if env.get("SLURM_JOB_ID") == job:
+            found[int(entry.name)] = env
+    return found
+
+
+def where_it_ran(step_id: str, procs: dict[int, dict[str, str]]) -> dict[str, Any]:
+    """The node, network namespace and listening sockets of one step's processes."""
+    from tests.integration.engines_support import listening
+
+    step = step_id.split(".")[1]
+    pids = [pid for pid, env in procs.items() if env.get("SLURM_STEP_ID") == step]
+    nets, nodes, pgids = set(), set(), set()
+    for pid in pids:
+        try:
+            nets.add(os.readlink(f"/proc/{pid}/ns/net"))
+            pgids.add(os.getpgid(pid))
+        except OSError:
+            continue
+        nodes.add(procs[pid].get("SLURMD_NODENAME", "?"))
+    return {"pids": pids, "netns": sorted(nets), "nodes": sorted(nodes), "listening": listening(pgids)}
+
+
+def _tails(logs: Path) -> dict[str, str]:
+    from tasks.launchers.local import tail
+
+    return {log.stem: tail(log) for log in sorted(logs.glob("*.log"))}
+
+
+def _squeue(*args: str) -> list[str]:
+    done = subprocess.run(["squeue", "--noheader", *args], capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout.split()
+
+
+def main(spec_file: Path) -> None:
+    from submission.errors import PodiumError
+    from tasks.engines import backend
+    from tasks.harness import runner
+    from tasks.launchers import launcher, placement_for
+    from tests.integration.engines_support import offline_spec
+
+    spec = json.loads(spec_file.read_text())
+    work = Path(spec["work"])
+    logging.basicConfig(level=logging.INFO, filename=work / "launch.log")
+    log = logging.getLogger("slurm-netns")
+    opts = options(spec)
+    be = backend("dynamo")
+    result: dict[str, Any] = {"version": be.version(opts), "head": socket.gethostname()}
+    where = launcher("slurm", state_dir=work / "pids",
+                     settings={"slurm_conf": os.environ["SLURM_CONF"], "allocation": "new", "python": sys.executable,
+                               "grace_s": 5, "step_timeout_s": 30})
+    # What tasks.launchers.start_ready does, in its steps, so the specs are on record even when the launch fails.
+    placement = placement_for(be, opts, where)
+    alloc = where.allocation
+    assert alloc is not None
+    result["job"] = alloc.job_id
+    result["nodes"] = list(alloc.nodes)
+    listed = dict(line.split() for line in subprocess.run(
+        ["sinfo", "--noheader", "--Node", "--format=%N %o"], capture_output=True, text=True, check=True,
+        timeout=60).stdout.splitlines())
+    result["node_addr"] = [listed[name] for name in alloc.nodes]   # each node's NodeAddr, as Slurm reports it
+    result["node_ip"] = {name: socket.gethostbyname(name) for name in alloc.nodes}   # from the hosts file
+    try:
+        specs = be.processes(opts, Path(spec["model"]), placement, work / "build")
+    except BaseException:
+        where.release()
+        raise
+    result["processes"] = {s.name: {"role": s.role, "node": s.node_index, "host": s.host, "port": s.port,
+                                    "argv": list(s.argv), "bind": s.bind,
+                                    "env": {k: s.env[k] for k in ADDRESS_ENV if k in s.env}} for s in specs}
+    deployment = None
+    try:
+        try:
+            deployment = where.start(specs, work / "logs", log)
+            where.wait_ready(deployment, timeout_s=spec["ready_timeout_s"])
+        except PodiumError as e:   # a process exited while starting, or never got ready
+            result["launch_error"] = f"{e.message}\nfix: {e.fix}"
+            return
+        endpoint = be.endpoint(opts, Path(spec["model"]), specs)
+        result["endpoint"] = endpoint.base_url
+        procs = job_processes(alloc.job_id)
+        result["ran"] = {s.spec.name: {"step": s.step_id, **where_it_ran(str(s.step_id), procs)}
+                         for s in deployment.steps}
+        result["frontend_health"] = httpx.get(f"{endpoint.base_url}/health", timeout=10).json()
+        run = offline_spec(Path(spec["data"]), "performance", samples=spec["samples"], max_tokens=spec["max_tokens"],
+                           engine=result["version"], qps=spec["qps"])
+        result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+    finally:
+        if deployment is not None:
+            where.stop(deployment)
+        else:   # start() stopped what it had started; this ends the allocation if it is still there
+            where.release()
+        result["logs"] = _tails(work / "logs")
+        result["left"] = {"jobs": _squeue("--format=%i"), "steps": _squeue("--steps", "--format=%i"),
+                          "processes": sorted(job_processes(alloc.job_id)),
+                          "records": [p.name for p in (work / "pids").glob("slurm-*.json")]}
+        (work / "result.json").write_text(json.dumps(result, indent=2))
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,154 @@
+"""Dynamo on a Slurm cluster that looks like a real one (issue 12, items 1 and 6): three nodes, each slurmd in a
+network, mount and UTS namespace of its own with its own IPv4 on a bridge and its own host name, `NodeAddr` set to the
+names (a hosts file bind-mounted over /etc/hosts resolves them), the controller and Podium on the bridge as a head
+node (deployments/slurm/local-cluster.sh with PODIUM_SLURM_NETNS=1, all of it inside namespaces the script makes).
+
+Dynamo 1.6.1's etcd and frontend run on the first node, a prefill mocker on the second and a decode mocker on the
+third (etcd discovery), launched by the dynamo backend and the Slurm launcher; a loadgen Offline run through the
+harness must be VALID. Dynamo and etcd take only IP literals for the addresses they bind and advertise: a node's
+name there makes etcd refuse to start, the frontend exit, the workers fail (docs/slurm.md). The driver,
+tests/integration/slurm_netns.py, runs inside the cluster's namespaces and writes result.json.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from submission.logs import load_run
+from tests.integration.engines_support import REPO, engine_python, system_command
+from tests.integration.slurm_netns import NODE_OF
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.engines]
+SCRIPT = REPO / "deployments" / "slurm" / "local-cluster.sh"
+SAMPLES, MAX_TOKENS = 16, 8
+QPS = 400   # the mocker at speedup 20 answers ~100 requests/s here: one 440-sample query outlasts the 1 s minimum
+SUBNET = ipaddress.IPv4Network("10.77.0.0/24")   # local-cluster.sh's PODIUM_SLURM_SUBNET default
+
+
+def _namespaces(cluster: Path) -> dict[str, str]:
+    """name -> network namespace (`net:[inode]`) of the head and of every node, as local-cluster.sh recorded them."""
+    record = cluster / "run" / "netns"
+    return dict(line.split() for line in record.read_text().splitlines()) if record.exists() else {}
+
+
+def _processes_in(namespaces: set[str]) -> list[int]:
+    pids = []
+    for link in Path("/proc").glob("[0-9]*/ns/net"):
+        with suppress(OSError):
+            if os.readlink(link) in namespaces:
+                pids.append(int(link.parent.parent.name))
+    return pids
+
+
+def _host(url: str) -> str:
+    return str(urlsplit(url).hostname)
+
+
+def _arg(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def _failed_launch(result: dict) -> str:
+    logs = "\n".join(f"--- {name}.log\n{text}" for name, text in result.get("logs", {}).items())
+    return f"{result['launch_error']}\n{logs}"
+
+
+def test_dynamo_over_three_nodes_with_their_own_addresses(smoke_store: Path, tmp_path: Path) -> None:
+    python = engine_python(".venv-dynamo", "venv-dynamo")
+    etcd = system_command("etcd", "etcd-server")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare(1) and ip(8) for the cluster's namespaces")
+    cluster, work = tmp_path / "slurm", tmp_path / "work"
+    work.mkdir()
+    spec = {"python": str(python), "etcd": etcd, "model": str(smoke_store / "models" / "tiny-llama"),
+            "data": str(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"), "work": str(work),
+            "samples": SAMPLES, "max_tokens": MAX_TOKENS, "qps": QPS, "ready_timeout_s": 180}
+    (work / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PODIUM_SLURM_NETNS": "1", "PODIUM_SLURM_DIR": str(cluster), "PODIUM_SLURM_NODES": "3",
+           "PODIUM_SLURM_GPUS": "0"}
+    child = subprocess.Popen([str(SCRIPT), "run", sys.executable, "-m", "tests.integration.slurm_netns",
+                              str(work / "spec.json")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output, _ = child.communicate(timeout=480)
+    finally:
+        if child.poll() is None:   # SIGTERM first: the script's trap stops the cluster
+            os.killpg(child.pid, signal.SIGTERM)
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        # Every process in the cluster's namespaces is this test's: none may outlive it.
+        namespaces = _namespaces(cluster)
+        left = _processes_in(set(namespaces.values()))
+        for pid in left:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert child.returncode == 0, output.decode(errors="replace")[-3000:]
+    assert left == [], f"processes left in the cluster's namespaces: {left}"
+    result = json.loads((work / "result.json").read_text())
+    assert "launch_error" not in result, _failed_launch(result)
+
+    # The cluster: Slurm knows the nodes by name only; each name resolves to its own address on the bridge, and each
+    # node is a network namespace of its own, not the head's.
+    nodes, ips = result["nodes"], result["node_ip"]
+    assert result["head"] == "head" and nodes == ["node1", "node2", "node3"]
+    assert result["node_addr"] == nodes
+    assert len(set(ips.values())) == 3 and all(ipaddress.IPv4Address(ip) in SUBNET for ip in ips.values())
+    assert len({namespaces[n] for n in ["head", *nodes]}) == 4
+
+    # Item 1: every address Dynamo and etcd bind or advertise is the IPv4 literal of the process's own node
+    # (a bind may be 0.0.0.0 instead), never the node's name.
+    procs = result["processes"]
+    assert {p["role"]: p["node"] for p in procs.values()} == NODE_OF
+    for name, p in procs.items():
+        ip = ips[nodes[p["node"]]]
+        assert p["host"] == ip, (name, p["host"])
+        for key in ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST"):
+            if name != "etcd":
+                assert p["env"][key] == ip, (name, key, p["env"])
+        if p["role"] in ("prefill", "decode"):
+            assert p["env"]["DYN_SYSTEM_HOST"] in (ip, "0.0.0.0"), (name, p["env"])
+    first = ips[nodes[0]]
+    etcd_argv, front_argv = procs["etcd"]["argv"], procs["frontend"]["argv"]
+    for flag in ("--listen-client-urls", "--listen-peer-urls"):
+        assert _host(_arg(etcd_argv, flag)) in (first, "0.0.0.0"), (flag, etcd_argv)
+    for flag in ("--advertise-client-urls", "--initial-advertise-peer-urls"):
+        assert _host(_arg(etcd_argv, flag)) == first, (flag, etcd_argv)
+    assert {p["env"]["ETCD_ENDPOINTS"] for n, p in procs.items() if n != "etcd"} == \
+        {f"http://{first}:{procs['etcd']['port']}"}
+    assert _arg(front_argv, "--http-host") in (first, "0.0.0.0"), front_argv
+    assert result["endpoint"] == f"http://{first}:{procs['frontend']['port']}"
+
+    # Each process ran under the slurmd of its node, in that node's namespace, listening there on its port.
+    for name, p in procs.items():
+        node = nodes[p["node"]]
+        ran = result["ran"][name]
+        assert ran["nodes"] == [node] and ran["netns"] == [namespaces[node]], (name, ran)
+        assert {f"{ips[node]}:{p['port']}", f"0.0.0.0:{p['port']}"} & set(ran["listening"]), (name, ran)
+    # The workers registered with the frontend through etcd at the addresses of their own nodes.
+    transport = {i["component"]: i["transport"]["tcp"].split(":")[0]
+                 for i in result["frontend_health"]["instances"] if i["endpoint"] == "generate"}
+    assert transport == {"prefill": ips[nodes[NODE_OF["prefill"]]], "backend": ips[nodes[NODE_OF["decode"]]]}
+
+    # A VALID loadgen run from the head through the frontend, with the engine's token ids.
+    stats = result["stats"]
+    assert stats["failed"] == 0 and stats["completed"] >= SAMPLES, stats["errors"]
+    assert stats["token_source"] == "engine" and stats["output_tokens"] == stats["completed"] * MAX_TOKENS
+    run = load_run(work / "run")
+    assert run.num_errors == 0 and run.valid, run
+
+    # After the stop: no job, no step, no process of the job, nothing on record.
+    assert result["left"] == {"jobs": [], "steps": [], "processes": [], "records": []}
