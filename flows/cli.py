@@ -41,11 +41,12 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission import plan as plans
-    from tasks.inputs import check_inputs
+    from tasks.inputs import check_capacity, check_inputs
 
     try:
         loaded = plans.load(plan)
         check_inputs(loaded, str(plan))   # sources exist, storage credentials found: before anything starts
+        check_capacity(loaded)            # engines fit their GPUs, runs their sequence budgets
     except PodiumError as e:
         _fail(e)
     _prefect_env(workspace)

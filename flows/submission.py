@@ -17,19 +17,18 @@ from prefect.context import get_run_context
 from prefect.states import Failed
 
 from flows.benchmark import benchmark
-from submission import capacity
 from submission import plan as plans
 from submission.assemble import assemble
 from submission.checker import CheckReport, check_tree
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from submission.systems import describe, require_complete
-from tasks import deploy, notifications, reporting, s3server, storage, validation
+from tasks import notifications, reporting, s3server, storage, validation
 from tasks.accuracy import evaluator
 from tasks.engine import engine_identity
 from tasks.engines import backend
 from tasks.gates import acceptance_gates
-from tasks.inputs import check_inputs
+from tasks.inputs import check_capacity, check_inputs
 from tasks.validation import validate_results
 from tasks.workspace import Workspace, git_commit
 
@@ -65,20 +64,9 @@ def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str
                         framework=", ".join(frameworks) or "none", overrides=system.description, round=plan.round)
         require_complete(desc, division=plan.division, submitter=plan.submitter, round=plan.round)
         systems[system.name] = desc
-    check_capacity(plan, systems)                                 # fits its GPUs; every run within its budget
+    check_capacity(plan, {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()},
+                   get_run_logger().info)                         # fits its GPUs; every run within its budget
     return systems
-
-
-def check_capacity(plan: Plan, systems: dict[str, dict[str, str]]) -> None:
-    """Each benchmark's engine fits its GPUs (the system description's memory) and every run's longest sequence its
-    engine's limit, from the plan's local sources; the table goes to the run log, a miss fails the run (PlanError)."""
-    logger = get_run_logger()
-    reviews = [deploy.sizing(plan, b, capacity=systems[b.system].get("accelerator_memory_capacity"))
-               for b in plan.benchmarks]
-    for r in reviews:
-        if r.fits or r.budgets or r.notes:
-            logger.info("%s:\n%s", r.key, "\n".join(capacity.render(r)))
-    capacity.require([p for r in reviews for p in r.problems])
 
 
 @task(name="assemble")

@@ -247,15 +247,17 @@ def review(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_folder: Path
         for run, data, max_tokens in run_kinds(plan, bench, rules):
             got = (prompt_max or {}).get(data)
             out.budgets.append(Budget(run, data, max_tokens, got, limit, limit_field))
-    for b in out.budgets:
-        if not b.ok:
-            prompt = f"the longest prompt of {b.dataset} ({b.prompt_max} tokens)" if b.prompt_max is not None \
-                else "at least one prompt token"
-            out.problems.append(
-                f"{where}: {b.run} runs need {prompt} + max_tokens {b.max_tokens} = {b.need} tokens, but the engine "
-                f"is launched with {b.limit_field.removeprefix('options.')} {b.limit}: long answers would be cut "
-                f"(TRT-LLM lowers max_tokens without an error) or refused\n  fix: set {where}.engine."
-                f"{b.limit_field} to at least {b.need}, or lower the run's max_tokens")
+    short = [b for b in out.budgets if not b.ok]
+    if short:
+        worst = max(short, key=lambda b: b.need)
+        prompt = f"the longest prompt of {worst.dataset} ({worst.prompt_max} tokens)" \
+            if worst.prompt_max is not None else "at least one prompt token"
+        runs = ", ".join(b.run for b in short)
+        out.problems.append(
+            f"{where}: {runs} runs need {worst.need} tokens ({prompt} + max_tokens {worst.max_tokens}), but "
+            f"the engine is launched with {worst.limit_field.removeprefix('options.')} {worst.limit}: long answers "
+            f"would be cut (TRT-LLM lowers max_tokens without an error) or refused\n  fix: set {where}.engine."
+            f"{worst.limit_field} to at least {worst.need}, or lower the runs' max_tokens")
     if out.budgets and any(b.prompt_max is None for b in out.budgets):
         out.notes.append("prompt lengths are read from the staged data sets (preflight and launch); until then a "
                          "budget counts one prompt token")

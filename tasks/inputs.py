@@ -2,6 +2,7 @@
 Prefect, no process. Each problem is one PlanError naming the plan field (or the environment variables) and the fix.
 
 - every local source the plan names exists (model, performance, accuracy and compliance data sets);
+- every engine fits its GPUs and every run its sequence budget (submission/capacity.py; docs/engines.md);
 - object storage that is not the embedded server has credentials in boto3's default chain (environment variables,
   a shared credentials or config file profile, a web-identity token, container or instance credentials). Without
   any, uploads would fail only at the very end, after hours of runs.
@@ -9,8 +10,10 @@ Prefect, no process. Each problem is one PlanError naming the plan field (or the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from submission import capacity
 from submission.errors import PlanError
 from submission.plan import Plan
 
@@ -46,3 +49,17 @@ def check_inputs(plan: Plan, source: str = "<plan>") -> None:
         raise PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
                         f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance role",
                         where=source, fix=CREDENTIALS_FIX)
+
+
+def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,
+                   log: Callable[[str], object] | None = None) -> None:
+    """Raise one PlanError when an engine does not fit its GPUs or a run's longest sequence its engine's limit, from
+    the plan's local sources; `capacities` (system -> GPU memory, preflight's detected descriptions) wins over the
+    plan's. Each benchmark's table goes to `log`."""
+    from tasks.deploy import sizing
+
+    reviews = [sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks]
+    for r in reviews:
+        if log and (r.fits or r.budgets or r.notes):
+            log(f"{r.key}:\n" + "\n".join(capacity.render(r)))
+    capacity.require([problem for r in reviews for problem in r.problems])

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -71,6 +72,19 @@ def _submission_profile(d: dict) -> None:
     _bench(d)["loadgen"] = {"min_duration_ms": 1000}
 
 
+def _gpu_too_small(d: dict) -> None:
+    """A 70B bf16 model on one 24 GB GPU (vLLM, version pinned so nothing is asked of an engine here)."""
+    d["systems"][0]["description"] = {"accelerator_memory_capacity": "24 GB"}
+    _bench(d)["engine"] = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0"}}
+    _bench(d)["model"] |= {"parameters": 70e9, "weight_data_types": "bf16"}
+
+
+def _short_sequence_budget(d: dict) -> None:
+    _bench(d)["engine"] = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0", "max_model_len": 64}}
+    _bench(d)["model"] |= {"parameters": 1e6}
+    _bench(d)["generation"]["max_tokens"] = 64
+
+
 # (id, change, what the message must name: the field, then the fix)
 CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
     ("unknown-top-key", _set("nmae", "x"), ("nmae: unknown field", "remove it or check its spelling")),
@@ -114,19 +128,27 @@ CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
      ("benchmarks.0.model.source: /nonexistent/tiny-llama does not exist", "make smoke-assets")),
     ("missing-compliance-set", _set("benchmarks.0.dataset.compliance.TEST07", "/nonexistent/gpqa.parquet"),
      ("benchmarks.0.dataset.compliance.TEST07: /nonexistent/gpqa.parquet does not exist", "fix the path")),
+    ("gpu-memory", _gpu_too_small,
+     ("server worker (1 x TP1 x PP1) holds 130.4 GiB of weights per GPU (70B parameters x bf16",
+      "fix: a smaller weight dtype, e.g. model.weight_data_types: nvfp4")),
+    ("sequence-budget", _short_sequence_budget,
+     ("performance, accuracy, TEST07, TEST09 runs need 67 tokens (the longest prompt of ", "(3 tokens) + max_tokens "
+      "64), but the engine is launched with max_model_len 64",
+      "fix: set benchmarks[cpu-smoke/gpt-oss-120b].engine.options.max_model_len to at least 67")),
 ]
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The smoke plan with its sources pointed at files that exist (only existence is checked before a run)."""
+    """The smoke plan with its sources pointed at files that exist: empty model folder, one-prompt data sets (read
+    before a run only for the sequence budgets of GPU engines)."""
     store = tmp_path_factory.mktemp("store")
     data = yaml.safe_load(SMOKE.read_text())
     model = store / "tiny-llama"
     model.mkdir()
     sets = {name: store / f"{name}.parquet" for name in ("perf", "acc")}
     for path in sets.values():
-        path.write_bytes(b"")
+        pd.DataFrame({"input_tokens": [[1, 2, 3]], "ground_truth": ["x"], "dataset": ["gpqa"]}).to_parquet(path)
     _bench(data)["model"]["source"] = str(model)
     _bench(data)["dataset"] = {"performance": str(sets["perf"]), "accuracy": str(sets["acc"]),
                                "compliance": {"TEST07": str(sets["acc"])}}

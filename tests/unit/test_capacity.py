@@ -53,7 +53,7 @@ def test_a_max_seq_len_under_the_accuracy_budget_exits_2_naming_both_numbers(tmp
     plan["benchmarks"][0]["engine"]["options"]["max_seq_len"] = 25776   # the seed's value
     code, out = _dry_run(plan, tmp_path)
     assert code == 2, out
-    assert "accuracy runs need at least one prompt token + max_tokens 32768 = 32769 tokens, but the engine is " \
+    assert "accuracy runs need 32769 tokens (at least one prompt token + max_tokens 32768), but the engine is " \
            "launched with max_seq_len 25776" in out
     assert "fix: set benchmarks[b200x4-k8s/gpt-oss-120b].engine.options.max_seq_len to at least 32769" in out
     assert "performance" in out and "SHORT" in out
@@ -98,7 +98,8 @@ def test_the_longest_staged_prompt_counts_against_max_model_len(tmp_path: Path) 
     sized = sizing(plan, plan.benchmarks[0], datasets={str(data): str(data)}, capacity="80 GB")
     assert [(b.run, b.prompt_max, b.need, b.ok) for b in sized.budgets] == [
         ("performance", 700, 1100, False), ("accuracy", 700, 1100, False)]
-    assert f"the longest prompt of {data} (700 tokens) + max_tokens 400 = 1100 tokens" in sized.problems[0]
+    assert f"performance, accuracy runs need 1100 tokens (the longest prompt of {data} (700 tokens) + max_tokens " \
+           "400)" in sized.problems[0]
     assert "engine.options.max_model_len to at least 1100" in sized.problems[0]
     fine = parse(_vllm_plan(1100, 400, data))
     assert all(b.ok for b in sizing(fine, fine.benchmarks[0], capacity="80 GB").budgets)   # read from the source
