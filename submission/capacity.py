@@ -150,15 +150,15 @@ def _gb(n: float) -> str:
 
 
 def _fit_fix(row: Fit, bench: BenchmarkSpec) -> str:
-    """A larger TP that fits, and the weight size at 4-bit."""
-    tp, w = row.worker.tp, row.worker
-    while tp < 64 and not Fit(dataclasses.replace(w, tp=tp), row.weights * w.tp / tp, row.kv_min * w.tp / tp,
-                              row.capacity).fits:
-        tp *= 2
-    nvfp4 = (bench.model.parameters or model_rules()["models"].get(bench.benchmark, {}).get("parameters"))
-    four_bit = f" (NVFP4: {_gb(float(nvfp4) * 4.5 / 8 / (row.worker.tp * row.worker.pp))} per GPU)" if nvfp4 else ""
+    """The same model in NVFP4, and the smallest larger TP that fits."""
+    w, bits = row.worker, model_rules()["weight_bits"]["nvfp4"]
+    fitting = [tp for tp in (2, 4, 8, 16, 32, 64) if tp > w.tp and Fit(
+        dataclasses.replace(w, tp=tp), row.weights * w.tp / tp, row.kv_min * w.tp / tp, row.capacity).fits]
+    params = bench.model.parameters or model_rules()["models"].get(bench.benchmark, {}).get("parameters")
+    four_bit = f" ({_gb(float(params) * bits / 8 / (w.tp * w.pp))} per GPU)" if params else ""
+    larger = f"{fitting[0]} fits" if fitting else "none up to 64 fits"
     return (f"a smaller weight dtype, e.g. model.weight_data_types: nvfp4{four_bit}, or a larger "
-            f"{row.worker.name} tensor_parallel_size ({tp} fits)")
+            f"{w.name} tensor_parallel_size ({larger})")
 
 
 @dataclass(frozen=True)
@@ -276,8 +276,8 @@ def render(r: Review) -> list[str]:
     """The fit table and the budgets, as the dry run and preflight print them."""
     lines = []
     if r.fits:
-        lines.append(f"  memory fit (weights: {r.facts.weight_source}; runtime reserve "
-                     f"{model_rules()['runtime_reserve_gib']} GiB per GPU):")
+        lines.append(f"  memory fit on {_gb(r.fits[0].capacity)} GPUs (weights: {r.facts.weight_source}; runtime "
+                     f"reserve {model_rules()['runtime_reserve_gib']} GiB per GPU):")
         lines.append(f"    {'worker':<12}{'GPUs':>10}{'weights/GPU':>14}{'KV room/GPU':>14}{'1 seq KV':>12}"
                      f"{'usable/GPU':>14}  verdict")
         for f in r.fits:

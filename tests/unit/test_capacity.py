@@ -44,7 +44,7 @@ def test_the_seeds_bf16_qwen3_vl_does_not_fit_its_gb200_workers(tmp_path: Path) 
     assert "prefill worker (4 x TP2 x PP1) holds 218.9 GiB of weights per GPU (235B parameters x bf16" in out
     assert "decode worker (8 x TP1 x PP1) holds 437.7 GiB" in out
     assert "of the 167.4 GiB it may use (0.9 of 186.0 GiB)" in out
-    assert "model.weight_data_types: nvfp4 (NVFP4: 123.1 GiB per GPU)" in out   # the decode worker's fix
+    assert "model.weight_data_types: nvfp4 (123.1 GiB per GPU)" in out   # the decode worker's fix
     assert "larger prefill tensor_parallel_size (4 fits)" in out
 
 
