@@ -120,3 +120,9 @@ down: install
 
 clean:
 	rm -rf $(WORKSPACE) .pytest_cache .ruff_cache
+
+# The GPU acceptance script (docs/engines.md "GPU acceptance"): on a machine with one NVIDIA GPU and PyPI it installs
+# vLLM and Dynamo into .venv-gpu, runs the smoke scenarios on vLLM and on Dynamo P/D over NIXL, prints one table (<10 min).
+.PHONY: gpu-acceptance
+gpu-acceptance:
+	bash deployments/gpu/acceptance.sh

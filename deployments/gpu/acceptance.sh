@@ -49,6 +49,7 @@ WORKSPACE=.podium                      # the plans read the smoke assets from .p
 UV_VERSION=0.13.9
 MIN_DRIVER=580       # torch 2.13.0 (vLLM 0.31.0's pin) is built for CUDA 13.0 on PyPI, which needs driver R580+
 MIN_DISK_GB=30       # .venv-gpu is about 9 GB, the uv cache as much again (hard-linked where it can be)
+MIN_GLIBC=2.34       # the newest manylinux tag among the locked wheels (every one has a wheel: nothing is built)
 
 # Step limits in seconds. install-podium, assets and plans run beside install-engines, so the longest path is gpu +
 # uv + install-engines + argv + vllm + dynamo = 565 s, within the deadline (tests/unit/test_gpu_acceptance.py).
@@ -61,7 +62,7 @@ RESULTS=${PODIUM_GPU_RESULTS:-${OUT:-$ROOT/$WORKSPACE/gpu-acceptance/$(date -u +
 LOGS=$RESULTS/logs
 mkdir -p "$LOGS" || exit 2
 T0=$(date +%s)
-export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE UV_VERSION MIN_DRIVER MIN_DISK_GB LOGS DRY
+export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE UV_VERSION MIN_DRIVER MIN_DISK_GB MIN_GLIBC LOGS DRY
 export UV=$ROOT/$WORKSPACE/uv/bin/uv
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$ROOT/$WORKSPACE/uv-cache}   # beside the virtualenvs, so uv can hard-link
 export UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 PYTHONUNBUFFERED=1
@@ -116,22 +117,27 @@ step() {
 figure() { printf '%s\n' "$*" > "$LOGS/$STEP.figure"; }
 dry() { touch "$LOGS/$STEP.dry"; figure "would run: $*"; echo "dry run; would run: $*"; }
 
-index_reachable() {   # the package index answers (a mirror, a folder of wheels or offline mode need no probe)
-  [[ -n ${UV_FIND_LINKS:-} || -n ${UV_OFFLINE:-} ]] && return 0
-  local index=${UV_INDEX_URL:-https://pypi.org/simple}
+index_reachable() {   # index_reachable [URL]: the package index answers within 10 s (uv's, unless URL is given)
+  [[ $# == 0 && ( -n ${UV_FIND_LINKS:-} || -n ${UV_OFFLINE:-} ) ]] && return 0   # a folder of wheels: no probe
+  local index=${1:-${UV_INDEX_URL:-https://pypi.org/simple}}
   "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1].rstrip("/") + "/uv/", timeout=10)' \
       "$index" && return 0
-  echo "the package index $index is unreachable: this step installs from it (set UV_INDEX_URL, or UV_FIND_LINKS" \
-       "with UV_OFFLINE=1, for a mirror or a folder of wheels)"
+  echo "the package index $index is unreachable: this step installs from it (set UV_INDEX_URL and PIP_INDEX_URL," \
+       "or UV_FIND_LINKS with UV_OFFLINE=1, for a mirror or a folder of wheels)"
   return 1
 }
 
 # ---- the steps ----------------------------------------------------------------------------------------------------
 
 s_gpu() {
-  local free_gb query name driver
+  local free_gb query name driver glibc
   free_gb=$(df -Pk "$ROOT" | awk 'NR == 2 {print int($4 / 1048576)}')
-  echo "free disk under $ROOT: ${free_gb} GB"
+  glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
+  echo "free disk under $ROOT: ${free_gb} GB; glibc $glibc"
+  if [[ $(printf '%s\n' "$MIN_GLIBC" "$glibc" | sort -V | head -n 1) != "$MIN_GLIBC" ]]; then
+    echo "glibc $glibc is older than $MIN_GLIBC: the locked engine wheels (llguidance, runai-model-streamer) need it"
+    return 1
+  fi
   if ! command -v nvidia-smi > /dev/null; then
     if [[ $DRY == 1 ]]; then touch "$LOGS/$STEP.dry"; figure "no nvidia-smi here; ${free_gb} GB disk free"; return 0; fi
     echo "no nvidia-smi: this host has no NVIDIA GPU (or no driver)"
@@ -152,6 +158,7 @@ s_gpu() {
 s_uv() {
   if [[ -x $UV ]] && [[ $("$UV" --version) == "uv $UV_VERSION"* ]]; then figure "$("$UV" --version) (present)"; return 0; fi
   if [[ $DRY == 1 ]]; then dry "$PYTHON -m pip install --target $WORKSPACE/uv uv==$UV_VERSION"; return 0; fi
+  index_reachable "${PIP_INDEX_URL:-https://pypi.org/simple}"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$ROOT/$WORKSPACE/uv" "uv==$UV_VERSION"
   figure "$("$UV" --version)"
 }
