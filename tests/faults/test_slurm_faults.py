@@ -14,6 +14,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,10 +23,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tasks.launchers.slurm import SlurmLauncher
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
-from tests.faults.procs import act_mid_run, slurm, slurm_engine
-from tests.integration.test_slurm import slurm_conf  # noqa: F401 - the session's cluster fixture
+from tests.faults.procs import act_mid_run, slurm, slurm_engine, step_tasks
+from tests.integration.test_slurm import (
+    LOG,
+    _settings,
+    _web,
+    slurm_conf,  # noqa: F401 - the session's cluster fixture
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slurm]
 STALL_S = 4
@@ -69,6 +76,10 @@ def _left(pids: list[int]) -> list[str]:
         except OSError:
             continue
     return out
+
+
+def _steps(conf: Path, job: str) -> list[str]:
+    return slurm(conf, "squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i").split()
 
 
 def _run_with_fault(plan: Path, ws: Workspace, conf: Path, sig: signal.Signals) -> tuple[object, dict, float]:
@@ -153,3 +164,27 @@ def test_engine_step_fault_on_slurm_cancels_the_step_and_retries_on_a_fresh_one(
     print(f"slurm engine {fault} mid-run: the run ended {ended_after:.2f} s after the fault, the engine was "
           f"stopped {stopped_in:.2f} s later; step {seen['step']} on {seen['node']} ({len(seen['pids'])} task "
           f"pid(s)), fresh step {fresh}; flow completed in {elapsed:.0f} s, 2 launches")
+
+
+def test_a_step_whose_srun_died_is_cancelled_by_its_recorded_id(slurm_conf: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Podium's srun client dies (SIGKILL) while its step runs on on the node. Inside a job Podium runs in (not
+    cancelled by it) nothing else would end that step: stop cancels it by the id recorded at start."""
+    env = {**os.environ, "SLURM_CONF": str(slurm_conf)}
+    out = subprocess.run(["salloc", "--no-shell", "--nodes=1", "--job-name=outer"], env=env, capture_output=True,
+                         text=True, check=True, timeout=60)
+    job = out.stderr.split("Granted job allocation ")[1].split()[0]
+    try:
+        where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, allocation="auto"),
+                              environ={**os.environ, "SLURM_JOB_ID": job})
+        deployment = where.start([_web("web", where.placement(1).ports[0])], tmp_path / "logs", LOG)
+        where.wait_ready(deployment, timeout_s=30)
+        step = deployment.steps[0]
+        _, pids = step_tasks(slurm_conf, step.step_id)
+        os.killpg(step.srun.pid, signal.SIGKILL)
+        step.srun.wait()
+        assert step.step_id in _steps(slurm_conf, job) and _left(pids), "the step did not outlive its srun"
+        assert not where.alive(deployment)   # an engine session stops it and launches a fresh one
+        where.stop(deployment)
+        assert _steps(slurm_conf, job) == [] and _left(pids) == []
+    finally:
+        subprocess.run(["scancel", job], env=env, check=True, timeout=60)
