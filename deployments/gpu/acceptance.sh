@@ -287,7 +287,7 @@ export -f figure dry index_reachable engines_figure s_gpu s_uv s_install_engines
 echo "GPU acceptance$([[ $DRY == 1 ]] && echo ' (dry run: no installs, no launches)'); everything goes to $RESULTS"
 step 1 gpu s_gpu
 need_uv() { [[ ! -f $GPU_VENV/.installed-$(sha256sum "$HERE/engines.lock.txt" | cut -c1-12) || ! -x $PODIUM_VENV/bin/podium ]]; }
-if need_uv; then step 2 uv s_uv; else echo "== uv: not needed (both virtualenvs present)"; echo PASS > "$LOGS/uv.status"; fi
+if need_uv; then step 2 uv s_uv; else record 2 uv PASS 0 "${LIMIT[uv]}" "not needed: both virtualenvs present" ""; fi
 
 if passed uv || [[ $(status_of uv) == DRY ]]; then
   echo "== install-engines runs in the background, beside ${BESIDE_ENGINES[*]}"
