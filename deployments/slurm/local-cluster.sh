@@ -9,13 +9,14 @@
 #   local-cluster.sh status    exit 0 when every daemon runs and every node answers
 #   local-cluster.sh env       print `export SLURM_CONF=...`
 #   local-cluster.sh run CMD.. up, CMD (with SLURM_CONF set), down; exits with CMD's status. With PODIUM_SLURM_NETNS=1
-#                              all of it runs in a network, mount and UTS namespace of its own, made here
+#                              all of it runs in network, mount, UTS and PID namespaces of its own, made here
 #
 # PODIUM_SLURM_NETNS=1: nodes as on a real cluster. Each slurmd runs in a network, mount and UTS namespace of its own
 # (host name nodeX, its own IPv4 on a bridge), the controller ("head", $SUBNET.1) and the client commands on the
 # bridge itself; a hosts file naming them is bind-mounted over /etc/hosts in every mount namespace, and slurm.conf
-# says NodeAddr=nodeX. Only under `run`, which makes a network, mount and UTS namespace for all of it first (the
-# bridge, the mount over /etc/hosts and the host name `head` live there); `run bash` gives a shell on the cluster.
+# says NodeAddr=nodeX. Only under `run`, which makes network, mount, UTS and PID namespaces for all of it first (the
+# bridge, the mount over /etc/hosts and the host name `head` live there, and no process outlives it); `run bash`
+# gives a shell on the cluster.
 #
 # Settings (environment): PODIUM_SLURM_DIR (default <repo>/.podium/slurm), PODIUM_SLURM_NODES (4),
 # PODIUM_SLURM_CPUS (CPUs each node advertises, 4), PODIUM_SLURM_GPUS (GPUs each node advertises, 4; 0 for none),
@@ -137,13 +138,9 @@ write_config() {
 }
 
 # --- netns mode -----------------------------------------------------------------------------------------------
-private_namespaces() {  # this shell runs in the namespaces `run` made: nothing of the machine's own is touched
-    [ "${PODIUM_SLURM_INSIDE:-}" = 1 ] || return 1
-    local ns theirs
-    for ns in net mnt uts; do   # PID 1's namespaces are the machine's (when /proc/1 is readable at all)
-        theirs=$(readlink "/proc/1/ns/$ns" 2>/dev/null) || continue
-        [ "$(readlink "/proc/self/ns/$ns")" != "$theirs" ] || return 1
-    done
+private_namespaces() {  # this shell is the first process of the namespaces `run` made: nothing of the machine's
+    # own is touched. (Network namespace ids are reused as soon as a namespace ends, so they identify nothing later.)
+    [ "${PODIUM_SLURM_INSIDE:-}" = 1 ] && [ "$$" = 1 ] || return 1
     # and a network that holds nothing but loopback and what this script made
     ! ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | grep -qvE "^(lo|$BRIDGE|pn[0-9]+)$"
 }
@@ -189,12 +186,47 @@ node_up() {  # node_up I: node I's own network, mount and UTS namespaces (eth0 o
     wait "$holder" 2>/dev/null || true
 }
 
-run_cmd() {  # run CMD...: up, CMD, down (in namespaces of its own in netns mode); CMD's exit status
+leftovers() {  # every live process of this PID namespace but this shell: "pid argv0", with builtins only
+    local proc pid stat cmd
+    for proc in /proc/[0-9]*; do
+        pid=${proc#/proc/}
+        [ "$pid" = "$$" ] && continue
+        IFS= read -r stat <"$proc/stat" 2>/dev/null || continue
+        stat=${stat##*) }
+        [ "${stat%% *}" = Z ] && continue   # a zombie is already dead (this shell, init here, reaps it)
+        IFS= read -r -d '' cmd <"$proc/cmdline" 2>/dev/null || true
+        echo "$pid $cmd"
+    done
+}
+
+finish() {  # run's end: down; in netns mode, what is still running is reported (and ends with the namespace)
+    local rc=$?
+    down >&2 || rc=1
+    if [ "$NETNS" = 1 ]; then
+        local i
+        for i in $(seq 1 40); do   # steps' slurmstepd end on their own once their job is gone: up to 10 s
+            leftovers >"$DIR/run/left"
+            [ -s "$DIR/run/left" ] || break
+            sleep 0.25
+        done
+        if [ -s "$DIR/run/left" ]; then
+            say "still running 10 s after down (ended with this namespace): $(tr '\n' ';' <"$DIR/run/left")"
+            [ "$rc" != 0 ] || rc=3
+        fi
+    fi
+    exit "$rc"
+}
+
+run_cmd() {  # run CMD...: up, CMD, down; CMD's exit status (3: it succeeded but left processes behind)
     [ "$#" -gt 0 ] || die "run: name the command to run on the cluster"
     if [ "$NETNS" = 1 ] && [ "${PODIUM_SLURM_INSIDE:-}" != 1 ]; then
-        PODIUM_SLURM_INSIDE=1 exec unshare --net --mount --uts --propagation private -- "$0" run "$@"
+        # a PID namespace too: when this script (its init) exits, the kernel ends whatever is left in it, and
+        # --kill-child ends the script if unshare itself is killed; unshare ignores SIGTERM, the script stops the
+        # cluster on it
+        PODIUM_SLURM_INSIDE=1 exec unshare --net --mount --uts --pid --fork --mount-proc --kill-child \
+            --propagation private -- "$0" run "$@"
     fi
-    trap 'down >&2' EXIT
+    trap finish EXIT
     trap 'exit 143' TERM INT
     up >&2
     local rc=0
@@ -266,13 +298,21 @@ network namespace on $SUBNET.0/24")"
     echo "export SLURM_CONF=$CONF"
 }
 
-stop_pid() {  # stop_pid FILE WORD: TERM the daemon of FILE, KILL it after 10 s
+proc_alive() {  # proc_alive PID WORD: PID runs (not a zombie: its command line is empty) and its command line holds WORD
+    [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "$2"
+}
+
+stop_pid() {  # stop_pid FILE WORD: TERM the daemon of FILE, KILL it after 10 s; wait until it has exited
     local file=$1 word=$2 pid i
     pid_alive "$file" "$word" || { rm -f "$file"; return 0; }
     pid=$(cat "$file" 2>/dev/null) || return 0
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 40); do pid_alive "$file" "$word" || break; sleep 0.25; done
-    if pid_alive "$file" "$word"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    # the pid, not the file: a daemon removes its pid file before it has finished exiting
+    for i in $(seq 1 40); do proc_alive "$pid" "$word" || break; sleep 0.25; done
+    if proc_alive "$pid" "$word"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        for i in $(seq 1 20); do proc_alive "$pid" "$word" || break; sleep 0.25; done
+    fi
     rm -f "$file"
 }
 
