@@ -123,6 +123,8 @@ def guided_decoding_problem(benchmark: str, engine: str, options: dict[str, Any]
     how = rules.guided_decoding_engines.get(engine)
     if how is None:
         return f"generation.guided_decoding: no guided decoding rule for engine {engine!r} in {_FILE.name}"
+    if "response_format" in (options.get("drop_fields") or ()):
+        return "generation.guided_decoding: engine.options.drop_fields drops response_format; remove it from there"
     if engine == "dynamo" and options.get("worker") == "mocker":
         return "generation.guided_decoding: Dynamo's mocker worker generates no text; use worker: vllm"
     if how.applies == "llm_api" and how.key and not (options.get("llm_api_options") or {}).get(how.key):

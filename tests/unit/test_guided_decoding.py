@@ -44,6 +44,9 @@ def test_requests_carry_the_reference_response_format(tmp_path: Path) -> None:
     ({"name": "smoke-vlm"}, "the smoke-vlm engine cannot constrain decoding"),
     ({"name": "trtllm", "options": {"gpus_per_node": 1}}, "llm_api_options.guided_decoding_backend: xgrammar"),
     ({"name": "dynamo", "options": {"worker": "mocker", "gpus_per_node": 0}}, "mocker worker generates no text"),
+    ({"name": "external", "options": {"base_url": "http://127.0.0.1:9", "served_model_name": "m",
+                                      "drop_fields": ["response_format"]}},
+     "drops response_format"),
 ])
 def test_plan_refuses_engines_that_cannot(engine: dict, error: str) -> None:
     with pytest.raises(PlanError, match=r"generation\.guided_decoding") as caught:
