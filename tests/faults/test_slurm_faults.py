@@ -97,6 +97,7 @@ def _run_with_fault(plan: Path, ws: Workspace, conf: Path, sig: signal.Signals) 
     finally:
         stop.set()
         actor.join()
+        seen["left"] = _left(seen.get("pids", []))   # what the flow left of the old step, read before the clean-up
         for pid in seen.get("pids", []):   # whatever happened, never leave a stopped engine behind
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -158,7 +159,7 @@ def test_engine_step_fault_on_slurm_cancels_the_step_and_retries_on_a_fresh_one(
     fresh = _assert_steps(logs, engine_log, seen["step"], fault)
 
     # nothing of the old step is left: no process (none stopped), no step, no job
-    assert _left(seen["pids"]) == []
+    assert seen["left"] == [], seen["left"]
     assert slurm(slurm_conf, "squeue", "--noheader", "--steps", "--format=%i").split() == []
     assert slurm(slurm_conf, "squeue", "--noheader", "--format=%i").split() == []
     print(f"slurm engine {fault} mid-run: the run ended {ended_after:.2f} s after the fault, the engine was "
