@@ -1,9 +1,10 @@
 """Fixtures shared by the integration and fault suites: one Prefect test server for the whole session, the smoke
-assets, a smoke engine started once. Session-scoped, so a full run starts each once."""
+assets, a smoke engine started once, the local Slurm cluster. Session-scoped, so a full run starts each once."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,3 +47,20 @@ def smoke_server(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) ->
     with launched(backend("smoke"), {}, smoke_store / "models" / "tiny-llama", launcher("local", state_dir=base / "p"),
                   base / "logs", logging.getLogger("test.smoke-server"), timeout_s=240) as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The local 4-node Slurm cluster (deployments/slurm/local-cluster.sh), started for this session (seconds) and
+    stopped at its end; yields its slurm.conf."""
+    script = Path(__file__).parents[1] / "deployments" / "slurm" / "local-cluster.sh"
+    folder = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "PODIUM_SLURM_DIR": str(folder)}
+    up = subprocess.run([str(script), "up"], env=env, capture_output=True, text=True, timeout=600, check=False)
+    try:
+        assert up.returncode == 0, f"local-cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
+        yield folder / "slurm.conf"
+    finally:
+        down = subprocess.run([str(script), "down"], env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert down.returncode == 0, down.stderr

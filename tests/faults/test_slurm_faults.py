@@ -27,12 +27,7 @@ from tasks.launchers.slurm import SlurmLauncher
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
 from tests.faults.procs import act_mid_run, slurm, slurm_engine, step_tasks
-from tests.integration.test_slurm import (
-    LOG,
-    _settings,
-    _web,
-    slurm_conf,  # noqa: F401 - the session's cluster fixture
-)
+from tests.integration.test_slurm import LOG, _settings, _web
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slurm]
 STALL_S = 4
@@ -140,7 +135,7 @@ def _assert_steps(logs: list[tuple[float, str]], engine_log: str, old: str, faul
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_engine_step_fault_on_slurm_cancels_the_step_and_retries_on_a_fresh_one(
-        prefect_server: None, smoke_store: Path, slurm_conf: Path, tmp_path: Path, fault: str) -> None:  # noqa: F811
+        prefect_server: None, smoke_store: Path, slurm_conf: Path, tmp_path: Path, fault: str) -> None:
     ws = Workspace.at(tmp_path / "ws")
     state, seen, elapsed = _run_with_fault(_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf), ws, slurm_conf,
                                            FAULTS[fault][0])
@@ -167,7 +162,7 @@ def test_engine_step_fault_on_slurm_cancels_the_step_and_retries_on_a_fresh_one(
           f"pid(s)), fresh step {fresh}; flow completed in {elapsed:.0f} s, 2 launches")
 
 
-def test_a_step_whose_srun_died_is_cancelled_by_its_recorded_id(slurm_conf: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_step_whose_srun_died_is_cancelled_by_its_recorded_id(slurm_conf: Path, tmp_path: Path) -> None:
     """Podium's srun client dies (SIGKILL) while its step runs on on the node. Inside a job Podium runs in (not
     cancelled by it) nothing else would end that step: stop cancels it by the id recorded at start."""
     env = {**os.environ, "SLURM_CONF": str(slurm_conf)}

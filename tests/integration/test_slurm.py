@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,6 @@ from tests.integration.engines_support import offline_spec
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 LOG = logging.getLogger("test.slurm")
 REPO = Path(__file__).parents[2]
-SCRIPT = REPO / "deployments" / "slurm" / "local-cluster.sh"
 SBATCH = REPO / "deployments" / "slurm" / "podium.sbatch"
 
 # Serves HTTP on 127.0.0.1:<port>; first prints what Slurm gave the step.
@@ -39,21 +38,6 @@ import http.server, os, sys
 print("node", os.environ.get("SLURMD_NODENAME"), "gpus", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
 """
-
-
-@pytest.fixture(scope="session")
-def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The cluster, started for this session (seconds) and stopped at its end."""
-    folder = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "PODIUM_SLURM_DIR": str(folder)}
-    up = subprocess.run([str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600, check=False)
-    try:
-        assert up.returncode == 0, f"local-cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
-        yield folder / "slurm.conf"
-    finally:
-        down = subprocess.run([str(SCRIPT), "down"], env=env, capture_output=True, text=True, timeout=120,
-                              check=False)
-        assert down.returncode == 0, down.stderr
 
 
 def _slurm(conf: Path, *argv: str) -> str:
@@ -263,7 +247,7 @@ def test_no_python_on_the_nodes_to_find_ports(slurm_conf: Path, tmp_path: Path) 
     where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, python="/opt/none/bin/python3"))
     with pytest.raises(LaunchError) as e:
         where.placement(2, nodes=2)
-    assert "cannot find free ports on node" in e.value.message
+    assert "cannot find the address and free ports of node" in e.value.message
     assert e.value.fix is not None and "engine.slurm.python must be a Python on the nodes" in e.value.fix
     _until(lambda: _jobs(slurm_conf) == [])   # the allocation taken for the placement is given back
 
