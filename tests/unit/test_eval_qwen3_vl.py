@@ -113,3 +113,32 @@ def test_brand_ratio_and_secondhand_f1() -> None:
     assert brand_f1([(" ACME ", "acme"), ("Adidas", "Nike")], 90) == 0.5
     assert binary_f1([(True, True), (True, False), (False, True), (False, False)]) == pytest.approx(0.5)
     assert binary_f1([(False, False)]) == 0.0   # no positive at all: scikit-learn's zero_division value
+
+
+# The reference's ProductMetadata.model_validate_json verdict on each answer (schema.py at b66003e1, pydantic 2.14.4):
+# the validated fields, or None for a rejected answer (scored as padding).
+SCHEMA_VERDICTS = [
+    ('{"category": "A", "brand": "b", "is_secondhand": false}', ("A", "b", False)),
+    ('{"category": "A", "brand": "b", "is_secondhand": false,}', None),             # trailing comma
+    ('{"category": "A", "brand": "b", "is_secondhand": "yes"}', ("A", "b", True)),  # lax bool strings
+    ('{"category": "A", "brand": "b", "is_secondhand": "1"}', ("A", "b", True)),
+    ('{"category": "A", "brand": "b", "is_secondhand": 1.0}', ("A", "b", True)),
+    ('{"category": "A", "brand": "b", "is_secondhand": 2}', None),
+    ('{"category": "A\\u00e9", "brand": "b", "is_secondhand": false}', ("A\u00e9", "b", False)),
+    ('[{"category": "A", "brand": "b", "is_secondhand": false}]', None),           # an array
+    ('{"category": "A", "brand": {"name": "b"}, "is_secondhand": false}', None),    # an object for a string
+    ('{"category": "A", "brand": "b", "is_secondhand": false} trailing', None),     # text after the object
+    ('\ufeff{"category": "A", "brand": "b", "is_secondhand": false}', None),        # a byte-order mark
+    ("   ", None),
+    ('{"category": "A", "brand": "b", "is_secondhand": NaN}', None),
+    ('{"Category": "A", "brand": "b", "is_secondhand": false}', None),              # field names are exact
+    ('{"category": ["A"], "brand": "b", "is_secondhand": false}', None),
+    ('{"category": "A", "brand": "b", "is_secondhand": null}', None),
+    ('{"category": "A", "brand": "b", "is_secondhand": false}\n\n', ("A", "b", False)),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SCHEMA_VERDICTS)
+def test_schema_verdicts_of_the_reference(text: str, expected: tuple | None) -> None:
+    answer = parse_answer(text)
+    assert (None if answer is None else (answer.category, answer.brand, answer.is_secondhand)) == expected
