@@ -162,11 +162,11 @@ run it with \`$0 run CMD\` (CMD may be a shell), which makes those namespaces"
 }
 
 node_up() {  # node_up I: node I's own network, mount and UTS namespaces (eth0 on the bridge), then its slurmd there
-    local i=$1 name=node$1 holder ns="" n
+    local i=$1 name=node$1 holder ns=""
     # the namespaces live as long as a process is in them: this sleep until slurmd (a daemon) runs there
     unshare --net --mount --uts --propagation private -- sleep 120 &
     holder=$!
-    for n in $(seq 1 200); do
+    for _ in $(seq 1 200); do
         ns=$(readlink "/proc/$holder/ns/net" 2>/dev/null) || true
         [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/net)" ] && break
         sleep 0.05
