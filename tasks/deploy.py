@@ -160,6 +160,20 @@ def _indent(text: str, prefix: str = "      | ") -> str:
     return "\n".join(prefix + line for line in text.rstrip("\n").splitlines())
 
 
+def _routing(processes: list[dict[str, Any]]) -> list[str]:
+    """What a KV router routes on: the workers' KV-cache events, or its own predictions."""
+    routers = [p for p in processes if "--router-mode" in p["argv"]
+               and p["argv"][p["argv"].index("--router-mode") + 1] == "kv"]
+    if not routers:
+        return []
+    publishers = [p["name"] for p in processes if "kv_events" in p["side_ports"]]
+    if "--no-router-kv-events" in routers[0]["argv"]:
+        return ["  KV router: no worker publishes KV events here; it predicts cache state from its own routing"]
+    source = f"the KV events of {len(publishers)} worker(s), each on its kv_events port" if publishers else \
+        "the KV events the workers publish over the event plane"
+    return [f"  KV router: fed by {source}"]
+
+
 def render(items: list[dict[str, Any]]) -> str:
     """The review as text, one block per process."""
     lines = []
@@ -187,6 +201,7 @@ def render(items: list[dict[str, Any]]) -> str:
                           + (f" contains {q['contains']}" if "contains" in q else "") for q in p["probes"])]
             for path, text in p["files"].items():
                 lines += [f"    file {path}:", _indent(text)]
+        lines += _routing(r["processes"])
         e = r["endpoint"]
         lines.append(f"  endpoint {e['base_url']} model {e['model']!r}; token-id prompts: "
                      f"{'yes' if e['accepts_token_ids'] else 'no'}; token ids back: "

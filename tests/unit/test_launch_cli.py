@@ -86,6 +86,7 @@ def test_text_review_shows_argv_env_ports_gpus_and_probes(tmp_path: Path) -> Non
     assert "CUDA_VISIBLE_DEVICES=2,3" in out
     assert 'ready when: GET /health contains "status":"ready"' in out
     assert "ports are picked free at launch" in out
+    assert "KV router: fed by the KV events of 10 worker(s), each on its kv_events port" in out
 
 
 def test_a_bad_benchmark_key_is_named(tmp_path: Path) -> None:
