@@ -52,17 +52,26 @@ MIN_DISK_GB=30       # .venv-gpu is about 9 GB, the uv cache as much again (hard
 MIN_GLIBC=2.34       # the newest manylinux tag among the locked wheels (every one has a wheel: nothing is built)
 
 # Step limits in seconds. install-podium, assets and plans run beside install-engines, so the longest path is gpu +
-# uv + install-engines + argv + vllm + dynamo = 565 s, within the deadline (tests/unit/test_gpu_acceptance.py).
-declare -A LIMIT=([gpu]=15 [uv]=20 [install-engines]=160 [install-podium]=90 [assets]=40 [plans]=30 [argv]=40
-                  [vllm]=160 [dynamo]=170)
+# uv + install-engines + argv + vllm + dynamo = 535 s; with what may follow the last step (STEP_RESERVE_S) that is the
+# deadline, and the table comes after it (tests/unit/test_gpu_acceptance.py checks the sums).
+declare -A LIMIT=([gpu]=15 [uv]=20 [install-engines]=150 [install-podium]=80 [assets]=40 [plans]=30 [argv]=40
+                  [vllm]=150 [dynamo]=160)
 BESIDE_ENGINES=(install-podium assets plans)
 DEADLINE_S=${PODIUM_GPU_DEADLINE_S:-570}
+KILL_AFTER_S=10      # KILL this long after a step's TERM, if it is still running
+GRACE_S=5            # then TERM what is left of its process group, and KILL it after this long
+AFTER_S=20           # a leg's after_leg: engines ended, figures and reports copied
+STEP_RESERVE_S=$(( KILL_AFTER_S + GRACE_S + AFTER_S ))
 
-RESULTS=${PODIUM_GPU_RESULTS:-${OUT:-$ROOT/$WORKSPACE/gpu-acceptance/$(date -u +%Y%m%dT%H%M%SZ)}}
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RESULTS=${PODIUM_GPU_RESULTS:-${OUT:-$ROOT/$WORKSPACE/gpu-acceptance/$STAMP}}
+# The legs' own workspace, new each time: Podium caches every finished loadgen run by its content, so a re-run in one
+# workspace would measure nothing again. The smoke assets stay in .podium/store, where the plans read them.
+RUN_WS=$ROOT/$WORKSPACE/gpu-acceptance/ws-$STAMP
 LOGS=$RESULTS/logs
 mkdir -p "$LOGS" || exit 2
 T0=$(date +%s)
-export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE UV_VERSION MIN_DRIVER MIN_DISK_GB MIN_GLIBC LOGS DRY
+export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE RUN_WS UV_VERSION MIN_DRIVER MIN_DISK_GB MIN_GLIBC LOGS DRY
 export UV=$ROOT/$WORKSPACE/uv/bin/uv
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$ROOT/$WORKSPACE/uv-cache}   # beside the virtualenvs, so uv can hard-link
 export UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 PYTHONUNBUFFERED=1
@@ -84,11 +93,13 @@ skip() {   # skip ORDER NAME REASON
 }
 
 # step ORDER NAME FUNCTION [AFTER]: FUNCTION under `timeout` (the step's limit, or less when the deadline is nearer),
-# its output in logs/NAME.log; then AFTER (at most 30 s, outside the limit: what a killed step left is collected
-# too); record PASS, FAIL, TIMEOUT or DRY with the seconds and the figure FUNCTION or AFTER wrote to logs/NAME.figure.
+# its output in logs/NAME.log. Whatever of its process group outlives it (a `podium run` still winding down after the
+# TERM) is ended by that group's id: TERM, GRACE_S, then KILL. Then AFTER (at most AFTER_S, outside the limit: what a
+# killed step left is collected too); record PASS, FAIL, TIMEOUT or DRY with the seconds and the figure FUNCTION or
+# AFTER wrote to logs/NAME.figure. Those extras reserve STEP_RESERVE_S of the deadline, so the last step ends by it.
 step() {
-  local order=$1 name=$2 fn=$3 after=${4:-} limit=${LIMIT[$2]} left start rc status note figure
-  left=$(( DEADLINE_S - ($(date +%s) - T0) ))
+  local order=$1 name=$2 fn=$3 after=${4:-} limit=${LIMIT[$2]} left start rc status note figure group waited
+  left=$(( DEADLINE_S - ($(date +%s) - T0) - STEP_RESERVE_S ))
   if (( left < 5 )); then
     skip "$order" "$name" "no time left before the ${DEADLINE_S} s deadline"
     return 1
@@ -96,9 +107,18 @@ step() {
   (( limit > left )) && limit=$left
   echo "== $name (limit ${limit} s, log $LOGS/$name.log)"
   start=$(date +%s.%N)
-  STEP=$name timeout --kill-after=10 "$limit" bash -euo pipefail -c "$fn" > "$LOGS/$name.log" 2>&1
+  # timeout makes its own process group (its pid) for everything the step starts; engines and the S3 server make
+  # their own groups and are ended by `podium run` itself, or by after_leg from their pid files
+  STEP=$name timeout --kill-after="$KILL_AFTER_S" "$limit" bash -euo pipefail -c "$fn" > "$LOGS/$name.log" 2>&1 &
+  group=$!
+  wait "$group"
   rc=$?
-  [[ -n $after ]] && STEP=$name timeout 30 bash -uo pipefail -c "$after" >> "$LOGS/$name.log" 2>&1
+  if kill -TERM -- "-$group" 2> /dev/null; then
+    for (( waited = 0; waited < GRACE_S; waited++ )); do kill -0 -- "-$group" 2> /dev/null || break; sleep 1; done
+    kill -KILL -- "-$group" 2> /dev/null && echo "ended what was left of step $name (process group $group)" \
+      >> "$LOGS/$name.log"
+  fi
+  [[ -n $after ]] && STEP=$name timeout "$AFTER_S" bash -uo pipefail -c "$after" >> "$LOGS/$name.log" 2>&1
   case $rc in
     0) status=PASS ;;
     124|137) status=TIMEOUT ;;
@@ -167,7 +187,7 @@ engines_figure() {
   local versions
   versions=$("$GPU_VENV/bin/python" -c 'import importlib.metadata as m
 print(", ".join(f"{d} {m.version(d)}" for d in ("vllm", "ai-dynamo", "nixl-cu13", "torch", "flashinfer-python")))')
-  figure "$versions; $(du -sh "$GPU_VENV" | cut -f1)$1"
+  figure "$versions; $(du -sh "$GPU_VENV/" | cut -f1)$1"
 }
 
 s_install_engines() {
@@ -209,9 +229,9 @@ s_assets() {
 s_plans() {
   local leg
   for leg in vllm dynamo; do
-    PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" launch "$HERE/$leg.yaml" --dry-run --workspace "$WORKSPACE" \
+    PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" launch "$HERE/$leg.yaml" --dry-run --workspace "$RUN_WS" \
       | tee "$LOGS/dryrun-$leg.txt"
-    PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" launch "$HERE/$leg.yaml" --dry-run --json --workspace "$WORKSPACE" \
+    PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" launch "$HERE/$leg.yaml" --dry-run --json --workspace "$RUN_WS" \
       > "$LOGS/dryrun-$leg.json"
   done
   figure "$("$PYTHON" -c 'import json, sys
@@ -244,25 +264,33 @@ s_argv() {
 s_leg() {   # run by s_vllm and s_dynamo
   local leg=$STEP
   if [[ $DRY == 1 ]]; then
-    dry "PATH=$PODIUM_VENV/bin:$GPU_VENV/bin:\$PATH $PODIUM_VENV/bin/podium run $HERE/$leg.yaml --workspace $WORKSPACE"
+    dry "PATH=$PODIUM_VENV/bin:$GPU_VENV/bin:\$PATH $PODIUM_VENV/bin/podium run $HERE/$leg.yaml --workspace $RUN_WS"
     return 0
   fi
-  readlink -f "$WORKSPACE/runs/latest" > "$LOGS/$leg.before" 2>/dev/null || true
-  PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" run "$HERE/$leg.yaml" --workspace "$WORKSPACE"
+  readlink -f "$RUN_WS/runs/latest" > "$LOGS/$leg.before" 2>/dev/null || true
+  PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" run "$HERE/$leg.yaml" --workspace "$RUN_WS"
 }
 
 after_leg() {   # what a leg (finished or killed) left: its engines ended, its run folder's figures and reports copied
   local leg=$STEP run before dest=$LOGS/$STEP f
   [[ $DRY == 1 ]] && return 0
-  "$PODIUM_VENV/bin/python" -c 'import logging, sys
+  # a killed `podium run` leaves its engines (their pid files) and its S3 server (its server.json): Podium's own
+  # helpers end exactly those, checking each recorded pid is still the process it started
+  "$PODIUM_VENV/bin/python" -c 'import json, logging, sys
 from pathlib import Path
+from tasks import s3server
 from tasks.launchers.local import reap_stale
 logging.basicConfig(level=logging.INFO)
-print("ended", reap_stale(Path(sys.argv[1]), logging.getLogger("gpu-acceptance")), "engine process group(s) left")' \
-    "$WORKSPACE/pids"
+ws = Path(sys.argv[1])
+print("ended", reap_stale(ws / "pids", logging.getLogger("gpu-acceptance")), "engine process group(s) left")
+record = ws / "s3" / s3server.SERVER_FILE
+pid = json.loads(record.read_text()).get("pid") if record.is_file() else None
+if isinstance(pid, int):
+    s3server.stop(s3server.S3Server(endpoint_url="", credentials=None, data_dir=(ws / "s3").resolve(), pid=pid),
+                  grace_s=3)' "$RUN_WS"
   command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=memory.used --format=csv,noheader
   before=$(cat "$LOGS/$leg.before" 2>/dev/null)
-  run=$(readlink -f "$WORKSPACE/runs/latest" 2>/dev/null) || true
+  run=$(readlink -f "$RUN_WS/runs/latest" 2>/dev/null) || true
   if [[ -z $run || $run == "$before" || ! -d $run ]]; then echo "$leg: podium made no run folder"; return 0; fi
   echo "run folder: $run" | tee "$LOGS/$leg.run"
   mkdir -p "$dest"

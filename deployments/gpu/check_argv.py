@@ -83,8 +83,9 @@ def dynamo_frontend(args: list[str]) -> str:
     return f"dynamo.frontend: router {config.router_mode}, discovery {config.discovery_backend}"
 
 
-def check(process: dict, engine_config: bool) -> str:
-    """What the engine's parser made of one process's argv; raises (SystemExit included) when it refuses it."""
+def check(process: dict, engine_config: bool) -> str | None:
+    """What the engine's parser made of one process's argv (None: not an engine command this knows); raises
+    (SystemExit included) when the parser refuses it."""
     argv = process["argv"]
     with environment(process["env"]):
         if argv[:2] == ["vllm", "serve"]:
@@ -95,7 +96,7 @@ def check(process: dict, engine_config: bool) -> str:
             return dynamo_worker(argv[3:], engine_config)
         if argv[1:3] == ["-m", "dynamo.frontend"]:
             return dynamo_frontend(argv[3:])
-    return "not an engine command this checks"
+    return None
 
 
 def main(paths: list[str], engine_config: bool) -> int:
@@ -108,7 +109,8 @@ def main(paths: list[str], engine_config: bool) -> int:
                 try:
                     with contextlib.redirect_stderr(said):
                         parsed = check(process, engine_config)
-                    print(f"ok   {name}: {parsed}", flush=True)
+                    print(f"ok   {name}: {parsed}" if parsed else f"skip {name}: not a vLLM or Dynamo command",
+                          flush=True)
                 except (Exception, SystemExit) as error:   # argparse exits on a bad flag; report it and go on
                     failed += 1
                     last = [line for line in said.getvalue().splitlines() if line.strip()][-1:]

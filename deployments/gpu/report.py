@@ -65,10 +65,25 @@ def figure(row: dict) -> str:
     return text
 
 
+def leg_figure(rows: list[dict]) -> str:
+    """The leg's line in the table: how many runs were VALID and scored PASS, and the Offline throughput; each
+    scenario's own row follows it."""
+    if not rows:
+        return "no loadgen run finished (the leg's report.md says why)"
+    perf = [r for r in rows if r["valid"] is not None]
+    acc = [r for r in rows if r["accuracy"] is not None]
+    text = (f"{sum(r['valid'] for r in perf)} of {len(perf)} performance runs VALID, "
+            f"{sum(bool(r['accuracy_pass']) for r in acc)} of {len(acc)} accuracy runs PASS")
+    offline = next((r for r in rows if r["scenario"] == "Offline" and r["metric"] is not None), None)
+    if offline is not None:
+        text += f"; Offline {_fmt(offline['metric'])} {offline['unit'] or ''}".rstrip()
+    return text
+
+
 def leg(run_folder: Path, rows_file: Path) -> None:
     rows = leg_rows(run_folder)
     rows_file.write_text(json.dumps(rows, indent=2))
-    print(" | ".join(figure(r) for r in rows))
+    print(leg_figure(rows))
 
 
 def table(results: Path, wall_s: float | None = None) -> int:

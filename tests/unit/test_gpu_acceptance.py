@@ -101,16 +101,27 @@ def _limits() -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"\[([a-z-]+)\]=(\d+)", block.group(1))}
 
 
+def _constant(text: str, name: str) -> int:
+    found = re.search(rf"^{name}=(\d+)\b", text, re.M)
+    assert found, f"no {name}=<seconds> in the script"
+    return int(found.group(1))
+
+
 def test_step_limits_fit_ten_minutes() -> None:
     text, limits = _script(), _limits()
     deadline = int(re.search(r"DEADLINE_S=\$\{PODIUM_GPU_DEADLINE_S:-(\d+)\}", text).group(1))
+    # what may follow a step's limit: KILL after the TERM, the group's grace, a leg's after_leg
+    reserve = sum(_constant(text, name) for name in ("KILL_AFTER_S", "GRACE_S", "AFTER_S"))
+    assert "STEP_RESERVE_S=$(( KILL_AFTER_S + GRACE_S + AFTER_S ))" in text
+    assert 'left=$(( DEADLINE_S - ($(date +%s) - T0) - STEP_RESERVE_S ))' in text
     beside = re.search(r"BESIDE_ENGINES=\(([^)]*)\)", text).group(1).split()
     steps = re.findall(r"\b(?:step|skip|leg_step) \d+ ([a-z-]+)\b", text)
     assert set(steps) == set(limits)   # every step has a limit, and no limit is left over
     assert set(beside) < set(limits) and "install-engines" not in beside
     serial = [s for s in limits if s not in beside and s != "install-engines"]
     longest = sum(limits[s] for s in serial) + max(limits["install-engines"], sum(limits[s] for s in beside))
-    assert longest <= deadline, f"the longest path of step limits is {longest} s, over the {deadline} s deadline"
+    assert longest + reserve <= deadline, f"the longest path of step limits is {longest} s (+{reserve} s after the " \
+                                          f"last one), over the {deadline} s deadline"
     assert deadline + AFTER_DEADLINE_S <= BUDGET_S
     # each leg's engine must be ready with time left in the leg's own limit for its loadgen runs
     for leg in ("vllm", "dynamo"):
@@ -144,14 +155,17 @@ def test_table_shows_each_scenario_of_a_leg(tmp_path: Path) -> None:
                 "ttft_p99_ms": 9.0, "tpot_p99_ms": 22.5, "invalid_reasons": ["TPOT p99 over 15 ms"]}]))
     leg = _report("leg", str(run), str(logs / "vllm.rows.json"))
     assert leg.returncode == 0, leg.stderr
-    assert "Offline VALID 12,345.6 Tokens/s" in leg.stdout and "exact_match 100.000 PASS" in leg.stdout
-    assert "Server INVALID" in leg.stdout and "TPOT p99 over 15 ms" in leg.stdout
+    assert leg.stdout.strip() == ("1 of 2 performance runs VALID, 1 of 1 accuracy runs PASS; "
+                                  "Offline 12,345.6 Tokens/s")
     for order, (name, status) in enumerate((("gpu", "PASS"), ("vllm", "FAIL"))):
         assert _report("step", str(logs / "steps.jsonl"), str(order), name, status, "1.5", "15", "",
                        "last line").returncode == 0
     table = _report("table", str(tmp_path / "results"), "42")
     assert table.returncode == 1   # a failed step fails the script
-    assert "| vllm/Offline | VALID |" in table.stdout and "| vllm/Server | INVALID |" in table.stdout
+    assert "| vllm/Offline | VALID | | | Offline VALID 12,345.6 Tokens/s, TTFT p99 3.0 ms, TPOT p99 1.25 ms; " \
+           "exact_match 100.000 PASS |" in table.stdout
+    assert "| vllm/Server | INVALID | | | Server INVALID 3,000.0 Tokens/s, TTFT p99 9.0 ms, TPOT p99 22.50 ms " \
+           "(TPOT p99 over 15 ms) |" in table.stdout
     assert "result: FAIL (vllm) in 42 s" in table.stdout
     summary = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert [s["step"] for s in summary["steps"]] == ["gpu", "vllm"] and summary["legs"]["vllm"][0]["valid"]
