@@ -273,6 +273,9 @@ class DynamoOptions(Common, Hardware):
     limit_mm_per_prompt: dict[str, int | MediaLimit] | None = None
     enable_multimodal: bool = False
     worker_args: tuple[str, ...] = Field((), description="flags for every worker, e.g. [--enforce-eager]")
+    workers_per_gpu: int = Field(1, ge=1, description="one-GPU workers sharing each GPU (local launcher; e.g. 2 for "
+                                                      "a prefill and a decode worker on one GPU), each held to its "
+                                                      "--gpu-memory-utilization")
     etcd: str = Field("etcd", description="the etcd command (discovery: etcd)")
     nats: str = Field("nats-server", description="the nats-server command (request or event plane: nats)")
 
@@ -283,7 +286,15 @@ class DynamoOptions(Common, Hardware):
                              f"kubernetes (the Dynamo operator) for {self.nodes} nodes")
         if self.worker == "mocker" and self.gpus_per_node:
             raise ValueError("gpus_per_node: the mocker simulates an engine and uses no GPU; set gpus_per_node: 0")
-        place(self.pools(), self.nodes, self.gpus_per_node)
+        place(self.pools(), self.nodes, self.gpus_per_node, self.workers_per_gpu)
+        if self.workers_per_gpu > 1 and self.worker == "vllm":
+            worst = max(w.memory_fraction for w in self.workers())
+            if worst * self.workers_per_gpu > VLLM_MEMORY_FRACTION:
+                raise ValueError(f"workers_per_gpu: {self.workers_per_gpu} workers share each GPU, but one may take "
+                                 f"{worst:g} of it (--gpu-memory-utilization; vLLM refuses to start when its share "
+                                 f"is not free); give every worker at most "
+                                 f"{VLLM_MEMORY_FRACTION / self.workers_per_gpu:g}, e.g. "
+                                 f"worker_args: [--gpu-memory-utilization, '0.1', --kv-cache-memory-bytes, '2G']")
         return self
 
     def pools(self) -> list[Pool]:
@@ -414,6 +425,9 @@ def engine_problems(name: str, options: dict[str, Any], launcher: str,
     if isinstance(config, DynamoOptions) and launcher == "kubernetes" and config.discovery != "kubernetes":
         problems.append("options.discovery: on Kubernetes the Dynamo operator does discovery; set "
                         "discovery: kubernetes")
+    if isinstance(config, DynamoOptions) and config.workers_per_gpu > 1 and launcher != "local":
+        problems.append("options.workers_per_gpu: only the local launcher shares a GPU between workers (Slurm steps "
+                        "and pods each claim their GPUs); set workers_per_gpu: 1")
     if isinstance(config, DynamoOptions) and config.discovery == "kubernetes" and launcher != "kubernetes":
         problems.append("options.discovery: kubernetes discovery needs the kubernetes launcher; use etcd or file")
     if isinstance(config, VllmOptions | TrtllmOptions | DynamoOptions) and launcher == "kubernetes" \

@@ -39,8 +39,9 @@ def describe(pools: Sequence[Pool]) -> str:
     return ", ".join(f"{p.role} {p.count} x {p.gpus} GPU(s)" for p in pools)
 
 
-def place(pools: Sequence[Pool], nodes: int, gpus_per_node: int) -> list[Slot]:
-    """Every worker's slot, or TopologyError naming the first worker that does not fit."""
+def place(pools: Sequence[Pool], nodes: int, gpus_per_node: int, workers_per_gpu: int = 1) -> list[Slot]:
+    """Every worker's slot, or TopologyError naming the first worker that does not fit. With `workers_per_gpu` > 1
+    (a prefill and a decode worker on one GPU, for tests) each GPU takes that many one-GPU workers."""
     for p in pools:
         bad = [n for n in p.nodes or () if not 0 <= n < nodes]
         if bad:
@@ -48,11 +49,16 @@ def place(pools: Sequence[Pool], nodes: int, gpus_per_node: int) -> list[Slot]:
     if gpus_per_node == 0:   # a CPU-only host: nothing to allocate, workers go round the allowed nodes
         return [Slot(p.role, i, (p.nodes or tuple(range(nodes)))[i % len(p.nodes or range(nodes))], ())
                 for p in pools for i in range(p.count)]
-    needed = sum(p.count * p.gpus for p in pools)
-    if needed > nodes * gpus_per_node:
+    wide = next((p for p in pools if p.gpus > 1), None)
+    if workers_per_gpu > 1 and wide is not None:
+        raise TopologyError(f"workers_per_gpu: only one-GPU workers share a GPU, but a {wide.role} worker needs "
+                            f"{wide.gpus}; set its tensor and pipeline parallel sizes to 1 or workers_per_gpu: 1")
+    needed, seats = sum(p.count * p.gpus for p in pools), gpus_per_node * workers_per_gpu
+    if needed > nodes * seats:
+        shared = f" x {workers_per_gpu} workers each" if workers_per_gpu > 1 else ""
         raise TopologyError(f"the workers need {needed} GPUs ({describe(pools)}) but {nodes} node(s) x "
-                            f"{gpus_per_node} GPUs = {nodes * gpus_per_node}; use fewer workers or more nodes")
-    free = [list(range(gpus_per_node)) for _ in range(nodes)]
+                            f"{gpus_per_node} GPUs{shared} = {nodes * seats}; use fewer workers or more nodes")
+    free = [[g for g in range(gpus_per_node) for _ in range(workers_per_gpu)] for _ in range(nodes)]
     slots = []
     for p in pools:
         if p.gpus > gpus_per_node:

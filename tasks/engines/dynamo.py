@@ -72,7 +72,7 @@ class DynamoBackend:
                                   "options.version when it runs in a container")
 
     def slots(self, o: DynamoOptions) -> list[Slot]:
-        return place(o.pools(), o.nodes, o.gpus_per_node)
+        return place(o.pools(), o.nodes, o.gpus_per_node, o.workers_per_gpu)
 
     def _infra_ports(self, o: DynamoOptions) -> int:
         nats = "nats" in (o.request_plane, o.event_plane)

@@ -126,3 +126,23 @@ def test_engine_mistakes_name_the_field(engine: dict, expected: str) -> None:
 def test_an_engine_larger_than_its_system() -> None:
     assert ("benchmarks.0.engine.options.nodes: the engine spans 4 nodes but system 'gb200x16-slurm' has 2; "
             "set that system's nodes: 4") in _error(DYNAMO, nodes=2)
+
+
+def test_one_gpu_workers_may_share_a_gpu_and_wider_ones_may_not() -> None:
+    pools = [Pool("prefill", 1, 1), Pool("decode", 1, 1)]
+    assert place(pools, 1, 1, workers_per_gpu=2) == [Slot("prefill", 0, 0, (0,)), Slot("decode", 0, 0, (0,))]
+    with pytest.raises(TopologyError, match="1 GPUs x 2 workers each = 2"):
+        place([Pool("decode", 3, 1)], 1, 1, workers_per_gpu=2)
+    with pytest.raises(TopologyError, match="only one-GPU workers share a GPU, but a prefill worker needs 2"):
+        place([Pool("prefill", 1, 2), Pool("decode", 1, 1)], 1, 2, workers_per_gpu=2)
+
+
+def test_workers_sharing_a_gpu_must_leave_each_other_room_and_run_locally() -> None:
+    options = {"python": "py", "gpus_per_node": 1, "workers_per_gpu": 2, "discovery": "file",
+               "prefill": {"workers": 1}, "decode": {"workers": 1}}
+    with pytest.raises(ValueError, match=r"give every worker at most 0\.45"):
+        OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.5"]})
+    OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.4"]})
+    from submission.engines import engine_problems
+    assert any("only the local launcher shares a GPU" in p for p in engine_problems(
+        "dynamo", options | {"discovery": "etcd", "worker_args": ["--gpu-memory-utilization", "0.4"]}, "slurm", None))
