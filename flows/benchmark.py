@@ -12,7 +12,6 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
-from submission import capacity
 from submission import plan as plans
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
@@ -21,6 +20,7 @@ from tasks.build import build_engine
 from tasks.compliance.planning import audit_jobs
 from tasks.deploy import model_dir_for, sizing, where
 from tasks.engine import EngineSession, engine_identity
+from tasks.inputs import require_fit
 from tasks.loadgen import RunRejected, run_loadgen
 from tasks.staging import S3Access, stage_task
 from tasks.workspace import Workspace
@@ -70,10 +70,7 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
 
 def check_staged(plan: plans.Plan, bench: plans.BenchmarkSpec, model: str, datasets: dict[str, str]) -> None:
     """Before the build and the launch: the staged weights fit the GPUs and the staged prompts the sequence budgets."""
-    sized = sizing(plan, bench, model=Path(model), datasets=datasets)
-    if sized.fits or sized.budgets:
-        get_run_logger().info("%s after staging:\n%s", bench.key, "\n".join(capacity.render(sized)))
-    capacity.require(sized.problems)
+    require_fit([sizing(plan, bench, model=Path(model), datasets=datasets)], get_run_logger().info, " after staging")
 
 
 def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], records: list[RunRecord],

@@ -58,8 +58,12 @@ def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,
     plan's. Each benchmark's table goes to `log`."""
     from tasks.deploy import sizing
 
-    reviews = [sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks]
+    require_fit([sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks], log)
+
+
+def require_fit(reviews: list[capacity.Review], log: Callable[[str], object] | None = None, when: str = "") -> None:
+    """Each review's table to `log` (`when` follows its benchmark's key), then one PlanError for every problem."""
     for r in reviews:
         if log and (r.fits or r.budgets or r.notes):
-            log(f"{r.key}:\n" + "\n".join(capacity.render(r)))
+            log(f"{r.key}{when}:\n" + "\n".join(capacity.render(r)))
     capacity.require([problem for r in reviews for problem in r.problems])

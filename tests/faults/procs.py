@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -120,3 +122,18 @@ def act_mid_run(ws, seen: dict, stop, act, after_s: float = 3.0,
             seen["at"] = time.time()
             return
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def fault_mid_run(ws, act: Callable[[int], object], seen: dict,
+                  find: Callable[[object], int | None] = local_engine) -> Iterator[dict]:
+    """While the body runs a flow in workspace `ws`, `act_mid_run` acts on the engine from a thread; the thread is
+    stopped and joined on the way out, whatever the flow did. Yields `seen`."""
+    stop = threading.Event()
+    actor = threading.Thread(target=act_mid_run, args=(ws, seen, stop, act), kwargs={"find": find}, daemon=True)
+    actor.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        actor.join()

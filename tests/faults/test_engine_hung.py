@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import yaml
 
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
-from tests.faults.procs import act_mid_run, group_pids, recorded_engines
+from tests.faults.procs import fault_mid_run, group_pids, recorded_engines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 STALL_S = 4
@@ -35,15 +34,10 @@ def test_engine_hung_mid_server_run_is_stopped_relaunched_and_the_run_retried(
     plan.write_text(yaml.safe_dump(data, sort_keys=False))
     ws = Workspace.at(tmp_path / "ws")
     seen: dict = {}
-    stop = threading.Event()
-    hanger = threading.Thread(target=act_mid_run, daemon=True,   # SIGSTOP the engine's group 3 s into the run
-                              args=(ws, seen, stop, lambda pgid: os.killpg(pgid, signal.SIGSTOP)))
-    hanger.start()
-    try:
-        state = submission(str(plan), str(ws.root), return_state=True)
+    try:   # SIGSTOP the engine's group 3 s into the run
+        with fault_mid_run(ws, lambda pgid: os.killpg(pgid, signal.SIGSTOP), seen):
+            state = submission(str(plan), str(ws.root), return_state=True)
     finally:
-        stop.set()
-        hanger.join()
         if "pgid" in seen:   # whatever happened, never leave a stopped group behind
             for pid in group_pids(seen["pgid"]):
                 os.kill(pid, signal.SIGKILL)

@@ -7,7 +7,6 @@ retried; the flow completes with a VALID Server result built only from the retri
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
-from tests.faults.procs import LOOPBACK, act_mid_run, group_pids, kill_group, listening, recorded_engines
+from tests.faults.procs import LOOPBACK, fault_mid_run, group_pids, kill_group, listening, recorded_engines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -37,15 +36,9 @@ def test_engine_killed_mid_server_run_is_relaunched_and_the_run_retried(
     plan = fault_plan(tmp_path / "plan.yaml", smoke_store)
     ws = Workspace.at(tmp_path / "ws")
     seen: dict = {}
-    stop = threading.Event()
-    killer = threading.Thread(target=act_mid_run, args=(ws, seen, stop, _kill(seen)), daemon=True)
-    killer.start()
     started = time.monotonic()
-    try:
+    with fault_mid_run(ws, _kill(seen), seen):
         state = submission(str(plan), str(ws.root), return_state=True)
-    finally:
-        stop.set()
-        killer.join()
     elapsed = time.monotonic() - started
     assert "pgid" in seen, "the engine was never killed: the fault did not happen"
     assert seen["listening"] and all(addr in LOOPBACK for addr, _ in seen["listening"]), seen["listening"]

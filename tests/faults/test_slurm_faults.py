@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import yaml
 from tasks.launchers.slurm import SlurmLauncher
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
-from tests.faults.procs import act_mid_run, slurm, slurm_engine, step_tasks
+from tests.faults.procs import fault_mid_run, slurm, slurm_engine, step_tasks
 from tests.integration.test_slurm import LOG, _settings, _web
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slurm]
@@ -81,17 +80,11 @@ def _run_with_fault(plan: Path, ws: Workspace, conf: Path, sig: signal.Signals) 
     from flows.submission import submission
 
     seen: dict = {}
-    stop = threading.Event()
-    actor = threading.Thread(target=act_mid_run, daemon=True,
-                             args=(ws, seen, stop, lambda pgid: os.killpg(pgid, sig)),
-                             kwargs={"find": slurm_engine(conf, seen)})
-    actor.start()
     started = time.monotonic()
     try:
-        state = submission(str(plan), str(ws.root), return_state=True)
+        with fault_mid_run(ws, lambda pgid: os.killpg(pgid, sig), seen, find=slurm_engine(conf, seen)):
+            state = submission(str(plan), str(ws.root), return_state=True)
     finally:
-        stop.set()
-        actor.join()
         seen["left"] = _left(seen.get("pids", []))   # what the flow left of the old step, read before the clean-up
         for pid in seen.get("pids", []):   # whatever happened, never leave a stopped engine behind
             try:
