@@ -73,9 +73,17 @@ def _config(folder: Path | None) -> dict[str, Any]:
     return {**data, **data.get("text_config", {})}   # a VLM keeps its language model's shape there
 
 
+def reference_facts(bench: BenchmarkSpec) -> dict:
+    """rules/models.yaml's facts of the benchmark's reference model, when the plan serves that model (model.name is
+    the benchmark's); a substitute (the smoke plans' tiny Llama mapped onto gpt-oss-120b) has none of them."""
+    if not bench.benchmark.lower().startswith(bench.model.name.lower()):   # llama2-70b serves llama2-70b-99.9
+        return {}
+    return model_rules()["models"].get(bench.benchmark, {})
+
+
 def model_facts(bench: BenchmarkSpec, folder: Path | None = None) -> ModelFacts:
     """What the checks know of the model: from its folder when there is one (staged, or a local source)."""
-    ref = model_rules()["models"].get(bench.benchmark, {})
+    ref = reference_facts(bench)
     config = _config(folder)
     found = safetensors_bytes(folder) if folder and folder.is_dir() else None
     if found:
@@ -154,7 +162,7 @@ def _fit_fix(row: Fit, bench: BenchmarkSpec) -> str:
     w, bits = row.worker, model_rules()["weight_bits"]["nvfp4"]
     fitting = [tp for tp in (2, 4, 8, 16, 32, 64) if tp > w.tp and Fit(
         dataclasses.replace(w, tp=tp), row.weights * w.tp / tp, row.kv_min * w.tp / tp, row.capacity).fits]
-    params = bench.model.parameters or model_rules()["models"].get(bench.benchmark, {}).get("parameters")
+    params = bench.model.parameters or reference_facts(bench).get("parameters")
     four_bit = f" ({_gb(float(params) * bits / 8 / (w.tp * w.pp))} per GPU)" if params else ""
     larger = f"{fitting[0]} fits" if fitting else "none up to 64 fits"
     return (f"a smaller weight dtype, e.g. model.weight_data_types: nvfp4{four_bit}, or a larger "

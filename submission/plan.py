@@ -58,7 +58,8 @@ class ModelSpec(Strict):
     weight_data_types: str = "fp32"
     parameters: float | None = Field(None, gt=0, description="total parameter count (e.g. 235e9) for the memory-fit "
                                      "check before the model is staged; default: the benchmark's reference model "
-                                     "(submission/rules/models.yaml)")
+                                     "(submission/rules/models.yaml) when model.name is the benchmark's, else "
+                                     "unknown until staged")
     input_data_types: str = "int32"
     weight_transformations: str = "none"
     starting_weights_filename: str = ""

@@ -132,3 +132,19 @@ def test_an_unknown_gpu_memory_is_said_not_guessed(tmp_path: Path) -> None:
     code, out = _dry_run(plan, tmp_path)
     assert code == 0, out
     assert "memory fit not checked: GPU memory unknown" in out and "accelerator_memory_capacity" in out
+
+
+def test_a_substitute_model_not_yet_staged_is_not_sized_as_the_reference(tmp_path: Path) -> None:
+    """CI ran the GPU acceptance plans' dry run before the tiny model was staged: the tiny Llama (mapped onto
+    gpt-oss-120b) was sized as gpt-oss-120b's 116.8B parameters in fp32 and the dry run exited 2."""
+    plan = yaml.safe_load((PLANS.parent / "gpu" / "vllm.yaml").read_text())
+    model = plan["benchmarks"][0]["model"]
+    model["source"] = str(tmp_path / "not-staged")
+    model.pop("parameters", None)
+    bench = parse(plan).benchmarks[0]
+    facts = capacity.model_facts(bench, None)
+    assert facts.weight_bytes is None and "model.parameters" in facts.weight_source   # unknown, said so, not guessed
+    model["parameters"] = 424832
+    assert capacity.model_facts(parse(plan).benchmarks[0], None).weight_bytes == 424832 * 4   # fp32: 4 bytes each
+    code, out = _dry_run(plan, tmp_path)
+    assert code == 0, out
