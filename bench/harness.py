@@ -269,7 +269,8 @@ def main() -> None:
                          "requests_small_large": sizes, "reps": reps}, "skipped": skipped, "modes": {}}
     with tempfile.TemporaryDirectory(prefix="podium-bench-harness-") as tmp:
         work = Path(tmp)
-        from tasks.engines import smoke_data, smoke_model
+        from tasks.engines.smoke import data as smoke_data
+        from tasks.engines.smoke import model as smoke_model
 
         smoke_model.build(work / "tiny-llama")   # the peers' tokenizer (they count prompt tokens with it)
         for mode in ("burst", "paced"):

@@ -1,15 +1,15 @@
 """Peak-QPS search on a server of known capacity: Podium's search against a linear sweep and loadgen's own
 FindPeakPerformance mode. How many seconds of load each spends, and how close to the true maximum it lands.
 
-The server is Podium's simulated one (tasks/harness/testing.py); its true maximum for a full-length Server run is
-known exactly (`max_valid_qps`: loadgen's fixed-seed schedule replayed through the same model with loadgen's rules).
+The server is Podium's simulated one (tasks/engines/simulated/server.py); its true maximum for a full-length Server run
+is known exactly (`max_valid_qps`: loadgen's fixed-seed schedule replayed through the same model with loadgen's rules).
 
     python bench/search.py [--mode live|virtual|both] [--reps 3] [--configs decode-bound,tpot-bound]
                            [--probe-queries 640] [--full-queries 2048] [--virtual-full 2048,6400] [--merge]
 
 Methods (every one starts from the same measured Offline throughput, a 10 s Offline run, which is not counted):
-  podium      tasks.search: probes of --probe-queries queries, bracket from Offline, bisection to 2 % (aimed by
-              the p99 margins), one full-length confirmation (stepping down if it fails); "refine_up" (virtual
+  podium      tasks.tuning.bisection: probes of --probe-queries queries, bracket from Offline, bisection to 2 % (aimed
+              by the p99 margins), one full-length confirmation (stepping down if it fails); "refine_up" (virtual
               only) then also climbs with full-length runs, for when short probes are pessimistic
   linear      full-length runs from the Offline throughput down in steps of 1.5 % of it; the first VALID one wins
   findpeak    loadgen TestMode.FindPeakPerformance (Server): lower bound 0.5 x Offline, boundary step 1 (doubling),
@@ -43,7 +43,7 @@ from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.engines import Endpoint
 from tasks.engines.simulated import config as sim_config
-from tasks.harness.simulated import (
+from tasks.engines.simulated.queueing import (
     PERCENTILE,
     Protocol,
     SimConfig,
@@ -53,16 +53,16 @@ from tasks.harness.simulated import (
     query_count,
     replay,
 )
-from tasks.harness.testing import MODEL_NAME
+from tasks.engines.simulated.server import MODEL_NAME
 from tasks.launchers.local import free_port
-from tasks.probes import ProbeCache, Prober, run_probe, with_rate
-from tasks.search import SearchSettings, search
+from tasks.tuning.bisection import SearchSettings, search
+from tasks.tuning.probes import ProbeCache, Prober, run_probe, with_rate
 
 M, SAMPLES, TOKENS, WITHIN = "gpt-oss-120b", 32, 16, 0.02
 RULES = load_rules("v6.1")
 SERVER = RULES.benchmark(M).scenario("Server")
 SEED = RULES.seeds.schedule_rng_seed
-CONFIGS = {   # engine options of the simulated engine (submission.engines.SimulatedOptions)
+CONFIGS = {   # engine options of the simulated engine (submission.engine_options.SimulatedOptions)
     "decode-bound": {"prefill_workers": 1, "prefill_ms": 3, "decode_workers": 2, "decode_slots": 32, "tpot_ms": 30,
                      "tpot_load": 1.0, "output_tokens": TOKENS, "chunk_tokens": 5},
     "tpot-bound": {"prefill_workers": 1, "prefill_ms": 3, "decode_workers": 2, "decode_slots": 32, "tpot_ms": 20,
@@ -183,7 +183,7 @@ def live_once(name: str, options: dict, args: argparse.Namespace, work: Path, da
     cfg = sim_config(options)
     true = max_valid_qps(cfg, protocol(args.full_queries))
     port = free_port()
-    argv = [sys.executable, "-m", "tasks.harness.testing", "--port", str(port),
+    argv = [sys.executable, "-m", "tasks.engines.simulated.server", "--port", str(port),
             "--chunk-tokens", str(options["chunk_tokens"])]
     argv += [a for k, v in vars(cfg).items() for a in ("--" + k.replace("_", "-"), str(v))]
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # noqa: S603

@@ -13,12 +13,12 @@ Methods:
   cp            `cp -r` of the local folder (no verification)
   cp+verify     the same, then a sha256 pass over the copy and an fsync of each file: what a plain copy costs
                 once it is verified and on disk, as a staged copy is
-  stage-fs      tasks.staging.stage of the local folder, first time (no manifest yet: each byte hashed while it
+  stage-fs      tasks.staging.stage.stage of the local folder, first time (no manifest yet: each byte hashed while it
                 is copied, journaled, fsynced, atomic rename)
   boto3         boto3 `download_file` of each object with its default TransferConfig (8 MiB parts, 10 threads;
                 no checksum of the whole object)
   boto3+verify  the same, then a sha256 pass over the files and an fsync of each
-  stage-s3      tasks.staging.stage of s3://bench/model (8 ranged GETs of 8 MiB in flight, sha256 checked against
+  stage-s3      tasks.staging.stage.stage of s3://bench/model (8 ranged GETs of 8 MiB in flight, sha256 checked against
                 the manifest while copying, journal for resume, fsync, atomic rename)
 """
 
@@ -40,9 +40,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tasks import s3server, storage
-from tasks.checksums import sha256_file
-from tasks.staging import S3Access, stage
+from tasks.files import sha256_file
+from tasks.staging.stage import S3Access, stage
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 
 MIB = 1 << 20
 

@@ -24,8 +24,8 @@ from flows.submission import object_storage, preflight, submission
 from submission import plan as plans
 from submission.errors import PlanError
 from submission.plan import check_name
-from tasks.cluster import cluster_checks
-from tasks.staging import S3Access
+from tasks.ops.cluster import cluster_checks
+from tasks.staging.stage import S3Access
 from tasks.workspace import Workspace
 
 SMOKE_PLAN = "deployments/plans/smoke.yaml"

@@ -41,7 +41,7 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission import plan as plans
-    from tasks.inputs import check_capacity, check_inputs
+    from tasks.ops.inputs import check_capacity, check_inputs
 
     try:
         loaded = plans.load(plan)
@@ -79,7 +79,7 @@ def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/,
     """Check a submission tree. Exit 0 clean, 1 errors (Podium's or the official checker's), 2 could not run."""
     import tempfile
 
-    from submission import official
+    from submission import official_checker as official
     from submission.checker import check_tree
 
     theirs, differences = None, []
@@ -136,7 +136,9 @@ def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pa
         typer.echo(f"{pkg.tarball}\nsha256 {pkg.sha256}\nmanifest {pkg.manifest_file} ({pkg.files} files, "
                    f"{pkg.bytes} bytes)")
         if bucket or embedded:
-            from tasks import packaging, s3server, storage
+            from tasks.storage import objects as storage
+            from tasks.storage import s3server
+            from tasks.storage import uploads as packaging
 
             if embedded:
                 server = s3server.running(workspace / "s3")
@@ -190,7 +192,8 @@ def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose tar
 @dev.command("smoke-assets")
 def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
     """Build the tiny model and the smoke data set into <workspace>/store (deterministic; skipped when present)."""
-    from tasks.engines import smoke_data, smoke_model
+    from tasks.engines.smoke import data as smoke_data
+    from tasks.engines.smoke import model as smoke_model
 
     store = workspace / "store"
     model = store / "models" / smoke_model.MODEL_NAME
@@ -214,7 +217,8 @@ def dev_up(workspace: Workspace = Path(".podium"),
            s3_only: Annotated[bool, typer.Option("--s3-only", help="start only the S3 server")] = False) -> None:
     """Start a local Prefect server with its UI, a process worker and the S3 server (all on 127.0.0.1); register
     the work pools, the S3 result storage, the gpu-<node> limits and the notifications; deploy the deployments."""
-    from tasks import devstack, s3server
+    from tasks.ops import devstack
+    from tasks.storage import s3server
     from tasks.workspace import Workspace as Ws
 
     try:
@@ -238,7 +242,7 @@ def dev_up(workspace: Workspace = Path(".podium"),
 @dev.command("down")
 def dev_down(workspace: Workspace = Path(".podium")) -> None:
     """Stop what `podium dev up` started: the worker, the Prefect server, the S3 server."""
-    from tasks import devstack
+    from tasks.ops import devstack
     from tasks.workspace import Workspace as Ws
 
     try:
@@ -256,7 +260,8 @@ def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification
           region: Annotated[str, typer.Option(help="S3 region")] = "us-east-1") -> None:
     """Register on the Prefect server at PREFECT_API_URL what the deployments need: work pools, S3 result
     storage (credentials from the workers' own AWS chain), gpu-<node> limits and the notification automations."""
-    from tasks import nodes, notifications, registration, storage
+    from tasks.ops import nodes, notifications, registration
+    from tasks.storage import objects as storage
 
     if not os.environ.get("PREFECT_API_URL"):
         _fail(PodiumError("PREFECT_API_URL is not set: there is no server to set up",
@@ -280,9 +285,9 @@ def stage(source: Annotated[str, typer.Argument(help="a local file or folder, or
           endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint for s3:// sources")] = None,
           workspace: Workspace = Path(".podium")) -> None:
     """Stage a model or dataset onto this node's disk, verified by sha256, with a progress bar."""
-    from tasks import s3server
-    from tasks.staging import S3Access
-    from tasks.staging import stage as stage_source
+    from tasks.staging.stage import S3Access
+    from tasks.staging.stage import stage as stage_source
+    from tasks.storage import s3server
 
     embedded = endpoint_url is None and s3server.running(workspace / "s3") is not None
     access = S3Access(endpoint_url=endpoint_url, embedded_dir=str((workspace / "s3").resolve()) if embedded else None)
@@ -312,7 +317,7 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     import time
 
     from submission import plan as plans
-    from tasks import deploy
+    from tasks.serving import deployment as deploy
 
     try:
         loaded = plans.load(plan)

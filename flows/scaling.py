@@ -16,11 +16,11 @@ from flows.search import prepare, record_artifacts, scenario_spec, search_peak_q
 from submission import gates
 from submission import plan as plans
 from submission.errors import PlanError
-from tasks import plots
-from tasks.engine import EngineSession
-from tasks.probes import ProbeCache, Prober, target_qps, with_rate
-from tasks.scaling import scale_options
-from tasks.search import SearchSettings
+from tasks.reporting import plots
+from tasks.serving.session import EngineSession
+from tasks.tuning.bisection import SearchSettings
+from tasks.tuning.probes import ProbeCache, Prober, target_qps, with_rate
+from tasks.tuning.scaling import scale_options
 from tasks.workspace import Workspace
 
 

@@ -1,4 +1,5 @@
-"""Peak-QPS search and the prefill:decode sweep, as Prefect flows over `tasks.search` and `tasks.probes`.
+"""Peak-QPS search and the prefill:decode sweep, as Prefect flows over `tasks.tuning.bisection` and
+`tasks.tuning.probes`.
 
 `search_peak_qps`: stage -> Offline throughput (the plan's Offline run, cached like `podium run`'s) -> bracket and
 bisect with short probes -> one full-length confirmation (stepping down if it fails). Every verdict is kept in the
@@ -21,13 +22,14 @@ from submission import plan as plans
 from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
-from tasks import plots, splits
-from tasks.build import build_engine
-from tasks.deploy import model_dir_for, where
-from tasks.engine import EngineSession, engine_identity
-from tasks.probes import ProbeCache, Prober, deployment_key
-from tasks.search import Probe, SearchResult, SearchSettings, search
-from tasks.staging import S3Access, stage_task
+from tasks.reporting import plots
+from tasks.serving.build_step import build_engine
+from tasks.serving.deployment import model_dir_for, where
+from tasks.serving.session import EngineSession, engine_identity
+from tasks.staging.stage import S3Access, stage_task
+from tasks.tuning import splits
+from tasks.tuning.bisection import Probe, SearchResult, SearchSettings, search
+from tasks.tuning.probes import ProbeCache, Prober, deployment_key
 from tasks.workspace import Workspace
 
 

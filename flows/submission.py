@@ -23,13 +23,17 @@ from submission.checker import CheckReport, check_tree
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from submission.systems import describe, require_complete
-from tasks import notifications, reporting, s3server, storage, validation
 from tasks.accuracy import evaluator
-from tasks.engine import engine_identity
 from tasks.engines import backend
-from tasks.gates import acceptance_gates
-from tasks.inputs import check_capacity, check_inputs
-from tasks.validation import validate_results
+from tasks.ops import notifications
+from tasks.ops.inputs import check_capacity, check_inputs
+from tasks.reporting import artifacts as reporting
+from tasks.reporting import expectations as validation
+from tasks.reporting.expectations import validate_results
+from tasks.reporting.gate_inputs import acceptance_gates
+from tasks.serving.session import engine_identity
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 from tasks.workspace import Workspace, git_commit
 
 
@@ -83,7 +87,7 @@ def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: s
 def check(root: str, round: str, profile: str, inference_src: str | None = None) -> CheckReport:
     """Podium's checker, writing summary.csv beside the tree; with a checkout of mlcommons/inference, the official
     checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning."""
-    from submission import official
+    from submission import official_checker as official
 
     report = check_tree(Path(root), round, profile=profile)
     report.write_csv(Path(root).parent / "summary.csv")

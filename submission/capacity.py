@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from submission.engines import Worker
+from submission.engine_options import Worker
 from submission.errors import PlanError
 from submission.plan import BenchmarkSpec, Plan
 from submission.rules import Rules

@@ -2,7 +2,7 @@
 
 The tarball is reproducible: entries in sorted order, owner 0, fixed mode and time, no gzip timestamp, so the same
 tree always gives the same sha256. The three files go into a folder of their own (by default `<tree>.package/`
-beside the tree), which `tasks.packaging.upload` puts into object storage as it is.
+beside the tree), which `tasks.storage.uploads.upload` puts into object storage as it is.
 
     <name>.tar.gz                 everything under TREE, inside a top folder <name>/
     <name>.tar.gz.sha256          "<sha256>  <name>.tar.gz" (sha256sum -c reads it)

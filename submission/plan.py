@@ -17,12 +17,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from submission.engines import OPTIONS as ENGINE_OPTIONS
-from submission.engines import KubernetesSettings, engine_problems, parse_options
+from submission.engine_options import OPTIONS as ENGINE_OPTIONS
+from submission.engine_options import KubernetesSettings, engine_problems, parse_options
 from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
-from submission.slurm import settings_problems as slurm_problems
+from submission.slurm_options import settings_problems as slurm_problems
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 SCENARIOS = ("Offline", "Server", "Interactive")
@@ -67,7 +67,7 @@ class ModelSpec(Strict):
 
 
 class EngineSpec(Strict):
-    """What runs (`name`, typed `options`: see submission/engines.py) and where (`launcher` and its section)."""
+    """What runs (`name`, typed `options`: see submission/engine_options.py) and where (`launcher` and its section)."""
 
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
@@ -92,7 +92,7 @@ class EngineSpec(Strict):
         return self
 
     def config(self) -> Any:
-        """The typed options (a submission.engines model)."""
+        """The typed options (a submission.engine_options model)."""
         return parse_options(self.name, self.options)
 
 

@@ -45,7 +45,7 @@ class Workspace:
 
     @property
     def builds(self) -> Path:
-        """Engine builds, one content-addressed folder each (tasks/engines/build.py)."""
+        """Engine builds, one content-addressed folder each (tasks/serving/build.py)."""
         return self.root / "builds"
 
     @property

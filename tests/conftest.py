@@ -26,7 +26,8 @@ def prefect_server() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model and the smoke data set, built the way `podium dev smoke-assets` builds them."""
-    from tasks.engines import smoke_data, smoke_model
+    from tasks.engines.smoke import data as smoke_data
+    from tasks.engines.smoke import model as smoke_model
 
     store = tmp_path_factory.mktemp("store")
     smoke_model.build(store / "models" / "tiny-llama")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import httpx
 
 MODES = ("pass", "pad", "cache", "eos", "split_first", "corrupt")
-EOS_TEXT, PAD_TEXT = "</s>", "<pad>"   # the tiny Llama's special tokens (tasks/engines/smoke_model.py)
+EOS_TEXT, PAD_TEXT = "</s>", "<pad>"   # the tiny Llama's special tokens (tasks/engines/smoke/model.py)
 
 
 class FaultProxy:

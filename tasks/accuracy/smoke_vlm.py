@@ -19,7 +19,7 @@ def references(dataset: Path) -> list[str]:
     table = pq.read_table(dataset)
     if "reference_answer" not in table.column_names:
         raise PlanError(f"no reference_answer column (found {sorted(table.column_names)})", where=str(dataset),
-                        fix="build the VLM smoke data set with tasks.engines.smoke_vlm_data")
+                        fix="build the VLM smoke data set with tasks.engines.smoke.vlm_data")
     return [str(v or "") for v in table.column("reference_answer").to_pylist()]
 
 

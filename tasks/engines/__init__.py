@@ -114,7 +114,7 @@ class Placement:
 
 class EngineBackend(Protocol):
     """What every backend has. GPU backends also have `demand(options) -> (nodes, ports per node)` and
-    `build(options, model_dir, out_dir, runner) -> list[str]` (the files it wrote); see tasks/engines/build.py."""
+    `build(options, model_dir, out_dir, runner) -> list[str]` (the files it wrote); see tasks/serving/build.py."""
 
     name: str
     ports_needed: int
@@ -128,8 +128,8 @@ class EngineBackend(Protocol):
 
 
 BACKENDS = {
-    "smoke": "tasks.engines.smoke",
-    "smoke-vlm": "tasks.engines.smoke_vlm",
+    "smoke": "tasks.engines.smoke.llm",
+    "smoke-vlm": "tasks.engines.smoke.vlm",
     "vllm": "tasks.engines.vllm",
     "trtllm": "tasks.engines.trtllm",
     "dynamo": "tasks.engines.dynamo",

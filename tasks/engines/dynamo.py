@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from submission.engines import DynamoOptions, parse_options
+from submission.engine_options import DynamoOptions, parse_options
 from submission.errors import LaunchError
 from submission.topology import Slot, place
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec

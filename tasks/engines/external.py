@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from submission.engines import ExternalOptions, parse_options
+from submission.engine_options import ExternalOptions, parse_options
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import ready_probes

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from submission.engines import TrtllmOptions, TrtllmPool, parse_options
+from submission.engine_options import TrtllmOptions, TrtllmPool, parse_options
 from submission.topology import Pool, place
 from tasks.engines import Endpoint, Placement, ProcessSpec
 from tasks.engines.common import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from submission.engines import KvTransfer, MediaLimit, VllmOptions, parse_options
+from submission.engine_options import KvTransfer, MediaLimit, VllmOptions, parse_options
 from tasks.engines import Endpoint, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from submission.engines import KubernetesSettings
+from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
 from tasks.launchers.kubernetes_manifests import DGD, dns_name, labels, manifests, validate

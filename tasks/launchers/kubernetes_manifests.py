@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from submission.engines import KubernetesSettings
+from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import ProcessSpec
 

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from submission.errors import CommandError, LaunchError, PlanError, PodiumError
-from submission.slurm import SlurmSettings, settings_problems
+from submission.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, write_files
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.local import forward_log, tail, wait_for_probes

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from submission.errors import CommandError, LaunchError
-from submission.slurm import SlurmSettings
+from submission.slurm_options import SlurmSettings
 from tasks.engines import ProcessSpec
 
 QUERY_TIMEOUT_S = 60

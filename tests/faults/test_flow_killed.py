@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks import s3server
+from tasks.storage import s3server
 from tasks.workspace import Workspace
 from tests.faults.conftest import fault_plan
 from tests.faults.procs import group_pids, recorded_engines

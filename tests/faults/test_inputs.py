@@ -1,4 +1,4 @@
-"""tasks/inputs.py, the checks `podium run` makes before anything starts: the positive side (the bad side is
+"""tasks/ops/inputs.py, the checks `podium run` makes before anything starts: the positive side (the bad side is
 test_bad_plans.py, through the CLI)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import yaml
 
 from submission import plan as plans
 from submission.errors import PlanError
-from tasks.inputs import check_inputs
+from tasks.ops.inputs import check_inputs
 
 pytestmark = [pytest.mark.faults]
 

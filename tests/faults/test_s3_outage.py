@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import s3server, storage
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

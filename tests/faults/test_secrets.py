@@ -1,7 +1,7 @@
 """A planted S3 secret never appears in any output of a run, and the S3 server Podium starts listens on 127.0.0.1 only.
 
-The test starts a SeaweedFS (tasks.s3server, on its own data folder) whose secret key is a recognisable string, and
-runs a plan whose storage is that server as a non-embedded endpoint: the credentials reach Podium only through
+The test starts a SeaweedFS (tasks.storage.s3server, on its own data folder) whose secret key is a recognisable string,
+and runs a plan whose storage is that server as a non-embedded endpoint: the credentials reach Podium only through
 boto3's default chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Then it searches every output for the secret:
 the CLI's stdout and stderr, every file of the workspace (run folder, tree, loadgen folders, staged copies), each
 member of the submission tarball, every object in the bucket (tarballs opened too), and every log and artifact the
@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks import s3server, storage
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 from tests.faults.conftest import fault_plan
 from tests.faults.procs import LOOPBACK, group_pids, listening
 
@@ -121,7 +122,7 @@ def test_a_planted_secret_appears_nowhere(prefect_server: None, smoke_store: Pat
 
 def test_dev_up_services_listen_on_loopback_only(tmp_path: Path) -> None:
     """`podium dev up`: the Prefect server, its worker and the S3 server listen on 127.0.0.1 and nowhere else."""
-    from tasks import devstack
+    from tasks.ops import devstack
     from tasks.workspace import Workspace
 
     ws = Workspace.at(tmp_path / "ws")

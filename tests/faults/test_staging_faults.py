@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from submission.errors import StorageError
-from tasks import transfer
-from tasks.sources import MANIFEST
-from tasks.staging import stage
+from tasks.staging import transfer
+from tasks.staging.sources import MANIFEST
+from tasks.staging.stage import stage
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -18,8 +18,8 @@ def main(plan_path: str, out: str) -> None:
     from dynamo.vllm.args import _parse_cli_args as worker_args
 
     from submission import plan as plans
-    from tasks import deploy
     from tasks.engines import backend
+    from tasks.serving import deployment as deploy
 
     plan = plans.load(plan_path)
     bench = plan.benchmarks[0]

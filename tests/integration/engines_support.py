@@ -65,12 +65,12 @@ def server_spec(dataset: Path, *, qps: float, duration_ms: int, workers: int, en
 
 @contextlib.contextmanager
 def simulated_engine() -> Iterator[tuple[subprocess.Popen, Endpoint]]:
-    """The simulated server (tasks.harness.testing) in a process of its own on 127.0.0.1, so a test can kill or stop
-    it; yields the process and its Endpoint, and always ends it (a stopped one is continued first)."""
+    """The simulated server (tasks.engines.simulated.server) in a process of its own on 127.0.0.1, so a test can kill
+    or stop it; yields the process and its Endpoint, and always ends it (a stopped one is continued first)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tasks.harness.testing", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "tasks.engines.simulated.server", "--port", str(port)],
                               stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert "listening" in server.stdout.readline()

@@ -20,14 +20,14 @@ from submission import plan as plans
 from submission.logs import load_run, parse_accuracy_log
 from submission.rules import load_rules
 from submission.runs import RunRecord, plan_runs
-from tasks.audits import AuditFailed, run_audit
-from tasks.checksums import sha256_file
 from tasks.compliance import AuditJob
+from tasks.compliance.audit import AuditFailed, run_audit
 from tasks.compliance.planning import audit_jobs
 from tasks.engines import Endpoint, backend
+from tasks.files import sha256_file
 from tasks.harness.datasets import read_token_prompts
+from tasks.harness.step import RunRejected, run_once
 from tasks.launchers import launched, launcher
-from tasks.loadgen import RunRejected, run_once
 from tests.fault_proxy import FaultProxy
 from tests.integration.conftest import write_plan
 

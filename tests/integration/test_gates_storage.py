@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from submission import plan as plans
-from tasks import s3server, storage
-from tasks.gates import evaluate, previous_results
+from tasks.reporting.gate_inputs import evaluate, previous_results
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 
 pytestmark = pytest.mark.integration
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"

@@ -44,7 +44,7 @@ def build_blip2(out: Path) -> Path:
     from transformers import Blip2Config, Blip2ForConditionalGeneration, Blip2Processor, PreTrainedTokenizerFast
     from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
 
-    from tasks.engines import smoke_model
+    from tasks.engines.smoke import model as smoke_model
 
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -71,8 +71,8 @@ def test_offline_burst_over_max_concurrency_runs_at_the_servers_rate() -> None:
     """935 requests at once, 64 on the wire: the old client's httpx pool queue served 40.7 q/s of the 69.5 the
     server's model gives for this burst (docs/performance.md); the semaphore in front of the connections serves
     it at the model's rate. The server runs in this process, as in `podium search` on the CPU."""
-    from tasks.harness import testing
-    from tasks.harness.simulated import SimConfig, replay
+    from tasks.engines.simulated import server as testing
+    from tasks.engines.simulated.queueing import SimConfig, replay
 
     config = SimConfig(prefill_workers=1, prefill_ms=3, decode_workers=2, decode_slots=32, tpot_ms=30,
                        tpot_load=1.0, output_tokens=16)

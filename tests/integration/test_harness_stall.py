@@ -49,8 +49,8 @@ def test_a_hung_engine_ends_the_run_after_the_stall_timeout(smoke_store: Path, t
 
 def test_a_slow_but_streaming_engine_is_not_a_stall(smoke_store: Path, tmp_path: Path) -> None:
     """Requests that take longer than the stall timeout are fine while tokens keep arriving."""
-    from tasks.harness import testing
-    from tasks.harness.simulated import SimConfig
+    from tasks.engines.simulated import server as testing
+    from tasks.engines.simulated.queueing import SimConfig
 
     config = SimConfig(prefill_workers=1, prefill_ms=5, decode_workers=1, decode_slots=8, tpot_ms=100,
                        tpot_load=0.0, output_tokens=30)   # 3 s per request, a token every 100 ms

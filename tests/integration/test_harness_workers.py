@@ -116,7 +116,7 @@ def test_a_worker_that_dies_ends_the_run_with_its_name(smoke_server: Endpoint, s
 
 def test_an_engine_that_dies_under_workers_ends_the_run_as_engine_down(smoke_store: Path, tmp_path: Path) -> None:
     """The worker that finds the endpoint gone exits with ENDPOINT_DOWN and the runner passes that code on, so
-    tasks.loadgen relaunches the engine and retries, as with the in-process SUT."""
+    tasks.harness.step relaunches the engine and retries, as with the in-process SUT."""
     from tasks.harness import liveness
 
     with simulated_engine() as (server, endpoint):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from submission.engines import KubernetesSettings
+from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, backend, demand
 from tasks.launchers import launched, launcher, start_ready

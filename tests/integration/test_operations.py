@@ -20,7 +20,9 @@ import httpx
 import pytest
 import yaml
 
-from tasks import registration, s3server, storage
+from tasks.ops import registration
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 from tests.integration.conftest import write_plan
 
 pytestmark = pytest.mark.integration
@@ -199,7 +201,7 @@ def test_invalid_results_and_failed_audits_call_the_webhook(stack: Stack) -> Non
     code = """
 from prefect import flow
 from submission.runs import RunRecord
-from tasks.notifications import emit_audit_failed, emit_result_events
+from tasks.ops.notifications import emit_audit_failed, emit_result_events
 
 @flow(name="podium-event-check")
 def check() -> None:
@@ -223,7 +225,7 @@ def test_one_engine_per_gpu_node(stack: Stack) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from submission.errors import LaunchError
-    from tasks.nodes import NodeSlot
+    from tasks.ops.nodes import NodeSlot
 
     with temporary_settings(updates={PREFECT_API_URL: stack.api}):
         first = NodeSlot([NODE])

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from submission.package import verify
-from tasks import s3server, storage
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import yaml
 from submission.errors import RunFailed
 from submission.rules import load_rules
 from tasks.engines.simulated import config
-from tasks.harness.simulated import Protocol, loadgen_schedule, max_valid_qps
-from tasks.search import round_qps
+from tasks.engines.simulated.queueing import Protocol, loadgen_schedule, max_valid_qps
+from tasks.tuning.bisection import round_qps
 
 pytestmark = pytest.mark.integration
 RULES = load_rules("v6.1")

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from tasks.harness.simulated import SimConfig
-from tasks.harness.testing import MODEL_NAME, running
+from tasks.engines.simulated.queueing import SimConfig
+from tasks.engines.simulated.server import MODEL_NAME, running
 from tasks.launchers.local import free_port
 
 pytestmark = pytest.mark.integration

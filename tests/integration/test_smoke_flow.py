@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from submission.checker import check_tree
-from tasks import s3server, storage
+from tasks.storage import objects as storage
+from tasks.storage import s3server
 from tests.integration.conftest import write_plan
 
 pytestmark = pytest.mark.integration

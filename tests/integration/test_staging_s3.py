@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from submission.errors import StorageError
-from tasks import s3server, storage
-from tasks.s3server import S3Server
-from tasks.staging import S3Access, stage
-from tasks.transfer import ChecksumMismatch
+from tasks.staging.stage import S3Access, stage
+from tasks.staging.transfer import ChecksumMismatch
+from tasks.storage import objects as storage
+from tasks.storage import s3server
+from tasks.storage.s3server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +133,8 @@ def test_resume_after_a_kill_mid_transfer(cfg: storage.StorageConfig, server: S3
     relay = SlowRelay(int(server.endpoint_url.rsplit(":", 1)[1]), rate=2 * MIB)
     stage_root = tmp_path / "stage"
     # 2 ranges of 2 MiB in flight through the relay, journaled every 4 MiB: 48 MiB take about 12 s
-    code = ("import sys; from pathlib import Path; from tasks import transfer; from tasks.staging import S3Access, "
+    code = ("import sys; from pathlib import Path; from tasks.staging import transfer; "
+            "from tasks.staging.stage import S3Access, "
             "stage; transfer.CHUNK, transfer.WORKERS, transfer.JOURNAL_EVERY = 2 << 20, 2, 4 << 20; "
             "stage('s3://podium/models/model-b', Path(sys.argv[1]), access=S3Access(endpoint_url=sys.argv[2]))")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": server.credentials.access_key,
@@ -158,7 +160,7 @@ def test_resume_after_a_kill_mid_transfer(cfg: storage.StorageConfig, server: S3
         relay.close()
     on_disk = len(json.loads(journal.read_text())["chunks"]) * 2 * MIB
     assert 16 * MIB <= on_disk < 48 * MIB and not list(stage_root.glob("model-b-*"))
-    from tasks import transfer
+    from tasks.staging import transfer
 
     transfer.CHUNK, saved = 2 * MIB, transfer.CHUNK   # the journal's chunk size, or the copy starts over
     try:

@@ -1,4 +1,4 @@
-"""tasks.storage and tasks.s3server against a real SeaweedFS `weed mini` on 127.0.0.1."""
+"""tasks.storage.objects and tasks.storage.s3server against a real SeaweedFS `weed mini` on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from submission.errors import PodiumError, StorageError
-from tasks import s3server, storage
-from tasks.s3server import S3Server
+from tasks.storage import objects as storage
+from tasks.storage import s3server
+from tasks.storage.s3server import S3Server
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from submission import plan as plans
-from submission.engines import parse_options
+from submission.engine_options import parse_options
 from tests.integration.engines_support import REPO, engine_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]

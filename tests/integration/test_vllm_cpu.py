@@ -14,9 +14,9 @@ import pytest
 
 from submission.logs import load_run, parse_accuracy_log
 from tasks.engines import backend
-from tasks.engines.build import build
 from tasks.harness import runner
 from tasks.launchers import launched, launcher
+from tasks.serving.build import build
 from tests.integration.engines_support import engine_python, listening, offline_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]

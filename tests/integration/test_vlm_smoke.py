@@ -24,7 +24,8 @@ SAMPLES = 8
 
 @pytest.fixture(scope="module")
 def vlm_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from tasks.engines import smoke_vlm_data, smoke_vlm_model
+    from tasks.engines.smoke import vlm_data as smoke_vlm_data
+    from tasks.engines.smoke import vlm_model as smoke_vlm_model
 
     store = tmp_path_factory.mktemp("vlm-store")
     model = store / "models" / smoke_vlm_model.MODEL_NAME

@@ -21,10 +21,11 @@ from submission.errors import CommandError
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec
 from submission.systems import describe
-from tasks import audits, reporting
 from tasks.compliance import AuditJob, audit
+from tasks.compliance import audit as audits
 from tasks.compliance.score import main as score_main
 from tasks.engines import Endpoint
+from tasks.reporting import artifacts as reporting
 from tests.loadgen_fake import default_user_conf, run_fake
 
 RULES = load_rules("v6.1")

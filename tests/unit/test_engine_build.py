@@ -15,7 +15,7 @@ import yaml
 
 from submission.errors import CommandError, PlanError
 from tasks.engines import backend
-from tasks.engines.build import RECORD, build, build_key
+from tasks.serving.build import RECORD, build, build_key
 
 LOG = logging.getLogger("test.build")
 

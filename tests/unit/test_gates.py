@@ -10,7 +10,7 @@ import pytest
 
 from submission import gates
 from submission import plan as plans
-from tasks.gates import evaluate
+from tasks.reporting.gate_inputs import evaluate
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from submission.engines import KubernetesSettings
+from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import backend, demand
 from tasks.launchers.kubernetes import KubernetesLauncher

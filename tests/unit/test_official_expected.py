@@ -4,7 +4,7 @@ smoke tree here (`podium check --inference-src`, mlcommons/inference b66003e1)."
 
 from __future__ import annotations
 
-from submission import official
+from submission import official_checker as official
 from submission.checker import CheckReport, Finding, ScenarioResult
 
 ROOT = "/runs/x/submission/"

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from submission import plan as plans
-from tasks import cluster, registration
+from tasks.ops import cluster, registration
 
 REPO = Path(__file__).parents[2]
 SMOKE = REPO / "deployments" / "plans" / "smoke.yaml"
@@ -73,7 +73,7 @@ def test_gpu_checks_with_and_without_nvidia_smi(tmp_path: Path, monkeypatch: pyt
 
 
 def test_disk_check_counts_what_is_not_staged_yet(tmp_path: Path) -> None:
-    from tasks.staging import stage
+    from tasks.staging.stage import stage
 
     store = tmp_path / "store"
     (store / "model").mkdir(parents=True)

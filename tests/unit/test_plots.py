@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from submission.runs import RunRecord
-from tasks import reporting
+from tasks.reporting import artifacts as reporting
 from tests.loadgen_fake import run_fake
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -41,7 +41,7 @@ def test_a_missing_detail_log_is_skipped(server_run: RunRecord, tmp_path: Path) 
 
 def test_quantile_points_come_from_the_log(server_run: RunRecord) -> None:
     from submission.logs import load_run
-    from tasks.plots import _quantiles
+    from tasks.reporting.plots import _quantiles
 
     stats = load_run(Path(server_run.run_dir)).ttft_ns
     pct, ms = _quantiles(stats)

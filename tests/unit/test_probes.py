@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from submission.runs import RunSpec
-from tasks.harness.simulated import Protocol, SimConfig, judge
-from tasks.probes import ProbeCache, Prober, deployment_key, stage_spec, target_qps, with_rate
-from tasks.search import Probe, SearchSettings, search
+from tasks.engines.simulated.queueing import Protocol, SimConfig, judge
+from tasks.tuning.bisection import Probe, SearchSettings, search
+from tasks.tuning.probes import ProbeCache, Prober, deployment_key, stage_spec, target_qps, with_rate
 
 SEED = 16159082839903944936
 M = "gpt-oss-120b"

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from submission.errors import RunFailed
-from tasks.harness.simulated import Protocol, SimConfig, judge, max_valid_qps
-from tasks.search import Probe, SearchSettings, round_qps, search
+from tasks.engines.simulated.queueing import Protocol, SimConfig, judge, max_valid_qps
+from tasks.tuning.bisection import Probe, SearchSettings, round_qps, search
 
 SEED = 16159082839903944936   # v6.1 schedule_rng_seed (submission/rules/v6.1.yaml)
 
@@ -116,7 +116,7 @@ def test_refine_up_when_short_probes_are_pessimistic() -> None:
 
 
 def test_interpolation_uses_the_margins_but_stays_inside_the_bracket() -> None:
-    from tasks.search import _midpoint
+    from tasks.tuning.bisection import _midpoint
 
     assert _midpoint(50.0, 100.0) == pytest.approx(70.71, abs=0.01)                  # geometric midpoint
     near_high = _midpoint(50.0, 100.0, m_low=0.5, m_high=1.01)                         # the limit is near 100

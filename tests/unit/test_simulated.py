@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.harness.simulated import (
+from tasks.engines.simulated.queueing import (
     Protocol,
     SimConfig,
     SimModel,

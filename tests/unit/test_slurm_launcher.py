@@ -13,7 +13,7 @@ import pytest
 
 from submission.errors import PlanError
 from submission.plan import EngineSpec
-from submission.slurm import SlurmSettings, settings_problems
+from submission.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import HttpProbe, ProcessSpec
 from tasks.launchers import launcher
 from tasks.launchers import slurm_cli as cli

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from submission.engines import parse_options
+from submission.engine_options import parse_options
 from submission.errors import PlanError
-from tasks.scaling import scale_options
-from tasks.splits import Split, best, fragment, split_options, splits
+from tasks.tuning.scaling import scale_options
+from tasks.tuning.splits import Split, best, fragment, split_options, splits
 
 
 def test_the_seed_s_splits_of_sixteen_gpus() -> None:

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from submission.errors import PlanError
-from tasks import transfer
-from tasks.staging import MANIFEST, stage
-from tasks.transfer import ChecksumMismatch
+from tasks.staging import transfer
+from tasks.staging.stage import MANIFEST, stage
+from tasks.staging.transfer import ChecksumMismatch
 
 MIB = 1 << 20
 
@@ -151,7 +151,7 @@ def test_cli_stage_shows_progress_and_result(tmp_path: Path) -> None:
 def test_an_unchanged_folder_is_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder without its own manifest is hashed while it is copied (one pass); later stagings trust its
     remembered manifest while every file keeps its size, mtime and inode, and read nothing."""
-    from tasks import sources
+    from tasks.staging import sources
 
     model = make_model(tmp_path / "nfs", big_mib=1)
     first = stage(model, tmp_path / "stage")

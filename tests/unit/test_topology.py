@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from submission import plan as plans
-from submission.engines import OPTIONS
+from submission.engine_options import OPTIONS
 from submission.errors import PlanError
 from submission.topology import Pool, Slot, TopologyError, place
 from tasks.engines import BACKENDS
@@ -143,6 +143,6 @@ def test_workers_sharing_a_gpu_must_leave_each_other_room_and_run_locally() -> N
     with pytest.raises(ValueError, match=r"give every worker at most 0\.45"):
         OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.5"]})
     OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.4"]})
-    from submission.engines import engine_problems
+    from submission.engine_options import engine_problems
     assert any("only the local launcher shares a GPU" in p for p in engine_problems(
         "dynamo", options | {"discovery": "etcd", "worker_args": ["--gpu-memory-utilization", "0.4"]}, "slurm", None))

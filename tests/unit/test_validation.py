@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from submission.runs import RunRecord
-from tasks.validation import validate, write
+from tasks.reporting.expectations import validate, write
 
 
 def row(scenario: str, mode: str = "performance", **changes: object) -> RunRecord:

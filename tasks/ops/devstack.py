@@ -1,0 +1,250 @@
+"""`podium dev up` / `podium dev down`: a local Prefect server with its UI, a process worker and the S3 server,
+all on 127.0.0.1, with their state under the workspace.
+
+`<workspace>/prefect/` is PREFECT_HOME (the server's database), `<workspace>/dev/` holds `state.json` (pids with
+their start times, the API URL) and the `server.log` / `worker.log` files, `<workspace>/s3/` the S3 server.
+`up()` then registers what the deployments need (tasks.ops.registration) and deploys `deployments/prefect.yaml`.
+`down()` stops only the processes `up()` recorded, each by its process group; the worker gets SIGTERM, and a
+second SIGTERM ten seconds later (Prefect's worker turns the first into a graceful SIGINT that an idle worker can
+sit on; the second is its own SIGKILL, stack.md 1b).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from submission.errors import LaunchError, PodiumError
+from tasks.ops import registration
+from tasks.storage import objects as storage
+from tasks.storage import s3server
+from tasks.workspace import Workspace
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 4200
+POOL = "podium-process"
+STATE = "state.json"
+SERVER_START_S = 180.0
+WORKER_START_S = 120.0
+
+
+@dataclass(frozen=True)
+class Stack:
+    api_url: str
+    ui_url: str
+    s3_endpoint: str
+    server_pid: int
+    worker_pid: int | None
+    deployed: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+def dev_dir(ws: Workspace) -> Path:
+    return ws.root / "dev"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
+    """What every process of the stack (and every flow run the worker starts) sees."""
+    return {**os.environ, "PREFECT_HOME": str(ws.prefect_home), "PREFECT_API_URL": api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_WEBSERVER_HOST": HOST,
+            "PODIUM_REPO": str(registration.REPO), "PREFECT_LOGGING_EXTRA_LOGGERS": "podium"}
+
+
+def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, nodes: Sequence[str] = (),
+       deploy: bool = True, worker: bool = True, query_seconds: float = 2.0) -> Stack:
+    """Start (or find running) the S3 server, the Prefect server and a worker; register and deploy."""
+    folder = dev_dir(ws)
+    folder.mkdir(parents=True, exist_ok=True)
+    ws.prefect_home.mkdir(parents=True, exist_ok=True)
+    s3 = s3server.running(ws.s3) or s3server.start(ws.s3)
+    state = _read(folder)
+    api_url = state.get("api_url") if _alive(state.get("server")) else None
+    if api_url is None:
+        port = port or free_port()
+        api_url = f"http://{HOST}:{port}/api"
+        env = base_env(ws, api_url) | {"PREFECT_UI_API_URL": api_url}
+        state["server"] = _spawn([*registration.prefect_cli(), "server", "start", "--host", HOST, "--port", str(port)],
+                                 env, folder / "server.log")
+        state["api_url"] = api_url
+        _write(folder, state)
+        _wait_healthy(api_url, state["server"], folder / "server.log")
+    env = base_env(ws, api_url)
+    cfg = storage.StorageConfig(s3.endpoint_url, "podium", "runs", "us-east-1", s3.credentials.access_key,
+                                s3.credentials.secret_key)
+    deployed, skipped = register(api_url, cfg, webhook=webhook, nodes=nodes or [socket.gethostname()],
+                                 deploy=deploy, env=env)
+    if worker and not _alive(state.get("worker")):
+        state["worker"] = _spawn([*registration.prefect_cli(), "worker", "start", "--pool", POOL, "--type", "process",
+                                  "--name", f"podium-{socket.gethostname()}"],
+                                 env | {"PREFECT_WORKER_QUERY_SECONDS": f"{query_seconds:g}"}, folder / "worker.log")
+        _write(folder, state)
+        _wait_worker(api_url, state["worker"], folder / "worker.log")
+    return Stack(api_url=api_url, ui_url=api_url.removesuffix("/api"), s3_endpoint=s3.endpoint_url,
+                 server_pid=state["server"]["pid"], worker_pid=(state.get("worker") or {}).get("pid"),
+                 deployed=tuple(deployed), skipped=tuple(f"{k}: {v}" for k, v in skipped.items()))
+
+
+def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, nodes: Sequence[str],
+             deploy: bool, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Pools, the bucket and result-storage block, the gpu-<node> limits, the automations, the deployments."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tasks.ops import nodes as gpu_nodes
+    from tasks.ops import notifications
+
+    storage.ensure_bucket(cfg)
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        registration.create_pools()
+        registration.save_result_storage(cfg)
+        gpu_nodes.ensure_limits(nodes)
+        if webhook:
+            notifications.register(webhook)
+    if not deploy:
+        return [], {}
+    ready, skipped = registration.deployable()
+    registration.deploy(ready, env)
+    return ready, skipped
+
+
+def down(ws: Workspace) -> list[str]:
+    """Stop what up() started: worker, server, S3 server. Returns what it stopped."""
+    folder = dev_dir(ws)
+    state = _read(folder)
+    stopped = []
+    if _alive(state.get("worker")):
+        _stop(state["worker"], [(signal.SIGTERM, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)])
+        stopped.append(f"worker (pid {state['worker']['pid']})")
+    if _alive(state.get("server")):
+        _stop(state["server"], [(signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)])
+        stopped.append(f"Prefect server (pid {state['server']['pid']})")
+    if folder.is_dir():
+        _write(folder, {k: v for k, v in state.items() if k not in ("server", "worker")})
+    server = s3server.running(ws.s3)
+    if server is not None:
+        s3server.stop(server)
+        stopped.append(f"S3 server (pid {server.pid})")
+    return stopped
+
+
+def status(ws: Workspace) -> dict[str, object]:
+    state = _read(dev_dir(ws))
+    return {"api_url": state.get("api_url"), "server": _alive(state.get("server")),
+            "worker": _alive(state.get("worker")), "s3": s3server.running(ws.s3) is not None}
+
+
+# ----- processes -----------------------------------------------------------------------------------------------
+
+
+def _spawn(argv: list[str], env: dict[str, str], log: Path) -> dict:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, cwd=registration.REPO, env=env, stdin=subprocess.DEVNULL,  # noqa: S603
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return {"pid": proc.pid, "started": _start_time(proc.pid), "argv": argv, "log": str(log)}
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot: with the pid, it names one process for good."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(record: dict | None) -> bool:
+    """The recorded process still runs (same pid *and* start time: not a reused pid) and is not a zombie."""
+    if not record or not isinstance(record.get("pid"), int):
+        return False
+    try:
+        fields = Path(f"/proc/{record['pid']}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and _start_time(record["pid"]) == record.get("started")
+
+
+def _stop(record: dict, steps: list[tuple[signal.Signals, float]]) -> None:
+    pid = record["pid"]
+    for sig, wait_s in steps:
+        if not _alive(record):
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)   # start_new_session: the group id is the pid
+        deadline = time.monotonic() + wait_s
+        while _alive(record) and time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)   # reap it when this process started it
+            time.sleep(0.2)
+    if _alive(record):
+        raise PodiumError(f"pid {pid} ({' '.join(record['argv'][:3])}) did not stop", fix=f"kill -9 {pid}")
+
+
+def _wait_healthy(api_url: str, record: dict, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if not _alive(record):
+            raise LaunchError(f"the Prefect server exited while starting; see {log}:\n{_tail(log)}",
+                              fix="a port may be in use: pass --port")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{api_url}/health", timeout=2).json() is True:
+                return
+        time.sleep(0.5)
+    raise LaunchError(f"the Prefect server did not answer at {api_url} within {SERVER_START_S:.0f} s; see {log}",
+                      fix="read the log; a slow machine may need more time")
+
+
+def _wait_worker(api_url: str, record: dict, log: Path) -> None:
+    """Until the worker has polled the pool once (it then shows in the pool's workers)."""
+    deadline = time.monotonic() + WORKER_START_S
+    while time.monotonic() < deadline:
+        if not _alive(record):
+            raise LaunchError(f"the Prefect worker exited while starting; see {log}:\n{_tail(log)}")
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            workers = httpx.post(f"{api_url}/work_pools/{POOL}/workers/filter", json={}, timeout=5).json()
+            if any(w.get("name") == record["argv"][-1] and w.get("status") == "ONLINE" for w in workers):
+                return
+        time.sleep(0.5)
+    raise LaunchError(f"the Prefect worker did not come online within {WORKER_START_S:.0f} s; see {log}")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def _read(folder: Path) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((folder / STATE).read_text())
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def _write(folder: Path, state: dict) -> None:
+    tmp = folder / f".{STATE}.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(folder / STATE)
+
+
+@contextlib.contextmanager
+def running(ws: Workspace, **kwargs: object) -> Iterator[Stack]:
+    """`up()` for the length of a block, then `down()` (tests, scripts)."""
+    try:
+        yield up(ws, **kwargs)  # type: ignore[arg-type]
+    finally:
+        down(ws)

@@ -1,0 +1,69 @@
+"""What `podium run` checks about a valid plan's surroundings before anything starts: no workspace folder, no
+Prefect, no process. Each problem is one PlanError naming the plan field (or the environment variables) and the fix.
+
+- every local source the plan names exists (model, performance, accuracy and compliance data sets);
+- every engine fits its GPUs and every run its sequence budget (submission/capacity.py; docs/engines.md);
+- object storage that is not the embedded server has credentials in boto3's default chain (environment variables,
+  a shared credentials or config file profile, a web-identity token, container or instance credentials). Without
+  any, uploads would fail only at the very end, after hours of runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from submission import capacity
+from submission.errors import PlanError
+from submission.plan import Plan
+
+CREDENTIALS_FIX = ("export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE naming a profile in "
+                   "~/.aws/credentials), or set storage.embedded: true to use Podium's local S3 server")
+
+
+def _sources(plan: Plan) -> list[tuple[str, str]]:
+    """(plan field, path) of every source the plan stages."""
+    out = []
+    for i, b in enumerate(plan.benchmarks):
+        out += [(f"benchmarks.{i}.model.source", b.model.source),
+                (f"benchmarks.{i}.dataset.performance", b.dataset.performance),
+                (f"benchmarks.{i}.dataset.accuracy", b.dataset.accuracy)]
+        out += [(f"benchmarks.{i}.dataset.compliance.{test}", path) for test, path in b.dataset.compliance.items()]
+    return out
+
+
+def has_credentials() -> bool:
+    """Whether boto3's default chain finds credentials (the same chain the uploads use)."""
+    import botocore.session
+
+    return botocore.session.get_session().get_credentials() is not None
+
+
+def check_inputs(plan: Plan, source: str = "<plan>") -> None:
+    """Raise PlanError for the first missing source or missing storage credentials."""
+    for field, path in _sources(plan):
+        if not path.startswith("s3://") and not Path(path).exists():
+            raise PlanError(f"{field}: {path} does not exist", where=source,
+                            fix="build the smoke assets with `make smoke-assets`, or fix the path")
+    if not plan.storage.embedded and not has_credentials():   # s3:// sources use the same storage's access
+        raise PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
+                        f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance role",
+                        where=source, fix=CREDENTIALS_FIX)
+
+
+def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,
+                   log: Callable[[str], object] | None = None) -> None:
+    """Raise one PlanError when an engine does not fit its GPUs or a run's longest sequence its engine's limit, from
+    the plan's local sources; `capacities` (system -> GPU memory, preflight's detected descriptions) wins over the
+    plan's. Each benchmark's table goes to `log`."""
+    from tasks.serving.deployment import sizing
+
+    require_fit([sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks], log)
+
+
+def require_fit(reviews: list[capacity.Review], log: Callable[[str], object] | None = None, when: str = "") -> None:
+    """Each review's table to `log` (`when` follows its benchmark's key), then one PlanError for every problem."""
+    for r in reviews:
+        if log and (r.fits or r.budgets or r.notes):
+            log(f"{r.key}{when}:\n" + "\n".join(capacity.render(r)))
+    capacity.require([problem for r in reviews for problem in r.problems])

@@ -1,0 +1,119 @@
+"""What a Prefect server needs before Podium's deployments run on it: the work pools, the result-storage block, a
+concurrency limit per GPU node, the notification automations, and the deployments of `deployments/prefect.yaml`.
+
+Every function works against the current Prefect API (run it under `prefect.settings.temporary_settings` or with
+PREFECT_API_URL set) and is idempotent: `podium dev up` calls all of them on the local server, `podium setup`
+on a production one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from submission.errors import CommandError, PlanError
+from tasks.storage import objects as storage
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+TEMPLATES = REPO / "deployments" / "work-pools"
+POOLS = {"podium-process": "process", "podium-kubernetes": "kubernetes"}
+RESULTS_BLOCK = "podium-results"          # result storage: s3-bucket/podium-results
+RESULTS_FOLDER = "prefect-results"
+CREDENTIALS_BLOCK = "podium-s3"
+
+
+def prefect_cli() -> list[str]:
+    """The `prefect` command of this interpreter (the virtualenv's)."""
+    beside = Path(sys.executable).parent / "prefect"
+    return [str(beside)] if beside.is_file() else [sys.executable, "-m", "prefect"]
+
+
+def template(kind: str) -> dict:
+    path = TEMPLATES / f"{kind}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"cannot read the {kind} job template: {exc}", where=str(path)) from exc
+
+
+def create_pools(pools: dict[str, str] | None = None) -> list[str]:
+    """Create or update each work pool (name -> type) with Podium's job template for its type."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    made = []
+    with get_client(sync_client=True) as client:
+        for name, kind in (pools or POOLS).items():
+            base = template(kind)
+            try:
+                client.create_work_pool(WorkPoolCreate(name=name, type=kind, base_job_template=base))
+            except ObjectAlreadyExists:
+                client.update_work_pool(name, WorkPoolUpdate(base_job_template=base))
+            made.append(name)
+    return made
+
+
+def save_result_storage(cfg: storage.StorageConfig, name: str = RESULTS_BLOCK) -> str:
+    """Save the prefect-aws blocks that keep task results in `s3://<bucket>/prefect-results/`; returns the slug
+    for PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK. No keys in `cfg`: the workers' boto3 chain (instance role) applies."""
+    from prefect_aws import AwsCredentials, S3Bucket
+    from prefect_aws.client_parameters import AwsClientParameters
+
+    params = AwsClientParameters(endpoint_url=cfg.endpoint_url) if cfg.endpoint_url else AwsClientParameters()
+    creds = AwsCredentials(aws_access_key_id=cfg.access_key, aws_secret_access_key=cfg.secret_key,
+                           region_name=cfg.region, aws_client_parameters=params)
+    creds.save(CREDENTIALS_BLOCK, overwrite=True)
+    S3Bucket(bucket_name=cfg.bucket, credentials=creds, bucket_folder=storage.object_key(cfg, RESULTS_FOLDER)) \
+        .save(name, overwrite=True)
+    return f"s3-bucket/{name}"
+
+
+def deployments(prefect_yaml: Path = PREFECT_YAML) -> list[dict]:
+    try:
+        return list(yaml.safe_load(prefect_yaml.read_text()).get("deployments") or [])
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        raise PlanError(f"cannot read the deployments: {exc}", where=str(prefect_yaml)) from exc
+
+
+def deployable(prefect_yaml: Path = PREFECT_YAML, repo: Path = REPO) -> tuple[list[str], dict[str, str]]:
+    """The deployments whose entrypoint exists in this checkout, and why each other one is left out (a flow that
+    another part of the project has not built yet, e.g. search before it lands)."""
+    ready, skipped = [], {}
+    for d in deployments(prefect_yaml):
+        path, _, func = str(d.get("entrypoint", "")).partition(":")
+        if not path.endswith(".py"):   # a module path: flows.bringup -> flows/bringup.py
+            path = path.replace(".", "/") + ".py"
+        file = repo / path
+        if not file.is_file():
+            skipped[d["name"]] = f"{path} does not exist"
+        elif not re.search(rf"^def {re.escape(func)}\(", file.read_text(), re.MULTILINE):
+            skipped[d["name"]] = f"{path} has no flow {func}()"
+        else:
+            ready.append(d["name"])
+    return ready, skipped
+
+
+def deploy(names: Sequence[str], env: dict[str, str] | None = None, prefect_yaml: Path = PREFECT_YAML) -> str:
+    """`prefect deploy` of the named deployments from the repository root; returns its output. PODIUM_REPO is
+    left out of its environment so the pull step's `{{ $PODIUM_REPO }}` stays a placeholder that each worker
+    fills in with its own checkout."""
+    if not names:
+        return ""
+    argv = [*prefect_cli(), "--no-prompt", "deploy", "--prefect-file", str(prefect_yaml)]
+    for name in names:
+        argv += ["--name", name]
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "PODIUM_REPO"}   # resolved on each worker
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+    if done.returncode != 0 or "Deployment '" not in done.stdout:
+        raise CommandError(argv, done.returncode, (done.stdout + done.stderr)[-3000:],
+                           fix="read the output above; the work pool must exist before `prefect deploy`")
+    return done.stdout

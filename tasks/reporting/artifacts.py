@@ -1,0 +1,125 @@
+"""What a run tells its users: the results table, a markdown summary and links, as Prefect artifacts and as
+`results.json` and `report.md` in the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from submission.checker import CheckReport
+from submission.runs import AuditRecord, RunRecord
+from tasks.reporting.plots import plot_latency as plot_latency  # the PNG plots, re-exported (tasks/reporting/plots.py)
+from tasks.reporting.plots import plot_run as plot_run
+from tasks.reporting.plots import plot_scaling as plot_scaling
+from tasks.reporting.plots import plot_search_trace as plot_search_trace
+from tasks.reporting.plots import plot_sweep as plot_sweep
+
+COLUMNS = ("system", "benchmark", "scenario", "metric", "unit", "valid", "ttft_p99_ms", "tpot_p99_ms", "accuracy",
+           "compliance")
+AUDIT_COLUMNS = ("system", "benchmark", "scenario", "test", "verdict", "measured", "bound", "attempts", "official")
+
+
+def table(records: list[RunRecord], audits: Sequence[AuditRecord] = ()) -> list[dict]:
+    """One row per scenario: the performance run's numbers, the accuracy run's score and the audits' verdicts."""
+    rows: dict[tuple[str, str, str], dict] = {}
+    for r in records:
+        row = rows.setdefault((r.system, r.benchmark, r.scenario), dict.fromkeys(COLUMNS) | {
+            "system": r.system, "benchmark": r.benchmark, "scenario": r.scenario})
+        if r.mode == "performance":
+            row |= {"metric": r.metric, "unit": r.unit, "valid": r.valid, "ttft_p99_ms": r.ttft_p99_ms,
+                    "tpot_p99_ms": r.tpot_p99_ms}
+        elif r.accuracy is not None:
+            row["accuracy"] = f"{r.accuracy_metric} {r.accuracy:.3f}" + ("" if r.accuracy_pass else " (FAIL)")
+    for a in audits:
+        row = rows.get((a.system, a.benchmark, a.scenario))
+        if row is not None:
+            verdict = f"{a.test} {'PASS' if a.passed else 'FAIL'}"
+            row["compliance"] = f"{row['compliance']}, {verdict}" if row["compliance"] else verdict
+    return list(rows.values())
+
+
+def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
+    """One row per audit: its verdict and the measured value against its bound (the first failed check, or the
+    last measured one when it passed)."""
+    rows = []
+    for a in audits:
+        measured = [c for c in a.checks if c.passed is not None]
+        main = (a.failed_checks or [c for c in measured if c.measured is not None][-1:] or [None])[0]
+        rows.append({"system": a.system, "benchmark": a.benchmark, "scenario": a.scenario, "test": a.test,
+                     "verdict": "PASS" if a.passed else "FAIL",
+                     "measured": None if main is None else f"{main.name} {_cell(main.measured)}",
+                     "bound": None if main is None else main.bound, "attempts": a.attempts,
+                     "official": a.official + (f" ({a.disagreement})" if a.disagreement else "") if a.official
+                     else None})
+    return rows
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, links: dict[str, str],
+             failures: list[str], audits: Sequence[AuditRecord] = ()) -> str:
+    lines = [f"# Podium run of `{plan_name}`", ""]
+    if profile == "smoke":
+        lines += ["> **SMOKE RUN**: a CPU run of a tiny model with shortened durations. Its tree is not, and does not",
+                  "> claim to be, a valid MLPerf submission.", ""]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
+    if audits:
+        lines += ["", "## Compliance", "", "| " + " | ".join(AUDIT_COLUMNS) + " |", "|" + "---|" * len(AUDIT_COLUMNS)]
+        lines += ["| " + " | ".join(_cell(row[c]) for c in AUDIT_COLUMNS) + " |" for row in compliance_rows(audits)]
+    if failures:
+        lines += ["", "## Failed steps", ""] + [f"- {f}" for f in failures]
+    if check is not None:
+        lines += ["", "## Checker", "", check.summary(), ""]
+        lines += [f"- `{f.severity}` **{f.rule}** `{f.path}`: {f.message}" for f in check.findings]
+    if links:
+        lines += ["", "## Where everything went", ""] + [f"- {name}: {url}" for name, url in links.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_run_files(run_folder: Path, records: list[RunRecord], report_md: str,
+                    audits: Sequence[AuditRecord] = ()) -> None:
+    (run_folder / "results.json").write_text(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+    if audits:
+        (run_folder / "compliance.json").write_text(json.dumps([a.model_dump(mode="json") for a in audits], indent=2))
+    (run_folder / "report.md").write_text(report_md)
+
+
+def publish_artifacts(rows: list[dict], report_md: str, links: dict[str, str],
+                      audits: Sequence[AuditRecord] = ()) -> None:
+    """Create the Prefect artifacts of the run (inside a flow run)."""
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+    create_table_artifact(key="results", table=[{k: _cell(v) for k, v in row.items()} for row in rows],
+                          description="One row per system, benchmark and scenario")
+    create_markdown_artifact(key="summary", markdown=report_md, description="Podium run summary")
+    if audits:
+        create_table_artifact(key="compliance", table=[{k: _cell(v) for k, v in row.items()}
+                                                       for row in compliance_rows(audits)],
+                              description="One row per compliance audit: verdict, measured value and bound")
+    for name, url in links.items():
+        create_link_artifact(key=name.lower().replace(" ", "-").replace("_", "-"), link=url, link_text=name)
+
+
+def publish_images(images: dict[str, str]) -> None:
+    """An image artifact per plot (name -> URL, e.g. a presigned link to the PNG in object storage)."""
+    from prefect.artifacts import create_image_artifact
+
+    for name, url in images.items():
+        key = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+        create_image_artifact(image_url=url, key=key, description=name)
+
+
+def plots_markdown(plots: dict[str, str]) -> str:
+    """A `## Plots` section linking each PNG (name -> URL); empty when there are none."""
+    if not plots:
+        return ""
+    return "\n## Plots\n\n" + "".join(f"- [{name}]({url})\n" for name, url in plots.items())

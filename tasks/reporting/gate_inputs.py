@@ -1,0 +1,133 @@
+"""The acceptance gates of a run's report (`submission.gates` does the arithmetic): this module gathers what they
+compare against: the accelerators of each system, the accuracy targets of the round, the results of the previous
+run of the same plan in object storage, and the last scaling check of each benchmark in the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+
+from submission import gates
+from submission.errors import StorageError
+from submission.plan import Plan
+from submission.rules import load_rules
+from tasks.storage import objects as storage
+
+log = logging.getLogger("podium.gates")
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter:
+    try:
+        return get_run_logger()
+    except Exception:  # outside a Prefect run
+        return log
+
+
+def previous_results(cfg: storage.StorageConfig, plan_name: str, run_id: str) -> tuple[str, list[dict]] | None:
+    """(run id, results.json rows) of the newest finished run of `plan_name` other than `run_id`; a run counts as
+    finished when its manifest (written last) is there."""
+    s3 = storage.client(cfg)
+    newest: tuple[Any, str] | None = None
+    for key in storage.list_keys(cfg, plan_name):
+        parts = key.split("/")
+        if parts[-1] != storage.MANIFEST or parts[-2] == run_id:
+            continue
+        try:
+            stamp = s3.head_object(Bucket=cfg.bucket, Key=key)["LastModified"]
+        except Exception as e:  # botocore errors: this run is skipped, the comparison goes on
+            _logger().warning("cannot read %s: %s", key, e)
+            continue
+        if newest is None or stamp > newest[0]:
+            newest = (stamp, parts[-2])
+    if newest is None:
+        return None
+    key = storage.object_key(cfg, plan_name, newest[1], "results.json")
+    try:
+        rows = json.loads(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
+    except Exception as e:
+        raise StorageError(f"reading {key} failed: {e}", where=f"s3://{cfg.bucket}/{key}",
+                           fix="check the previous run's upload; the comparison is skipped until it is readable") from e
+    return newest[1], rows
+
+
+def performance_rows(records: list[dict]) -> list[dict]:
+    return [{"system": r["system"], "benchmark": r["benchmark"], "scenario": r["scenario"], "metric": r.get("metric"),
+             "unit": r.get("unit")} for r in records if r.get("mode") == "performance" and r.get("audit") is None]
+
+
+def accelerators(systems: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Accelerators of each system: accelerators_per_node x number_of_nodes (0 when not a number)."""
+    out = {}
+    for name, desc in systems.items():
+        try:
+            out[name] = int(desc.get("accelerators_per_node") or 0) * int(desc.get("number_of_nodes") or 1)
+        except (TypeError, ValueError):
+            out[name] = 0
+    return out
+
+
+def scaling_results(workspace: Path, plan: Plan) -> list[gates.Gate]:
+    """The gates of the last `podium scale` of each benchmark of the plan, if one ran in this workspace."""
+    found = []
+    for b in plan.benchmarks:
+        for path in sorted((workspace / "search").glob(f"scaling-{b.key.replace('/', '-')}-*.json")):
+            found += [gates.Gate.model_validate(g) for g in json.loads(path.read_text()).get("gates", [])]
+    return found
+
+
+def evaluate(plan: Plan, records: list[dict], systems: dict[str, dict[str, Any]],
+             previous: tuple[str, list[dict]] | None, workspace: Path) -> dict[str, Any]:
+    """Every gate of the run and the report section: the gates, then the per-GPU table."""
+    rules = load_rules(plan.round)
+    rows = performance_rows(records)
+    targets = {}
+    for b in plan.benchmarks:
+        for scenario in b.scenarios:
+            accuracy = rules.benchmark(b.benchmark).scenario(scenario).accuracy
+            targets[(b.benchmark, scenario)] = accuracy[0].target if accuracy else None
+
+    class Rec:
+        def __init__(self, d: dict) -> None:
+            self.__dict__.update(d)
+
+    found = gates.server_offline(rows, plan.gates.server_offline_min_ratio)
+    found += gates.accuracy_margin([Rec(r) for r in records], targets, plan.gates.accuracy_margin_min)
+    found += gates.regression(rows, performance_rows(previous[1]) if previous else None,
+                              plan.gates.regression_tolerance, previous[0] if previous else "")
+    found += scaling_results(workspace, plan)
+    per_gpu = gates.per_gpu(rows, accelerators(systems))
+    text = gates.markdown(found) or "## Acceptance gates\n\nNothing to gate.\n"
+    text += "\n| system | benchmark | scenario | metric | accelerators | per accelerator |\n|---|---|---|---|---|---|\n"
+    text += "".join(_per_gpu_line(r) for r in per_gpu if r.get("metric") is not None)
+    if previous is None:
+        text += "\nNo earlier run of this plan in object storage: nothing to compare with.\n"
+    return {"gates": [g.model_dump() for g in found], "per_gpu": per_gpu, "markdown": text,
+            "failed": sum(g.passed is False for g in found), "previous_run": previous[0] if previous else None}
+
+
+def _per_gpu_line(r: dict[str, Any]) -> str:
+    per = "-" if r["per_gpu"] is None else f"{r['per_gpu']:,.2f}"
+    return (f"| {r['system']} | {r['benchmark']} | {r['scenario']} | {r['metric']:,.2f} {r.get('unit') or ''} "
+            f"| {r['gpus'] or '-'} | {per} |\n")
+
+
+@task(name="acceptance-gates")
+def acceptance_gates(plan: Plan, records: list[dict], systems: dict[str, dict[str, Any]],
+                     cfg: storage.StorageConfig, run_id: str, workspace: str) -> dict[str, Any]:
+    """The gates of this run; a failing gate is reported (and logged), it does not fail the run."""
+    try:
+        previous = previous_results(cfg, plan.name, run_id)
+    except StorageError as e:
+        _logger().warning("no comparison with the previous run: %s", e)
+        previous = None
+    out = evaluate(plan, records, systems, previous, Path(workspace))
+    for g in out["gates"]:
+        if g["passed"] is False:
+            _logger().warning("gate %s failed for %s: %s (bound %s) %s", g["gate"], g["subject"], g["value"],
+                              g["bound"], g["detail"])
+    return out

@@ -1,0 +1,244 @@
+"""A benchmark's engine deployment, seen from the plan: which launcher, which model path, and the review that
+`podium launch PLAN --dry-run` prints (every process spec: node, argv, env, ports, GPUs, probes, files) without
+starting anything or asking any cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from submission import capacity as capacity_checks
+from submission.errors import PlanError, PodiumError
+from submission.plan import BenchmarkSpec, EngineSpec, Plan
+from submission.rules import load_rules
+from submission.systems import accelerators
+from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend, demand
+from tasks.launchers import Launcher, launched, launcher
+from tasks.workspace import Workspace
+
+REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
+
+
+def slurm_address(node: int) -> str:
+    """How the review names node `node`'s IPv4 address, which only the launch finds out (on the node)."""
+    return f"NODE{node}_IPV4"
+
+
+def where(engine: EngineSpec) -> dict[str, Any]:
+    """The plain-data part of an engine spec that says where it runs (a Prefect task parameter)."""
+    return {"launcher": engine.launcher, "slurm": engine.slurm,
+            "kubernetes": engine.kubernetes.model_dump() if engine.kubernetes else None}
+
+
+def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
+    """The launcher `where` names (None: local), with its own section of settings."""
+    name = (where or {}).get("launcher", "local")
+    if name == "kubernetes":
+        return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name)
+    if name == "slurm" and where.get("slurm"):
+        return launcher("slurm", state_dir=state_dir, settings=where["slurm"])
+    return launcher(name, state_dir=state_dir)
+
+
+def make_launcher(engine: EngineSpec, state_dir: Path) -> Launcher:
+    """The plan's launcher for this engine."""
+    return launcher_for(engine.name, where(engine), state_dir)
+
+
+def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
+    """The model folder as the engine's processes see it (a pod may mount it elsewhere)."""
+    k8s = engine.kubernetes
+    return Path(k8s.model_path) if engine.launcher == "kubernetes" and k8s and k8s.model_path else staged
+
+
+def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
+    """The placement a launch would get, without reserving anything: the kubernetes launcher's own (it is fixed);
+    for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `NODE<i>_IPV4` (node i's IPv4 address,
+    which the Slurm launcher resolves on the node at launch)."""
+    nodes, ports = demand(backend(engine.name), engine.options)
+    if engine.launcher == "kubernetes":
+        where = make_launcher(engine, state_dir)
+        return where.placement(ports) if nodes == 1 else where.placement(ports, nodes=nodes)  # type: ignore[call-arg]
+    hosts = ["127.0.0.1"] * nodes if engine.launcher == "local" else [slurm_address(i) for i in range(nodes)]
+    step = ports if engine.launcher == "local" else 0   # one host: every node's ports differ
+    per_node = tuple(Node(h, tuple(REVIEW_PORT + i * step + p for p in range(ports))) for i, h in enumerate(hosts))
+    return Placement(hosts[0], per_node[0].ports, nodes=per_node if nodes > 1 else (),
+                     workdir="<deployment folder>")
+
+
+def sizing(plan: Plan, bench: BenchmarkSpec, *, model: Path | None = None, datasets: dict[str, str] | None = None,
+           capacity: str | None = None) -> capacity_checks.Review:
+    """The memory fit and sequence budgets of `bench`'s engine, from the model folder and data set files given
+    (staged: plan source -> local path) or, where absent, from the plan's local sources (a shared filesystem); the
+    system's GPU memory from `capacity` (preflight's system description), the plan's description, or this host's
+    GPUs when the engine runs here."""
+    from tasks.harness.datasets import longest_prompts
+
+    src = Path(bench.model.source)
+    folder = model or (src if not bench.model.source.startswith("s3://") and src.is_dir() else None)
+    sources = {bench.dataset.performance, bench.dataset.accuracy, *bench.dataset.compliance.values()}
+    files = datasets or {s: s for s in sources if not s.startswith("s3://")}
+    if not bench.engine.config().workers():   # nothing to size (smoke, simulated, external, the Dynamo mocker)
+        files = {}
+    capacity = capacity or plan.system(bench.system).description.get("accelerator_memory_capacity")
+    if capacity is None and bench.engine.launcher == "local":   # the GPUs are this host's
+        capacity = accelerators().get("accelerator_memory_capacity")
+    return capacity_checks.review(plan, bench, load_rules(plan.round), model_folder=folder,
+                                  prompt_max=longest_prompts(bench.benchmark, files), capacity=capacity)
+
+
+def _probe(p: HttpProbe) -> dict[str, Any]:
+    out: dict[str, Any] = {"method": "GET" if p.body is None else "POST", "path": p.path}
+    if p.body is not None:
+        out["body"] = p.body
+    if p.contains is not None:
+        out["contains"] = p.contains
+    return out
+
+
+def process_view(spec: ProcessSpec) -> dict[str, Any]:
+    return {"name": spec.name, "role": spec.role, "node": spec.node_index, "host": spec.host,
+            "bind": spec.bind or spec.host, "port": spec.port, "side_ports": spec.side_ports, "gpus": spec.gpus,
+            "gpu_ids": list(spec.gpu_ids), "mpi_ranks": spec.mpi_ranks, "nodes": spec.nodes, "argv": list(spec.argv),
+            "env": spec.env, "probes": [_probe(p) for p in spec.probes], "files": spec.files}
+
+
+def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
+    """Everything a launch of this benchmark's engine would start, as plain data."""
+    engine = bench.engine
+    be = backend(engine.name)
+    try:
+        version = be.version(engine.options)
+    except PodiumError as e:
+        version = f"not detected here ({e.message})"
+    staged = Path(bench.model.source) if not bench.model.source.startswith("s3://") else Path("<staged model>")
+    model_dir = model_dir_for(engine, staged)
+    build_dir = Workspace.at(workspace).builds / f"{engine.name}-<build key>"
+    placement = review_placement(engine, workspace / "pids")
+    specs = be.processes(engine.options, model_dir, placement, build_dir)
+    endpoint = be.endpoint(engine.options, model_dir, specs)
+    out: dict[str, Any] = {
+        "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
+        "options": engine.options, "model_dir": str(model_dir), "build_dir": str(build_dir),
+        "processes": [process_view(s) for s in specs]}
+    if engine.launcher == "kubernetes":
+        where = make_launcher(engine, workspace / "pids")
+        out["kubernetes"] = where.objects(specs)  # type: ignore[attr-defined]
+        endpoint = where.endpoint(endpoint, _Review(specs, where.graph))  # type: ignore[attr-defined]
+    out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
+    sized = sizing(plan, bench)
+    out["capacity"] = sized.as_dict()
+    return out
+
+
+@dataclasses.dataclass
+class _Review:
+    """What the kubernetes launcher's `endpoint` reads of a deployment."""
+
+    processes: list[ProcessSpec]
+    graph: bool
+
+
+def reviews(plan: Plan, workspace: Path, key: str | None = None) -> list[dict[str, Any]]:
+    benches = [plan.benchmark(key)] if key else plan.benchmarks
+    return [review(plan, b, workspace) for b in benches]
+
+
+def require_capacity(items: list[dict[str, Any]]) -> None:
+    """Exit 2 (PlanError) when a reviewed engine does not fit its GPUs or a run's sequence budget is short."""
+    capacity_checks.require([p for r in items for p in r["capacity"]["problems"]])
+
+
+def _indent(text: str, prefix: str = "      | ") -> str:
+    return "\n".join(prefix + line for line in text.rstrip("\n").splitlines())
+
+
+def _routing(processes: list[dict[str, Any]]) -> list[str]:
+    """What a KV router routes on: the workers' KV-cache events, or its own predictions."""
+    routers = [p for p in processes if "--router-mode" in p["argv"]
+               and p["argv"][p["argv"].index("--router-mode") + 1] == "kv"]
+    if not routers:
+        return []
+    publishers = [p["name"] for p in processes if "kv_events" in p["side_ports"]]
+    if "--no-router-kv-events" in routers[0]["argv"]:
+        return ["  KV router: no worker publishes KV events here; it predicts cache state from its own routing"]
+    source = f"the KV events of {len(publishers)} worker(s), each on its kv_events port" if publishers else \
+        "the KV events the workers publish over the event plane"
+    return [f"  KV router: fed by {source}"]
+
+
+def render(items: list[dict[str, Any]]) -> str:
+    """The review as text, one block per process."""
+    lines = []
+    for r in items:
+        lines += [f"{r['benchmark']}: engine {r['engine']} ({r['version']}), launcher {r['launcher']}",
+                  f"  model {r['model_dir']}; build folder {r['build_dir']}"]
+        if r["launcher"] == "slurm":
+            lines.append(f"  addresses: {slurm_address(0).replace('0', '<i>')} is node i's IPv4 address, resolved on "
+                         "the node at launch from its NodeAddr; every process binds and advertises it")
+        if r["launcher"] != "kubernetes":
+            lines.append(f"  ports are picked free at launch; shown here counted from {REVIEW_PORT}")
+        else:
+            lines.append("  each process is a pod: CUDA_VISIBLE_DEVICES is dropped there (the device plugin numbers a "
+                         "pod's GPUs from 0); config files come from a ConfigMap at the paths shown")
+        for p in r["processes"]:
+            gpus = f"{p['gpus']} GPU(s) {p['gpu_ids']}" if p["gpus"] else "no GPU"
+            mpi = f", {p['mpi_ranks']} MPI ranks over {p['nodes']} node(s)" if p["mpi_ranks"] > 1 else ""
+            side = "".join(f", {k} {v}" for k, v in p["side_ports"].items())
+            lines += [f"  [node {p['node']}] {p['name']} ({p['role']}) on {p['host']}:{p['port']}{side}; "
+                      f"{gpus}{mpi}",
+                      f"    argv: {shlex.join(p['argv'])}",
+                      f"    env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in sorted(p['env'].items()))}",
+                      "    ready when: " + "; ".join(
+                          f"{q['method']} {q['path']}" + (f" {json.dumps(q['body'])}" if "body" in q else "")
+                          + (f" contains {q['contains']}" if "contains" in q else "") for q in p["probes"])]
+            for path, text in p["files"].items():
+                lines += [f"    file {path}:", _indent(text)]
+        lines += _routing(r["processes"])
+        e = r["endpoint"]
+        lines.append(f"  endpoint {e['base_url']} model {e['model']!r}; token-id prompts: "
+                     f"{'yes' if e['accepts_token_ids'] else 'no'}; token ids back: "
+                     f"{'yes' if e['returns_token_ids'] else 'no'}")
+        if "kubernetes" in r:
+            kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
+            lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+        lines += r["capacity"]["text"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+
+@contextlib.contextmanager
+def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
+            logger: logging.Logger | logging.LoggerAdapter) -> Iterator[Endpoint]:
+    """Stage the model, build the engine (or reuse the build), launch it where the plan says, yield its endpoint
+    once it generates, and always stop it. Plain functions: `podium launch` uses it outside any flow."""
+    from tasks.serving.build import build
+    from tasks.staging.stage import S3Access, stage
+
+    ws, engine = Workspace.at(workspace), bench.engine
+    staged = stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
+    be = backend(engine.name)
+    built = build(engine.name, engine.options, Path(staged.path), staged.sha256, be.version(engine.options),
+                  ws.builds, logger)
+    where = make_launcher(engine, ws.pids)
+    log_dir = ws.root / "launch" / bench.key.replace("/", "-")
+    with launched(be, engine.options, model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]
+                  engine.ready_timeout_s, Path(built.path)) as endpoint:
+        yield endpoint
+
+
+def pick(plan: Plan, key: str | None) -> BenchmarkSpec:
+    if key is not None:
+        return plan.benchmark(key)
+    if len(plan.benchmarks) > 1:
+        raise PlanError(f"plan {plan.name!r} has {len(plan.benchmarks)} benchmarks",
+                        fix="name one: --benchmark " + " | ".join(b.key for b in plan.benchmarks))
+    return plan.benchmarks[0]

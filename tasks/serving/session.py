@@ -1,0 +1,122 @@
+"""The engine of one benchmark, launched lazily: only a step that is not cached starts it.
+
+`EngineSession.endpoint()` launches the engine on first use (a task with retries: a taken port or a slow start
+costs a retry, not the run) and relaunches it when a process has died. `close()` always stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from submission.errors import CommandError
+from tasks.engines import Endpoint, backend
+from tasks.harness import liveness
+from tasks.launchers import start_ready
+from tasks.launchers.local import LocalDeployment, tail
+from tasks.ops.nodes import NodeSlot
+from tasks.serving.deployment import launcher_for
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter:
+    try:
+        return get_run_logger()
+    except Exception:  # outside a Prefect run (plain function use)
+        return logging.getLogger("podium.engine")
+
+
+def engine_identity(name: str, options: dict[str, Any]) -> str:
+    """What identifies a deployment's behaviour: the engine, its version and its options."""
+    return f"{name} {backend(name).version(options)} {json.dumps(options, sort_keys=True)}"
+
+
+@task(name="launch", task_run_name="launch[{engine_name}]", retries=2, retry_delay_seconds=3, cache_policy=NO_CACHE)
+def launch_engine(engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
+                  timeout_s: float, where: dict[str, Any] | None = None,
+                  build_dir: str | None = None) -> tuple[Any, Endpoint]:
+    """Start the engine where the plan says (`where`: tasks.serving.deployment.where; None: this host) and wait until it
+    generates. An external engine is only probed: its deployment is None."""
+    launcher_ = launcher_for(engine_name, where, Path(state_dir))
+    return start_ready(backend(engine_name), options, Path(model_dir), launcher_, Path(log_dir), _logger(),
+                       timeout_s, Path(build_dir) if build_dir else None)
+
+
+class EngineSession:
+    def __init__(self, engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
+                 timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None,
+                 stall_s: float | None = None) -> None:
+        self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
+        self.stall_s = stall_s   # the plan's engine.stall_timeout_s: a run ends when the engine is silent that long
+        self.where = launcher_for(engine_name, where, Path(state_dir))
+        self.deployment: Any = None
+        self._endpoint: Endpoint | None = None
+        self.launches = 0
+        self.slot = NodeSlot([socket.gethostname()],   # gpu-<node>: one engine per node across flows
+                             record_dir=Path(state_dir) / "leases")   # a killed flow's lease: released by the next
+
+    def alive(self) -> bool:
+        if self._endpoint is None:
+            return False
+        if self.deployment is None:   # an external engine: not ours to watch
+            return True
+        if isinstance(self.deployment, LocalDeployment):
+            return all(r.popen.poll() is None for r in self.deployment.running)
+        return getattr(self.where, "alive", lambda _: True)(self.deployment)
+
+    def log_report(self, lines: int = 20) -> str:
+        """The engine's log files and their last lines (processes this host started), for an error message."""
+        if not isinstance(self.deployment, LocalDeployment):
+            return f"the engine's logs are under {self.args[4]}"
+
+        def status(code: int | None) -> str:
+            return "running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exited with {code}")
+
+        return "\n".join(f"{r.spec.name} (pid {r.popen.pid}) {status(r.popen.poll())}; last lines of {r.log}:\n"
+                         f"{tail(r.log, lines)}" for r in self.deployment.running)
+
+    def endpoint(self) -> Endpoint:
+        if self._endpoint is not None and not self.alive():
+            _logger().warning("the engine died; relaunching it")
+            self.close()
+        if self._endpoint is None:
+            self.slot.acquire()
+            self.deployment, self._endpoint = launch_engine(*self.args)
+            self.launches += 1
+        assert self._endpoint is not None
+        return self._endpoint
+
+    @contextlib.contextmanager
+    def stopped_if_hung(self) -> Iterator[None]:
+        """Around a harness run: when the run ended because the engine hung (the stall watchdog's
+        `liveness.ENGINE_STALLED`), stop the engine, which still holds its port and accelerators, so that the
+        step's retry launches a fresh one. The error goes on."""
+        try:
+            yield
+        except CommandError as e:
+            if e.returncode == liveness.ENGINE_STALLED:
+                _logger().warning("the engine hung (nothing for %s s with requests in flight); stopping it",
+                                  self.stall_s)
+                self.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            if self.deployment is not None:
+                self.where.stop(self.deployment)
+        finally:
+            self.deployment = self._endpoint = None
+            self.slot.release()
+
+    def __enter__(self) -> EngineSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
