@@ -15,11 +15,11 @@ from prefect import flow, get_run_logger
 from submission import plan as plans
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
-from tasks.compliance.audit import AuditFailed, run_audit_task
 from tasks.compliance.planning import audit_jobs
+from tasks.compliance.step import AuditFailed, run_audit_task
 from tasks.harness.step import RunRejected, run_loadgen
 from tasks.ops.inputs import require_fit
-from tasks.serving.build_step import build_engine
+from tasks.serving.build import build_engine
 from tasks.serving.deployment import model_dir_for, sizing, where
 from tasks.serving.session import EngineSession, engine_identity
 from tasks.staging.stage import S3Access, stage_task

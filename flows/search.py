@@ -23,7 +23,7 @@ from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.reporting import plots
-from tasks.serving.build_step import build_engine
+from tasks.serving.build import build_engine
 from tasks.serving.deployment import model_dir_for, where
 from tasks.serving.session import EngineSession, engine_identity
 from tasks.staging.stage import S3Access, stage_task

@@ -11,9 +11,11 @@ from collections.abc import Iterable, Sequence
 
 
 class PodiumError(Exception):
-    """Base class. `exit_code` is what the CLI exits with."""
+    """Base class. `exit_code` is what the CLI exits with; `final`: another attempt would fail the same way (the plan's
+    fault, the rules', a run's own results, corrupt data), so a step's retries never repeat it."""
 
     exit_code = 1
+    final = False
 
     def __init__(self, message: str, *, fix: str | None = None, where: str | None = None) -> None:
         self.message = message
@@ -32,12 +34,14 @@ class PlanError(PodiumError):
     """The plan (or another input file) is invalid. Raised before anything starts."""
 
     exit_code = 2
+    final = True
 
 
 class RuleViolation(PodiumError):
     """A value breaks the MLPerf rules of the round."""
 
     exit_code = 3
+    final = True
 
 
 class LaunchError(PodiumError):
@@ -71,6 +75,7 @@ class RunFailed(PodiumError):
     """A benchmark run finished but its result cannot be used (INVALID, loadgen errors, accuracy under the floor)."""
 
     exit_code = 6
+    final = True
 
 
 def did_you_mean(value: str, valid: Iterable[str]) -> str:

@@ -12,7 +12,7 @@ import math
 import time
 from pathlib import Path
 
-from prefect import get_run_logger, task
+from prefect import task
 
 from submission.errors import CommandError, LaunchError, RunFailed
 from submission.logs import load_run
@@ -21,6 +21,7 @@ from submission.runs import RunRecord, RunSpec, record
 from tasks.accuracy import score
 from tasks.harness import liveness, runner
 from tasks.serving.session import EngineSession
+from tasks.steps import retry_transient, run_logger
 from tasks.workspace import folder_key
 
 
@@ -31,15 +32,6 @@ class RunRejected(RunFailed):
         super().__init__(message, fix=fix or "see the run's mlperf_log_summary.txt; adjust the plan and run it again")
         self.record = record
 
-
-def _retry_unless_final(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except RunFailed:
-        return False
-    except Exception:
-        return True
-    return False
 
 
 def _cache_key(context, parameters: dict) -> str:
@@ -134,9 +126,9 @@ def summary(rec: RunRecord) -> str:
 
 @task(name="loadgen-run", task_run_name="{spec.mode}[{spec.system}/{spec.benchmark}/{spec.scenario}]",
       cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
-      retry_condition_fn=_retry_unless_final)
+      retry_condition_fn=retry_transient)
 def run_loadgen(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None,
                 tokenizer: str | None) -> RunRecord:
     rec = run_once(spec, engine, Path(work_dir), evaluator, tokenizer)
-    get_run_logger().info("%s: %s", spec.label, summary(rec))
+    run_logger("run").info("%s: %s", spec.label, summary(rec))
     return rec

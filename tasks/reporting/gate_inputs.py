@@ -6,26 +6,17 @@ run of the same plan in object storage, and the last scaling check of each bench
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import task
 
 from submission import gates
 from submission.errors import StorageError
 from submission.plan import Plan
 from submission.rules import load_rules
+from tasks.steps import run_logger
 from tasks.storage import objects as storage
-
-log = logging.getLogger("podium.gates")
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter:
-    try:
-        return get_run_logger()
-    except Exception:  # outside a Prefect run
-        return log
 
 
 def previous_results(cfg: storage.StorageConfig, plan_name: str, run_id: str) -> tuple[str, list[dict]] | None:
@@ -40,7 +31,7 @@ def previous_results(cfg: storage.StorageConfig, plan_name: str, run_id: str) ->
         try:
             stamp = s3.head_object(Bucket=cfg.bucket, Key=key)["LastModified"]
         except Exception as e:  # botocore errors: this run is skipped, the comparison goes on
-            _logger().warning("cannot read %s: %s", key, e)
+            run_logger("gates").warning("cannot read %s: %s", key, e)
             continue
         if newest is None or stamp > newest[0]:
             newest = (stamp, parts[-2])
@@ -123,11 +114,11 @@ def acceptance_gates(plan: Plan, records: list[dict], systems: dict[str, dict[st
     try:
         previous = previous_results(cfg, plan.name, run_id)
     except StorageError as e:
-        _logger().warning("no comparison with the previous run: %s", e)
+        run_logger("gates").warning("no comparison with the previous run: %s", e)
         previous = None
     out = evaluate(plan, records, systems, previous, Path(workspace))
     for g in out["gates"]:
         if g["passed"] is False:
-            _logger().warning("gate %s failed for %s: %s (bound %s) %s", g["gate"], g["subject"], g["value"],
+            run_logger("gates").warning("gate %s failed for %s: %s (bound %s) %s", g["gate"], g["subject"], g["value"],
                               g["bound"], g["detail"])
     return out

@@ -4,10 +4,14 @@ For the TensorRT path of trtllm it runs convert_checkpoint.py and trtllm-build; 
 the checkpoint and writes the engine's config files (the LLM-API YAMLs of trtllm). The folder is built under a
 temporary name and renamed into place with `build.json` (the record) written last, so a folder that exists is a
 finished build: an unchanged plan reuses it, a changed flag gets a new key and builds again.
+
+`build_engine` is the step as a Prefect task. Its cache is the build folder itself, not a Prefect result: a folder
+that is gone is rebuilt, never reported from a stale record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,8 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
 from submission.errors import CommandError, LaunchError, PlanError
 from tasks.engines import backend
+from tasks.steps import run_logger
 
 RECORD = "build.json"
 TAIL_LINES = 30
@@ -132,3 +140,11 @@ def build(engine: str, options: dict[str, Any], model_dir: Path, model_sha256: s
         raise
     logger.info("build: %s built in %.1f s", final, time.time() - started)
     return Built(str(final), key, version, False, tuple(files), tuple(tuple(c) for c in runner.commands))
+
+
+@task(name="build", task_run_name="build[{engine}]", cache_policy=NO_CACHE)
+def build_engine(engine: str, options: dict[str, Any], model_dir: str, model_sha256: str, root: str) -> dict:
+    """Build (or reuse) the engine folder; returns its path, key, version, whether it was reused, files and commands."""
+    version = backend(engine).version(options)
+    built = build(engine, options, Path(model_dir), model_sha256, version, Path(root), run_logger("build"))
+    return dataclasses.asdict(built)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from submission.errors import CommandError
@@ -24,13 +23,7 @@ from tasks.launchers import start_ready
 from tasks.launchers.local import LocalDeployment, tail
 from tasks.ops.nodes import NodeSlot
 from tasks.serving.deployment import launcher_for
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter:
-    try:
-        return get_run_logger()
-    except Exception:  # outside a Prefect run (plain function use)
-        return logging.getLogger("podium.engine")
+from tasks.steps import run_logger
 
 
 def engine_identity(name: str, options: dict[str, Any]) -> str:
@@ -45,7 +38,7 @@ def launch_engine(engine_name: str, options: dict[str, Any], model_dir: str, sta
     """Start the engine where the plan says (`where`: tasks.serving.deployment.where; None: this host) and wait until it
     generates. An external engine is only probed: its deployment is None."""
     launcher_ = launcher_for(engine_name, where, Path(state_dir))
-    return start_ready(backend(engine_name), options, Path(model_dir), launcher_, Path(log_dir), _logger(),
+    return start_ready(backend(engine_name), options, Path(model_dir), launcher_, Path(log_dir), run_logger("engine"),
                        timeout_s, Path(build_dir) if build_dir else None)
 
 
@@ -84,7 +77,7 @@ class EngineSession:
 
     def endpoint(self) -> Endpoint:
         if self._endpoint is not None and not self.alive():
-            _logger().warning("the engine died; relaunching it")
+            run_logger("engine").warning("the engine died; relaunching it")
             self.close()
         if self._endpoint is None:
             self.slot.acquire()
@@ -102,7 +95,7 @@ class EngineSession:
             yield
         except CommandError as e:
             if e.returncode == liveness.ENGINE_STALLED:
-                _logger().warning("the engine hung (nothing for %s s with requests in flight); stopping it",
+                run_logger("engine").warning("the engine hung (nothing for %s s with requests in flight); stopping it",
                                   self.stall_s)
                 self.close()
             raise

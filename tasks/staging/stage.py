@@ -32,10 +32,11 @@ from typing import Any
 
 from prefect import task
 
-from submission.errors import PlanError, StorageError
+from submission.errors import StorageError
 from tasks.staging.sources import DONE, MANIFEST, LocalSource, Manifest, S3Access, S3Source, open_source
 from tasks.staging.sources import source_bytes as source_bytes  # re-exported: the bring-up's disk check uses it
-from tasks.staging.transfer import ChecksumMismatch, Copied
+from tasks.staging.transfer import Copied
+from tasks.steps import retry_transient
 
 ProgressFn = Callable[[int, int], None]    # (bytes verified so far, total bytes)
 FILES_IN_FLIGHT = max(1, min(4, os.cpu_count() or 1))   # files copied at once, each hashed on its own core
@@ -251,19 +252,9 @@ class ProgressArtifact:
             self.last = now
 
 
-def _retry_unless_corrupt(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a cut connection (the retry resumes); never a corrupt source or a bad path."""
-    try:
-        state.result()
-    except (ChecksumMismatch, PlanError):
-        return False
-    except Exception:
-        return True
-    return False
-
 
 @task(name="stage", task_run_name="stage[{source}]", retries=2, retry_delay_seconds=5,
-      retry_condition_fn=_retry_unless_corrupt)
+      retry_condition_fn=retry_transient)
 def stage_task(source: str, stage_root: str, access: dict | None = None) -> dict:
     """Stage onto this node; `access` holds S3Access fields (no secrets) for s3:// sources."""
     progress = ProgressArtifact(f"staging {source} to {stage_root} on {node_name()}")

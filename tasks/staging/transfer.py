@@ -45,6 +45,8 @@ Progress = Callable[[int], None]  # called with the number of newly verified byt
 class ChecksumMismatch(StorageError):
     """The bytes read do not hash to the manifest's sha256: the source is corrupt or changed. Never retried."""
 
+    final = True
+
 
 @dataclass(frozen=True)
 class Journal:

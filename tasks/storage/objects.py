@@ -27,7 +27,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from submission.errors import StorageError
-from tasks.files import sha256_file
+from submission.files import sha256_file
 
 log = logging.getLogger(__name__)
 

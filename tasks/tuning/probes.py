@@ -19,15 +19,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from submission.errors import RunFailed
 from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.harness import runner
 from tasks.serving.session import EngineSession
+from tasks.steps import retry_transient, run_logger
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, round_qps
 
 IDENTITY_FIELDS = ("round", "system", "benchmark", "scenario", "loadgen_model", "loadgen_scenario", "dataset_sha256",
@@ -133,19 +133,15 @@ def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path, stall_s: fl
                  duration_s=round(duration, 3), run_dir=str(run_dir))
 
 
-def _retry_unless_final(task, task_run, state) -> bool:
-    """Retry a crashed harness or a dead engine, not a run whose logs cannot be read."""
-    return not isinstance(state.result(raise_on_failure=False), RunFailed)
-
 
 @task(name="probe", task_run_name="{stage}[{spec.scenario}@{qps}]", cache_policy=NO_CACHE, retries=1,
-      retry_delay_seconds=2, retry_condition_fn=_retry_unless_final)
+      retry_delay_seconds=2, retry_condition_fn=retry_transient)
 def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str) -> Probe:
     """One probe on the (lazily launched, relaunched when dead) engine; a harness crash is retried once. A hung
     engine (the harness's stall watchdog) is stopped first, so the retry gets a fresh one."""
     with engine.stopped_if_hung():
         probe = run_probe(spec, stage, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s)
-    get_run_logger().info("%s %s q/s: %s (TTFT p99 %s ms, TPOT p99 %s ms) in %.1f s%s", stage, qps, probe.verdict,
+    run_logger("probes").info("%s %s q/s: %s (TTFT p99 %s ms, TPOT p99 %s ms) in %.1f s%s", stage, qps, probe.verdict,
                           probe.ttft_p99_ms, probe.tpot_p99_ms, probe.duration_s,
                           f": {'; '.join(probe.reasons)}" if probe.reasons else "")
     return probe

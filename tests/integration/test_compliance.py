@@ -17,14 +17,14 @@ import pytest
 import yaml
 
 from submission import plan as plans
+from submission.files import sha256_file
 from submission.logs import load_run, parse_accuracy_log
 from submission.rules import load_rules
 from submission.runs import RunRecord, plan_runs
 from tasks.compliance import AuditJob
-from tasks.compliance.audit import AuditFailed, run_audit
 from tasks.compliance.planning import audit_jobs
+from tasks.compliance.step import AuditFailed, run_audit
 from tasks.engines import Endpoint, backend
-from tasks.files import sha256_file
 from tasks.harness.datasets import read_token_prompts
 from tasks.harness.step import RunRejected, run_once
 from tasks.launchers import launched, launcher

@@ -22,7 +22,7 @@ from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec
 from submission.systems import describe
 from tasks.compliance import AuditJob, audit
-from tasks.compliance import audit as audits
+from tasks.compliance import step as audits
 from tasks.compliance.score import main as score_main
 from tasks.engines import Endpoint
 from tasks.reporting import artifacts as reporting

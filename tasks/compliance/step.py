@@ -9,14 +9,13 @@ and is not cached. A crash (engine died, harness failed) is retried once by Pref
 
 from __future__ import annotations
 
-import logging
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from prefect import get_run_logger, task
+from prefect import task
 
-from submission.errors import PlanError, RunFailed
+from submission.errors import RunFailed
 from submission.logs import load_run
 from submission.runs import AuditCheck, AuditRecord
 from tasks.compliance import AuditJob, audit
@@ -25,6 +24,7 @@ from tasks.compliance.official_scripts import Official, run_official
 from tasks.engines import Endpoint
 from tasks.harness import runner
 from tasks.serving.session import EngineSession
+from tasks.steps import retry_transient, run_logger
 from tasks.workspace import folder_key
 
 ATTEMPTS = 2   # a failed audit is retried once, then reported
@@ -49,12 +49,6 @@ class AuditFailed(RunFailed):
                                       "settings and run the plan again")
         self.record = record
 
-
-def _logger() -> logging.Logger | logging.LoggerAdapter:
-    try:
-        return get_run_logger()
-    except Exception:  # outside a Prefect run (plain function use)
-        return logging.getLogger("podium.audits")
 
 
 def _set_aside(run_dir: Path) -> None:
@@ -99,7 +93,7 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
 
 def run_audit(job: AuditJob, engine: EndpointSource, work_dir: Path, attempts: int = ATTEMPTS) -> AuditRecord:
     """The audit, retried once when its verification fails; raises AuditFailed after the last failure."""
-    logger = _logger()
+    logger = run_logger("audits")
     for attempt in range(1, attempts + 1):
         record = audit_once(job, engine, work_dir, attempt)
         if record.disagreement:
@@ -110,15 +104,6 @@ def run_audit(job: AuditJob, engine: EndpointSource, work_dir: Path, attempts: i
     raise AuditFailed(f"{job.label}: {record.summary()} (after {attempts} attempts)", record)
 
 
-def _retry_unless_final(task, task_run, state) -> bool:
-    try:
-        state.result()
-    except (RunFailed, PlanError):
-        return False
-    except Exception:
-        return True
-    return False
-
 
 def _cache_key(context, parameters: dict) -> str:
     return f"audit-{parameters['job'].key()}-{folder_key(parameters['work_dir'])}"
@@ -126,9 +111,9 @@ def _cache_key(context, parameters: dict) -> str:
 
 @task(name="audit", task_run_name="{job.spec.audit}[{job.spec.system}/{job.spec.benchmark}/{job.spec.scenario}]",
       cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
-      retry_condition_fn=_retry_unless_final)
+      retry_condition_fn=retry_transient)
 def run_audit_task(job: AuditJob, engine: EngineSession, work_dir: str) -> AuditRecord:
     record = run_audit(job, engine, Path(work_dir))
-    get_run_logger().info("%s: %s%s", job.label, record.summary(),
+    run_logger("audits").info("%s: %s%s", job.label, record.summary(),
                           f" (official: {record.official})" if job.inference_src else "")
     return record
