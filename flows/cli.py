@@ -13,43 +13,25 @@ from typing import Annotated
 import typer
 
 from flows import search_cli
+from flows.cli_common import Workspace, exits_on_error, prefect_env
 from submission.errors import PodiumError, RunFailed, StorageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
 dev = typer.Typer(no_args_is_help=True, help="Local services and assets for development and the smoke run.")
 app.add_typer(dev, name="dev")
 
-Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium keeps its state")]
-
-
-def _prefect_env(workspace: Path) -> None:
-    """Prefect reads its settings at import: set them first. An explicit PREFECT_API_URL (a server) wins."""
-    home = Path(os.environ.setdefault("PREFECT_HOME", str((workspace / "prefect").resolve())))
-    home.mkdir(parents=True, exist_ok=True)   # Prefect's SQLite file cannot be created in a missing folder
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "podium")
-
-
-def _fail(error: PodiumError) -> None:
-    typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(error.exit_code)
-
-
 @app.command()
+@exits_on_error
 def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission import plan as plans
     from tasks.ops.inputs import check_capacity, check_inputs
 
-    try:
-        loaded = plans.load(plan)
-        check_inputs(loaded, str(plan))   # sources exist, storage credentials found: before anything starts
-        check_capacity(loaded)            # engines fit their GPUs, runs their sequence budgets
-    except PodiumError as e:
-        _fail(e)
-    _prefect_env(workspace)
+    loaded = plans.load(plan)
+    check_inputs(loaded, str(plan))   # sources exist, storage credentials found: before anything starts
+    check_capacity(loaded)            # engines fit their GPUs, runs their sequence budgets
+    prefect_env(workspace)
     from flows.submission import submission
 
     if loaded.profile == "smoke":
@@ -63,10 +45,11 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         typer.echo(f"run folder: {latest.resolve()}")
     if not state.is_completed():
         error = state.result(raise_on_failure=False)
-        _fail(error if isinstance(error, PodiumError) else RunFailed(state.message or str(error)))
+        raise error if isinstance(error, PodiumError) else RunFailed(state.message or str(error))
 
 
 @app.command()
+@exits_on_error
 def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/, open/ or network/")],
           round: Annotated[str, typer.Option("--round", help="rules round, e.g. v6.1")] = "v6.1",
           profile: Annotated[str | None, typer.Option(help="submission or smoke (default: from the tree)")] = None,
@@ -83,17 +66,14 @@ def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/,
     from submission.checker import check_tree
 
     theirs, differences = None, []
-    try:
-        report = check_tree(tree, round, profile=profile)
-        if csv_file:
-            report.write_csv(csv_file)
-        if inference_src:
-            with tempfile.TemporaryDirectory(prefix="podium-official-") as scratch:
-                out = csv_file.with_suffix(".official.csv") if csv_file else Path(scratch) / "summary.csv"
-                theirs = official.run_official(tree, inference_src, round, out)
-            differences = official.compare(report, theirs)
-    except PodiumError as e:
-        _fail(e)
+    report = check_tree(tree, round, profile=profile)
+    if csv_file:
+        report.write_csv(csv_file)
+    if inference_src:
+        with tempfile.TemporaryDirectory(prefix="podium-official-") as scratch:
+            out = csv_file.with_suffix(".official.csv") if csv_file else Path(scratch) / "summary.csv"
+            theirs = official.run_official(tree, inference_src, round, out)
+        differences = official.compare(report, theirs)
     if as_json:
         extra = {} if theirs is None else {"official": theirs.model_dump(mode="json") | {"ok": theirs.ok},
                                            "differences": [d.model_dump(mode="json") for d in differences]}
@@ -108,6 +88,7 @@ def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/,
 
 
 @app.command()
+@exits_on_error
 def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pack")],
             out: Annotated[Path | None, typer.Option(help="an empty folder for the three files "
                                                           "(default: <tree>.package beside the tree)")] = None,
@@ -125,37 +106,35 @@ def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pa
     from submission.checker import check_tree
     from submission.package import package as make_package
 
-    try:
-        if run_check:
-            report = check_tree(tree, round)
-            if not report.ok:
-                typer.echo(report.text(), nl=False, err=True)
-                _fail(RunFailed(f"{tree} has {len(report.errors)} error(s); nothing was packed",
-                                fix="fix them (podium check), or pass --no-check to pack it anyway"))
-        pkg = make_package(tree, out, name=name)
-        typer.echo(f"{pkg.tarball}\nsha256 {pkg.sha256}\nmanifest {pkg.manifest_file} ({pkg.files} files, "
-                   f"{pkg.bytes} bytes)")
-        if bucket or embedded:
-            from tasks.storage import objects as storage
-            from tasks.storage import s3server
-            from tasks.storage import uploads as packaging
+    if run_check:
+        report = check_tree(tree, round)
+        if not report.ok:
+            typer.echo(report.text(), nl=False, err=True)
+            raise RunFailed(f"{tree} has {len(report.errors)} error(s); nothing was packed",
+                            fix="fix them (podium check), or pass --no-check to pack it anyway")
+    pkg = make_package(tree, out, name=name)
+    typer.echo(f"{pkg.tarball}\nsha256 {pkg.sha256}\nmanifest {pkg.manifest_file} ({pkg.files} files, "
+               f"{pkg.bytes} bytes)")
+    if bucket or embedded:
+        from tasks.storage import objects as storage
+        from tasks.storage import s3server
+        from tasks.storage import uploads as packaging
 
-            if embedded:
-                server = s3server.running(workspace / "s3")
-                if server is None:
-                    _fail(StorageError("the local S3 server is not running", fix="start it with `podium dev up`"))
-                cfg = storage.StorageConfig(server.endpoint_url, bucket or "podium", prefix, region,
-                                            server.credentials.access_key, server.credentials.secret_key)
-            else:
-                cfg = storage.StorageConfig(endpoint_url, str(bucket), prefix, region)
-            storage.ensure_bucket(cfg)
-            keys = packaging.upload(cfg, pkg, f"{pkg.name}/{pkg.sha256[:16]}")
-            typer.echo("uploaded " + ", ".join(f"s3://{cfg.bucket}/{key}" for key in keys))
-    except PodiumError as e:
-        _fail(e)
+        if embedded:
+            server = s3server.running(workspace / "s3")
+            if server is None:
+                raise StorageError("the local S3 server is not running", fix="start it with `podium dev up`")
+            cfg = storage.StorageConfig(server.endpoint_url, bucket or "podium", prefix, region,
+                                        server.credentials.access_key, server.credentials.secret_key)
+        else:
+            cfg = storage.StorageConfig(endpoint_url, str(bucket), prefix, region)
+        storage.ensure_bucket(cfg)
+        keys = packaging.upload(cfg, pkg, f"{pkg.name}/{pkg.sha256[:16]}")
+        typer.echo("uploaded " + ", ".join(f"s3://{cfg.bucket}/{key}" for key in keys))
 
 
 @app.command()
+@exits_on_error
 def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose targets apply, e.g. gpt-oss-120b")],
           accuracy_log: Annotated[Path, typer.Option("--accuracy-log", help="a loadgen mlperf_log_accuracy.json")],
           dataset: Annotated[Path, typer.Option("--dataset", help="the accuracy data set the run served")],
@@ -169,11 +148,8 @@ def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose tar
     """Re-score an accuracy log offline: the metric line, the targets and the verdict; exit 1 under a target."""
     from tasks.accuracy import evaluate_log
 
-    try:
-        result, text = evaluate_log(evaluator or benchmark, accuracy_log, dataset, tokenizer, benchmark=benchmark,
-                                    scenario=scenario, round=round, lcb_tests=lcb_tests)
-    except PodiumError as e:
-        _fail(e)
+    result, text = evaluate_log(evaluator or benchmark, accuracy_log, dataset, tokenizer, benchmark=benchmark,
+                                scenario=scenario, round=round, lcb_tests=lcb_tests)
     if output is not None:
         output.write_text(text)
     verdict = result.verdict
@@ -190,6 +166,7 @@ def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose tar
 
 
 @dev.command("smoke-assets")
+@exits_on_error
 def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
     """Build the tiny model and the smoke data set into <workspace>/store (deterministic; skipped when present)."""
     from tasks.engines.smoke import data as smoke_data
@@ -208,6 +185,7 @@ def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
 
 
 @dev.command("up")
+@exits_on_error
 def dev_up(workspace: Workspace = Path(".podium"),
            port: Annotated[int, typer.Option(help="the Prefect server's port on 127.0.0.1 (0: any free one)")] = 4200,
            webhook: Annotated[str | None, typer.Option(help="URL the notification automations POST to")] = None,
@@ -221,15 +199,12 @@ def dev_up(workspace: Workspace = Path(".podium"),
     from tasks.storage import s3server
     from tasks.workspace import Workspace as Ws
 
-    try:
-        if s3_only:
-            server = s3server.running(workspace / "s3") or s3server.start(workspace / "s3")
-            typer.echo(f"S3 server at {server.endpoint_url} (pid {server.pid}); credentials in "
-                       f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
-            return
-        stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy)
-    except PodiumError as e:
-        _fail(e)
+    if s3_only:
+        server = s3server.running(workspace / "s3") or s3server.start(workspace / "s3")
+        typer.echo(f"S3 server at {server.endpoint_url} (pid {server.pid}); credentials in "
+                   f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
+        return
+    stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy)
     typer.echo(f"Prefect UI   {stack.ui_url}  (export PREFECT_API_URL={stack.api_url})")
     typer.echo(f"worker       pid {stack.worker_pid} on pool {devstack.POOL}; S3 at {stack.s3_endpoint}")
     for name in stack.deployed:
@@ -240,19 +215,18 @@ def dev_up(workspace: Workspace = Path(".podium"),
 
 
 @dev.command("down")
+@exits_on_error
 def dev_down(workspace: Workspace = Path(".podium")) -> None:
     """Stop what `podium dev up` started: the worker, the Prefect server, the S3 server."""
     from tasks.ops import devstack
     from tasks.workspace import Workspace as Ws
 
-    try:
-        stopped = devstack.down(Ws.at(workspace))
-    except PodiumError as e:
-        _fail(e)
+    stopped = devstack.down(Ws.at(workspace))
     typer.echo("stopped " + ", ".join(stopped) if stopped else "nothing running")
 
 
 @app.command()
+@exits_on_error
 def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification automations POST to")] = None,
           node: Annotated[list[str] | None, typer.Option(help="a GPU node's name (repeatable)")] = None,
           bucket: Annotated[str, typer.Option(help="bucket for Prefect's task results")] = "podium",
@@ -264,22 +238,20 @@ def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification
     from tasks.storage import objects as storage
 
     if not os.environ.get("PREFECT_API_URL"):
-        _fail(PodiumError("PREFECT_API_URL is not set: there is no server to set up",
-                          fix="export PREFECT_API_URL=http://<server>:4200/api (or use `podium dev up` locally)"))
-    try:
-        cfg = storage.StorageConfig(endpoint_url, bucket, "", region)
-        pools = registration.create_pools()
-        slug = registration.save_result_storage(cfg)
-        limits = nodes.ensure_limits(node or [])
-        if webhook:
-            notifications.register(webhook)
-    except PodiumError as e:
-        _fail(e)
+        raise PodiumError("PREFECT_API_URL is not set: there is no server to set up",
+                          fix="export PREFECT_API_URL=http://<server>:4200/api (or use `podium dev up` locally)")
+    cfg = storage.StorageConfig(endpoint_url, bucket, "", region)
+    pools = registration.create_pools()
+    slug = registration.save_result_storage(cfg)
+    limits = nodes.ensure_limits(node or [])
+    if webhook:
+        notifications.register(webhook)
     typer.echo(f"work pools {', '.join(pools)}; result storage {slug}; limits {', '.join(limits) or 'none'}; "
                f"notifications {'to ' + webhook if webhook else 'not set (pass --webhook)'}")
 
 
 @app.command()
+@exits_on_error
 def stage(source: Annotated[str, typer.Argument(help="a local file or folder, or s3://bucket/prefix")],
           to: Annotated[Path | None, typer.Option(help="stage root (default: <workspace>/stage)")] = None,
           endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint for s3:// sources")] = None,
@@ -296,15 +268,13 @@ def stage(source: Annotated[str, typer.Argument(help="a local file or folder, or
             bar.length = max(total, 1)
             bar.update(done - bar.pos)
 
-        try:
-            staged = stage_source(source, to or workspace / "stage", access=access, progress=advance)
-        except PodiumError as e:
-            _fail(e)
+        staged = stage_source(source, to or workspace / "stage", access=access, progress=advance)
     verb = "reused" if staged.reused else f"fetched {staged.fetched:,} bytes, resumed {staged.resumed:,}"
     typer.echo(f"{staged.path}: {staged.files} file(s), {staged.bytes:,} bytes, sha256 {staged.sha256[:12]} ({verb})")
 
 
 @app.command()
+@exits_on_error
 def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
            benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key "
                                                          "(required when the plan has several)")] = None,
@@ -319,28 +289,26 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     from submission import plan as plans
     from tasks.serving import deployment as deploy
 
-    try:
-        loaded = plans.load(plan)
-        if dry_run:
-            items = deploy.reviews(loaded, workspace.resolve(), benchmark)
-            typer.echo(json.dumps(items, indent=2) if as_json else deploy.render(items))
-            deploy.require_capacity(items)
-            return
-        bench = deploy.pick(loaded, benchmark)
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        with deploy.serving(loaded, bench, workspace.resolve(), logging.getLogger("podium.launch")) as endpoint:
-            typer.echo(f"serving {endpoint.model!r} at {endpoint.base_url}; stop with Ctrl-C")
-            try:
-                while hold is None:
-                    time.sleep(3600)
-                time.sleep(hold)
-            except KeyboardInterrupt:
-                typer.echo("stopping")
-    except PodiumError as e:
-        _fail(e)
+    loaded = plans.load(plan)
+    if dry_run:
+        items = deploy.reviews(loaded, workspace.resolve(), benchmark)
+        typer.echo(json.dumps(items, indent=2) if as_json else deploy.render(items))
+        deploy.require_capacity(items)
+        return
+    bench = deploy.pick(loaded, benchmark)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with deploy.serving(loaded, bench, workspace.resolve(), logging.getLogger("podium.launch")) as endpoint:
+        typer.echo(f"serving {endpoint.model!r} at {endpoint.base_url}; stop with Ctrl-C")
+        try:
+            while hold is None:
+                time.sleep(3600)
+            time.sleep(hold)
+        except KeyboardInterrupt:
+            typer.echo("stopping")
 
 
-search_cli.register(app, _fail, _prefect_env)   # podium search | sweep | scale
+for command in (search_cli.search, search_cli.sweep, search_cli.scale):   # the tuning commands
+    app.command()(command)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""`podium search`, `podium sweep` and `podium scale`: the tuning commands, registered on the `podium` app.
+"""`podium search`, `podium sweep` and `podium scale`: the tuning commands (flows/cli.py registers them).
 
 Each validates the plan first, then runs its flow (flows/search.py, flows/scaling.py) and prints the trace or table,
 the result and where the files went. Exit 0 when the search confirmed a rate, the sweep found a winner, the scaling
@@ -8,17 +8,16 @@ check passed its floor.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from submission.errors import PlanError, PodiumError, RunFailed
+from flows.cli_common import Workspace, exits_on_error, prefect_env
+from submission.errors import PlanError, RunFailed
 
 PlanArg = Annotated[Path, typer.Argument(help="the plan YAML")]
 Bench = Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key; default: the first")]
-WorkspaceOpt = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium keeps its state")]
 Precision = Annotated[float, typer.Option(help="stop bisecting when the bracket is this narrow (relative)")]
 ProbeMs = Annotated[int, typer.Option("--probe-ms", help="a probe's min_duration (ms)")]
 ProbeQueries = Annotated[int, typer.Option("--probe-queries", help="a probe's min_query_count")]
@@ -36,100 +35,89 @@ def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-def register(app: typer.Typer, fail: Callable[[PodiumError], None], prefect_env: Callable[[Path], None]) -> None:
-    def load(plan: Path, workspace: Path) -> None:
-        from submission import plan as plans
+def _load(plan: Path, workspace: Path) -> None:
+    """Validate the plan before Prefect is set up and imported."""
+    from submission import plan as plans
 
-        try:
-            plans.load(plan)
-        except PodiumError as e:
-            fail(e)
-        prefect_env(workspace)
+    plans.load(plan)
+    prefect_env(workspace)
 
-    @app.command()
-    def search(plan: PlanArg, benchmark: Bench = None,
-               scenario: Annotated[str, typer.Option(help="Server or Interactive")] = "Server",
-               precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
-               start_fraction: Annotated[float, typer.Option(help="first probe at this x Offline throughput")] = 1.0,
-               start_qps: Annotated[float | None, typer.Option(help="start here instead of at Offline")] = None,
-               workspace: WorkspaceOpt = Path(".podium"), as_json: AsJson = False) -> None:
-        """Find the highest target QPS loadgen calls VALID: short probes, then one full-length confirmation."""
-        load(plan, workspace)
-        from flows.search import search_peak_qps
 
-        settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries,
-                    "start_fraction": start_fraction}
-        try:
-            out = search_peak_qps(str(plan), benchmark, scenario, str(workspace), settings, start_qps=start_qps)
-        except PodiumError as e:
-            fail(e)
-        if as_json:
-            typer.echo(json.dumps(out, indent=2, default=str))
-        else:
-            typer.echo(_table(out["trace"], ("step", "stage", "target_qps", "verdict", "ttft_p99_ms", "tpot_p99_ms",
-                                             "seconds", "cached")))
-            typer.echo(out["summary"])
-            if out["confirmed"]:
-                typer.echo(f"plan: scenarios.{scenario}.target_qps: {out['qps']:g}")
-            typer.echo(f"plot: {out['plot']}")
-        if not out["confirmed"]:
-            fail(RunFailed(f"no rate was confirmed: {out['summary']}", fix="read the trace above"))
+@exits_on_error
+def search(plan: PlanArg, benchmark: Bench = None,
+           scenario: Annotated[str, typer.Option(help="Server or Interactive")] = "Server",
+           precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
+           start_fraction: Annotated[float, typer.Option(help="first probe at this x Offline throughput")] = 1.0,
+           start_qps: Annotated[float | None, typer.Option(help="start here instead of at Offline")] = None,
+           workspace: Workspace = Path(".podium"), as_json: AsJson = False) -> None:
+    """Find the highest target QPS loadgen calls VALID: short probes, then one full-length confirmation."""
+    _load(plan, workspace)
+    from flows.search import search_peak_qps
 
-    @app.command()
-    def sweep(plan: PlanArg, gpus: Annotated[int, typer.Option(help="GPUs of the disaggregated deployment")],
-              benchmark: Bench = None,
-              scenario: Annotated[str, typer.Option(help="Server or Interactive")] = "Interactive",
-              prefill_tp: Annotated[int, typer.Option(help="GPUs per prefill worker")] = 1,
-              decode_tp: Annotated[int, typer.Option(help="GPUs per decode worker")] = 1,
-              nodes: Annotated[int, typer.Option(help="nodes the GPUs are spread over")] = 1,
-              gpus_per_node: Annotated[int | None, typer.Option(help="default: gpus / nodes")] = None,
-              precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
-              out: Annotated[Path | None, typer.Option(help="write the winning plan fragment here")] = None,
-              workspace: WorkspaceOpt = Path(".podium"), as_json: AsJson = False) -> None:
-        """Run the peak search for every prefill:decode split the GPUs allow; keep the best per GPU."""
-        load(plan, workspace)
-        from flows.search import sweep_prefill_decode
+    settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries,
+                "start_fraction": start_fraction}
+    out = search_peak_qps(str(plan), benchmark, scenario, str(workspace), settings, start_qps=start_qps)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2, default=str))
+    else:
+        typer.echo(_table(out["trace"], ("step", "stage", "target_qps", "verdict", "ttft_p99_ms", "tpot_p99_ms",
+                                         "seconds", "cached")))
+        typer.echo(out["summary"])
+        if out["confirmed"]:
+            typer.echo(f"plan: scenarios.{scenario}.target_qps: {out['qps']:g}")
+        typer.echo(f"plot: {out['plot']}")
+    if not out["confirmed"]:
+        raise RunFailed(f"no rate was confirmed: {out['summary']}", fix="read the trace above")
 
-        settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries}
-        try:
-            result = sweep_prefill_decode(str(plan), benchmark, scenario, str(workspace), gpus, prefill_tp, decode_tp,
-                                          nodes, gpus_per_node, settings, str(out) if out else None)
-        except PodiumError as e:
-            fail(e)
-        if as_json:
-            typer.echo(json.dumps(result, indent=2, default=str))
-        else:
-            typer.echo(_table(result["rows"], ("label", "qps", "confirmed", "metric", "metric_per_gpu", "runs")))
-            typer.echo(result["summary"])
-        if result["best"] is None:
-            fail(RunFailed("no prefill:decode split confirmed a rate", fix="read the table above"))
+@exits_on_error
+def sweep(plan: PlanArg, gpus: Annotated[int, typer.Option(help="GPUs of the disaggregated deployment")],
+          benchmark: Bench = None,
+          scenario: Annotated[str, typer.Option(help="Server or Interactive")] = "Interactive",
+          prefill_tp: Annotated[int, typer.Option(help="GPUs per prefill worker")] = 1,
+          decode_tp: Annotated[int, typer.Option(help="GPUs per decode worker")] = 1,
+          nodes: Annotated[int, typer.Option(help="nodes the GPUs are spread over")] = 1,
+          gpus_per_node: Annotated[int | None, typer.Option(help="default: gpus / nodes")] = None,
+          precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
+          out: Annotated[Path | None, typer.Option(help="write the winning plan fragment here")] = None,
+          workspace: Workspace = Path(".podium"), as_json: AsJson = False) -> None:
+    """Run the peak search for every prefill:decode split the GPUs allow; keep the best per GPU."""
+    _load(plan, workspace)
+    from flows.search import sweep_prefill_decode
 
-    @app.command()
-    def scale(plan: PlanArg, benchmark: Bench = None,
-              nodes: Annotated[str, typer.Option(help="node counts, comma-separated")] = "1,2",
-              scenario: Annotated[str, typer.Option(help="Offline, or Server/Interactive (searched)")] = "Offline",
-              floor: Annotated[float | None, typer.Option(help="default: the plan's gates.scaling_floor")] = None,
-              gpus_per_node: Annotated[int | None, typer.Option(help="for per-GPU throughput")] = None,
-              precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
-              workspace: WorkspaceOpt = Path(".podium"), as_json: AsJson = False) -> None:
-        """Run the benchmark at each node count; efficiency against linear; exit 6 under the floor."""
-        load(plan, workspace)
-        from flows.scaling import scaling_check
+    settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries}
+    result = sweep_prefill_decode(str(plan), benchmark, scenario, str(workspace), gpus, prefill_tp, decode_tp,
+                                  nodes, gpus_per_node, settings, str(out) if out else None)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        typer.echo(_table(result["rows"], ("label", "qps", "confirmed", "metric", "metric_per_gpu", "runs")))
+        typer.echo(result["summary"])
+    if result["best"] is None:
+        raise RunFailed("no prefill:decode split confirmed a rate", fix="read the table above")
 
-        try:
-            counts = [int(n) for n in nodes.split(",") if n.strip()]
-        except ValueError:
-            fail(PlanError(f"--nodes {nodes!r} is not a list of numbers", fix="e.g. --nodes 1,2,4"))
-        settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries}
-        try:
-            result = scaling_check(str(plan), benchmark, str(workspace), counts, scenario, floor, gpus_per_node,
-                                   settings)
-        except PodiumError as e:
-            fail(e)
-        if as_json:
-            typer.echo(json.dumps(result, indent=2, default=str))
-        else:
-            typer.echo(_table(result["rows"], ("nodes", "metric", "per_node", "per_gpu", "linear", "efficiency")))
-            typer.echo(result["summary"])
-        if not result["passed"]:
-            fail(RunFailed(result["summary"], fix="find what stops the larger deployment from scaling"))
+@exits_on_error
+def scale(plan: PlanArg, benchmark: Bench = None,
+          nodes: Annotated[str, typer.Option(help="node counts, comma-separated")] = "1,2",
+          scenario: Annotated[str, typer.Option(help="Offline, or Server/Interactive (searched)")] = "Offline",
+          floor: Annotated[float | None, typer.Option(help="default: the plan's gates.scaling_floor")] = None,
+          gpus_per_node: Annotated[int | None, typer.Option(help="for per-GPU throughput")] = None,
+          precision: Precision = 0.02, probe_ms: ProbeMs = 60_000, probe_queries: ProbeQueries = 640,
+          workspace: Workspace = Path(".podium"), as_json: AsJson = False) -> None:
+    """Run the benchmark at each node count; efficiency against linear; exit 6 under the floor."""
+    _load(plan, workspace)
+    from flows.scaling import scaling_check
+
+    try:
+        counts = [int(n) for n in nodes.split(",") if n.strip()]
+    except ValueError:
+        raise PlanError(f"--nodes {nodes!r} is not a list of numbers", fix="e.g. --nodes 1,2,4") from None
+    settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries}
+    result = scaling_check(str(plan), benchmark, str(workspace), counts, scenario, floor, gpus_per_node,
+                           settings)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        typer.echo(_table(result["rows"], ("nodes", "metric", "per_node", "per_gpu", "linear", "efficiency")))
+        typer.echo(result["summary"])
+    if not result["passed"]:
+        raise RunFailed(result["summary"], fix="find what stops the larger deployment from scaling")

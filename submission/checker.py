@@ -73,10 +73,10 @@ class CheckReport(BaseModel):
 
     def csv_rows(self) -> list[dict[str, str]]:
         """One row per scenario folder, in the official checker's CSV columns."""
-        return summary.rows(self)
+        return summary.rows(self.round, self.results, self.findings)
 
     def write_csv(self, path: str | Path) -> Path:
-        return summary.write_csv(self, Path(path))
+        return summary.write_csv(self.csv_rows(), Path(path))
 
 
 def check_tree(root: Path, round: str, *, profile: str | None = None) -> CheckReport:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from submission.checker import CheckReport
+from submission.checks.findings import Finding, ScenarioResult
+from submission.files import write_atomic
 
 COLUMNS = (
     "Organization", "Availability", "Division", "SystemType", "SystemName", "Platform", "Model", "MlperfModel",
@@ -33,9 +33,10 @@ def _inside(path: str, folder: str) -> bool:
     return PurePosixPath(path) == PurePosixPath(folder) or PurePosixPath(folder) in PurePosixPath(path).parents
 
 
-def rows(report: CheckReport) -> list[dict[str, str]]:
+def rows(round: str, results: Sequence[ScenarioResult], findings: Sequence[Finding]) -> list[dict[str, str]]:
+    """One row per scenario folder of a check (`submission.checker.CheckReport`: its round, results, findings)."""
     out = []
-    for r in report.results:
+    for r in results:
         desc = r.system_desc
         nodes, accelerators = _int(desc.get("number_of_nodes")), _int(desc.get("accelerators_per_node"))
         notes = ". ".join(str(n) for n in (desc.get("hw_notes"), desc.get("sw_notes")) if n)
@@ -49,8 +50,8 @@ def rows(report: CheckReport) -> list[dict[str, str]]:
             "total_accelerators": "" if nodes is None or accelerators is None else str(nodes * accelerators),
             "Location": location, "notes": notes,
             "compliance": r.division,  # what the official checker writes here (marked TODO upstream)
-            "errors": str(sum(f.severity == "error" and _inside(f.path, r.path) for f in report.findings)),
-            "version": report.round,
+            "errors": str(sum(f.severity == "error" and _inside(f.path, r.path) for f in findings)),
+            "version": round,
             "inferred": "1" if r.log_scenario is not None and r.log_scenario != r.scenario else "0",
             "has_power": "False", "Units": r.unit, "weight_data_types": r.weight_data_types,
             "design_power_watts": "", "PrivateID": "",
@@ -63,18 +64,15 @@ def rows(report: CheckReport) -> list[dict[str, str]]:
     return out
 
 
-def to_csv(report: CheckReport) -> str:
+def to_csv(rows_: Sequence[dict[str, str]]) -> str:
     """The header unquoted, every value quoted, as results.py writes them."""
     buffer = io.StringIO()
     buffer.write(",".join(COLUMNS) + "\n")
     writer = csv.writer(buffer, quoting=csv.QUOTE_ALL, lineterminator="\n")
-    for row in rows(report):
+    for row in rows_:
         writer.writerow([row[column] for column in COLUMNS])
     return buffer.getvalue()
 
 
-def write_csv(report: CheckReport, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(to_csv(report), encoding="utf-8")
-    return path
+def write_csv(rows_: Sequence[dict[str, str]], path: Path) -> Path:
+    return write_atomic(Path(path), to_csv(rows_))
