@@ -12,14 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from submission.schema import Strict
 from submission.topology import Pool, place
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 # Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
 # --gpu-memory-utilization (vllm/config/cache.py). TRT-LLM's PyTorch backend loads the weights, then gives the KV cache

@@ -15,12 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from submission.schema import Strict
 
 
-class Gate(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Gate(Strict):
     gate: str                    # server/offline, scaling, accuracy margin, regression
     subject: str                 # e.g. cpu-smoke/gpt-oss-120b/Server
     value: float | None

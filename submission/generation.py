@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from submission.errors import PlanError, did_you_mean
+from submission.schema import Strict
 
 _FILE = Path(__file__).parent / "rules" / "generation.yaml"
 Mode = Literal["performance", "accuracy"]
@@ -25,11 +26,8 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "min_tokens", "repe
 GREEDY_IGNORED = ("top_p", "top_k", "min_p")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class Sampling(_Frozen):
+class Sampling(Strict):
     max_tokens: int
     temperature: float | None = None
     top_p: float | None = None
@@ -56,20 +54,20 @@ class Sampling(_Frozen):
         return self.model_copy(update=update)
 
 
-class GuidedDecoding(_Frozen):
+class GuidedDecoding(Strict):
     """The reference's `response_format` for guided decoding (its JSON schema is the answer model's)."""
 
     name: str
     strict: bool
 
 
-class EngineGuidance(_Frozen):
+class EngineGuidance(Strict):
     applies: Literal["request", "llm_api"]
     key: str | None = None      # llm_api: the LLM-API YAML key that turns it on
     example: str | None = None
 
 
-class BenchmarkGeneration(_Frozen):
+class BenchmarkGeneration(Strict):
     api: Literal["completions", "chat"]
     prompt: Literal["token_ids", "chat_image"]
     output: Literal["token_ids", "text"]
@@ -81,7 +79,7 @@ class BenchmarkGeneration(_Frozen):
         return self.performance if mode == "performance" else self.accuracy
 
 
-class GenerationRules(_Frozen):
+class GenerationRules(Strict):
     rounds: tuple[str, ...]
     guided_decoding_engines: dict[str, EngineGuidance]
     guided_decoding_unsupported: dict[str, str]

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from submission.engine_options import OPTIONS as ENGINE_OPTIONS
 from submission.engine_options import KubernetesSettings, engine_problems, parse_options
 from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
+from submission.schema import Strict
 from submission.slurm_options import settings_problems as slurm_problems
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -37,9 +38,6 @@ def check_name(value: str) -> str:
 
 SafeName = Annotated[str, AfterValidator(check_name)]
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SystemSpec(Strict):

@@ -10,17 +10,14 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
 from submission.rules import Rules
+from submission.schema import Strict
 
 Mode = Literal["performance", "accuracy"]
 
 
-class RunSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class RunSpec(Strict):
     plan: str
     profile: str
     round: str
@@ -114,10 +111,8 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
     return runs
 
 
-class RunRecord(BaseModel):
+class RunRecord(Strict):
     """One row of the results table: what a finished loadgen run measured, and where its logs are."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str
     system: str
@@ -170,10 +165,8 @@ def record(spec: RunSpec, run_dir: str, run, rules: Rules, stats: dict,
         **fields)
 
 
-class AuditCheck(BaseModel):
+class AuditCheck(Strict):
     """One criterion of a compliance test: what was measured against which bound."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str                           # e.g. "mean output tokens"
     passed: bool | None                 # None: skipped (the first-token check of an Offline run)
@@ -188,10 +181,8 @@ class AuditCheck(BaseModel):
         return f"{text}: {verdict}" + (f" ({self.detail})" if self.detail else "")
 
 
-class AuditRecord(BaseModel):
+class AuditRecord(Strict):
     """One row of the compliance table: a verified audit run and the TESTxx folder it leaves for the tree."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str
     system: str

@@ -11,16 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from submission.errors import did_you_mean
+from submission.schema import Strict
 
 TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^UNLIMITED$|^INFINITE$")   # the forms `--time` accepts
 
 
-class SlurmSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class SlurmSettings(Strict):
     allocation: Literal["auto", "new", "inherit"] = Field(
         "auto", description="new: salloc one for the deployment and scancel it at the end; inherit: use the job "
                             "Podium runs in ($SLURM_JOB_ID, never cancelled); auto: inherit inside a job, else new")

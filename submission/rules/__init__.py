@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from submission.errors import PlanError, did_you_mean
+from submission.schema import Strict
 
 _DATA = Path(__file__).parent
 _MS_TO_NS = 1_000_000
@@ -46,24 +47,22 @@ def _named(value: object) -> object:
     return value
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class Seeds(_Frozen):
+class Seeds(Strict):
     qsl_rng_seed: int
     sample_index_rng_seed: int
     schedule_rng_seed: int
 
 
-class Dataset(_Frozen):
+class Dataset(Strict):
     name: str
     revision: str | None = None
-    files: dict[str, str] = {}  # role (performance, accuracy, TESTxx) -> file name inside the dataset
+    # role (performance, accuracy, TESTxx) -> file name inside the dataset
+    files: dict[str, str] = Field(default_factory=dict)
     size: int
 
 
-class AccuracyTarget(_Frozen):
+class AccuracyTarget(Strict):
     """One metric the checker reads from accuracy.txt. No `target` means only the upper limit applies, if seen."""
 
     metric: str
@@ -85,7 +84,7 @@ class AccuracyTarget(_Frozen):
         return float(match.group(1)) if match else None
 
 
-class ScenarioRules(_Frozen):
+class ScenarioRules(Strict):
     name: Scenario
     loadgen_scenario: Literal["Offline", "Server"]
     ttft_ms: float | None
@@ -110,7 +109,7 @@ class ScenarioRules(_Frozen):
         return _ns(self.latency_ms)
 
 
-class BenchmarkRules(_Frozen):
+class BenchmarkRules(Strict):
     name: str
     loadgen_model: str
     interactive_loadgen_model: str | None
@@ -156,21 +155,21 @@ class BenchmarkRules(_Frozen):
         return self.interactive_loadgen_model
 
 
-class SystemFields(_Frozen):
+class SystemFields(Strict):
     required: tuple[str, ...]
     non_empty: tuple[str, ...]
     allowed: dict[str, tuple[str, ...]]
     case_insensitive: tuple[str, ...]
 
 
-class RequiredFiles(_Frozen):
+class RequiredFiles(Strict):
     accuracy: tuple[str, ...]
     performance: tuple[str, ...]
     optional_performance: tuple[str, ...]
     scenario_root: tuple[str, ...]
 
 
-class AuditRules(_Frozen):
+class AuditRules(Strict):
     """One compliance test's audit.config, as values; `config_lines` gives the file's lines."""
 
     name: str
@@ -179,9 +178,10 @@ class AuditRules(_Frozen):
     scenarios: tuple[str, ...] = ()  # when set, settings are written once per loadgen scenario (TEST04)
     extra_lines: tuple[str, ...] = ()  # model-qualified lines copied as they are
     benchmark_keys: tuple[str, ...] = ()  # keys whose value depends on the benchmark
-    per_benchmark: dict[str, dict[str, AuditValue]] = {}
+    per_benchmark: dict[str, dict[str, AuditValue]] = Field(default_factory=dict)
     verify_files: tuple[str, ...]
-    criteria: dict[str, AuditValue] = {}  # pass criteria the verification scripts apply (never in audit.config)
+    # pass criteria the verification scripts apply (never in audit.config)
+    criteria: dict[str, AuditValue] = Field(default_factory=dict)
 
     def values(self, benchmark: str | None = None) -> dict[str, AuditValue]:
         """The settings for `benchmark` (a checker name, e.g. gpt-oss-120b), per-benchmark values merged in."""
@@ -201,7 +201,7 @@ class AuditRules(_Frozen):
             self.extra_lines)
 
 
-class Rules(_Frozen):
+class Rules(Strict):
     round: str
     seeds: Seeds
     min_duration_ms: int

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from submission.errors import PlanError, did_you_mean
 from submission.rules import AuditValue, Rules
 from submission.runs import AuditCheck, RunSpec
+from submission.schema import Strict
 
 AUDITS = {
     "TEST01": "tasks.compliance.test01",
@@ -33,11 +32,9 @@ AUDITS = {
 }
 
 
-class AuditJob(BaseModel):
+class AuditJob(Strict):
     """Everything one audit needs: its loadgen run (a RunSpec with the audit and its audit.config lines) and
     what its verification reads. Serialisable, so a Prefect task can take it and cache on `key()`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     spec: RunSpec
     evaluator: str | None = None              # TEST07, and TEST01 when outputs differ: tasks.accuracy.evaluator

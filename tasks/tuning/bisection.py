@@ -18,16 +18,15 @@ import math
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from submission.errors import RunFailed
+from submission.schema import Strict
 
 Stage = Literal["offline", "probe", "confirm"]   # the search itself judges probes and confirmations
 
 
-class SearchSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class SearchSettings(Strict):
     precision: float = Field(0.02, gt=0, lt=1, description="stop when the bracket is this narrow (relative)")
     start_fraction: float = Field(1.0, gt=0, description="first probe at this fraction of the Offline throughput")
     step_down: float = Field(0.8, gt=0, lt=1, description="after a failing probe, try this fraction of it")
@@ -42,10 +41,8 @@ class SearchSettings(BaseModel):
                                                 "crossed, kept within the middle of the bracket; False: midpoint")
 
 
-class Probe(BaseModel):
+class Probe(Strict):
     """One run of the search: its rate, loadgen's verdict and what was measured."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     qps: float
     stage: Stage
@@ -66,9 +63,7 @@ class Probe(BaseModel):
         return "PASS" if self.valid else "FAIL"
 
 
-class SearchResult(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class SearchResult(Strict):
     qps: float | None                           # the highest rate a full-length run confirmed
     confirmed: bool
     start_qps: float

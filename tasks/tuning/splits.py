@@ -13,15 +13,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from submission.errors import PlanError, did_you_mean
+from submission.schema import Strict
 from submission.topology import Pool, TopologyError, place
 
 
-class Split(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Split(Strict):
     prefill: int          # prefill workers
     decode: int           # decode workers
     prefill_tp: int
