@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from submission.files import write_atomic
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
 from submission.runs import AuditRecord, RunRecord
 from submission.tree import Tree
@@ -30,13 +31,6 @@ def _copy(files: tuple[str, ...], src: Path, dst: Path) -> None:
     dst.mkdir(parents=True, exist_ok=True)
     for name in files:
         shutil.copy2(src / name, dst / name)
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: str) -> str:
@@ -90,7 +84,7 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
     tree = Tree(root, plan.division, plan.submitter)
     by_label = {r.label: r for r in records}
     for name, desc in systems.items():
-        _write(tree.system_json(name), json.dumps(desc, indent=2) + "\n")
+        write_atomic(tree.system_json(name), json.dumps(desc, indent=2) + "\n")
     mapping = {}
     for bench in plan.benchmarks:
         folder = benchmark_folder(plan, bench)
@@ -103,8 +97,8 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
             _copy(PERF_FILES, Path(perf.run_dir), tree.performance(bench.system, folder, scenario))
             base = tree.scenario(bench.system, folder, scenario)
             shutil.copy2(Path(perf.run_dir) / "user.conf", base / "user.conf")
-            _write(base / "measurements.json", _measurements(bench))
-            _write(base / "README.md", _scenario_readme(plan, bench, scenario, commit))
+            write_atomic(base / "measurements.json", _measurements(bench))
+            write_atomic(base / "README.md", _scenario_readme(plan, bench, scenario, commit))
             acc = by_label.get(f"{bench.system}/{bench.benchmark}/{scenario}/accuracy")
             if acc is not None:
                 _copy(ACC_FILES, Path(acc.run_dir), tree.accuracy(bench.system, folder, scenario))
@@ -112,19 +106,19 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
                                                                         f"{scenario}/")):
                 shutil.copytree(audit.folder, tree.compliance(bench.system, folder, scenario, audit.test))
     if mapping:
-        _write(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
-    _write(tree.src / "podium" / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
-    _write(tree.src / "podium" / "README.md",
-           f"Podium (commit {commit}) ran this submission from `plan.yaml`: `podium run plan.yaml`.\n"
-           "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.\n")
+        write_atomic(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
+    write_atomic(tree.src / "podium" / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
+    write_atomic(tree.src / "podium" / "README.md",
+                 f"Podium (commit {commit}) ran this submission from `plan.yaml`: `podium run plan.yaml`.\n"
+                 "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.\n")
     if plan.division == "closed":
-        _write(tree.calibration, "# Calibration\n\n" + "\n".join(
+        write_atomic(tree.calibration, "# Calibration\n\n" + "\n".join(
             f"- {b.benchmark}: weights {b.model.weight_data_types}, transformations: {b.model.weight_transformations}"
             for b in plan.benchmarks) + "\n")
     if plan.profile == "smoke":
-        _write(tree.smoke_marker, "# SMOKE RUN: not a valid MLPerf submission\n\n"
-               f"Plan `{plan.name}` ran with the smoke profile: shortened durations and sample counts, a tiny model\n"
-               "mapped onto the benchmark, open division. `podium check` lists every deviation by name.\n"
-               f"profile: smoke\n")
+        write_atomic(tree.smoke_marker, "# SMOKE RUN: not a valid MLPerf submission\n\n"
+                     f"Plan `{plan.name}` ran with the smoke profile: shortened durations and sample counts, a tiny "
+                     "model\nmapped onto the benchmark, open division. `podium check` lists every deviation by name.\n"
+                     f"profile: smoke\n")
     truncate_tree(root, backup)
     return tree

@@ -14,17 +14,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import tarfile
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from submission.errors import PlanError
+from submission.files import replace_atomic, sha256_file, write_atomic
 from submission.plan import check_name
 
 MTIME = 0  # every entry's time: the tarball depends on the content only
-_CHUNK = 1 << 20
 
 
 class Package(BaseModel):
@@ -41,14 +40,6 @@ class Package(BaseModel):
         return [self.tarball, self.sha256_file, self.manifest_file]
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _files(tree: Path) -> list[Path]:
     links = sorted(p for p in tree.rglob("*") if p.is_symlink())
     if links:
@@ -63,7 +54,7 @@ def _dirs(tree: Path) -> list[Path]:
 
 def manifest(tree: Path) -> dict[str, dict[str, int | str]]:
     """Every file under `tree`: relative path -> size and sha256."""
-    return {p.relative_to(tree).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(tree)}
+    return {p.relative_to(tree).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in _files(tree)}
 
 
 def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
@@ -88,13 +79,7 @@ def _write_tarball(tree: Path, name: str, target: Path) -> None:
             else:
                 with path.open("rb") as stream:
                     tar.addfile(_info(arcname, size=path.stat().st_size), stream)
-    os.replace(partial, target)
-
-
-def _write_text(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    replace_atomic(partial, target)
 
 
 def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> Package:
@@ -119,12 +104,12 @@ def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> 
     files = manifest(tree)
     tarball = out / f"{name}.tar.gz"
     _write_tarball(tree, name, tarball)
-    digest = _sha256(tarball)
+    digest = sha256_file(tarball)
     sha_file = out / f"{tarball.name}.sha256"
-    _write_text(sha_file, f"{digest}  {tarball.name}\n")
+    write_atomic(sha_file, f"{digest}  {tarball.name}\n")
     total = sum(int(entry["size"]) for entry in files.values())
     manifest_file = out / f"{name}.manifest.json"
-    _write_text(manifest_file, json.dumps({
+    write_atomic(manifest_file, json.dumps({
         "name": name, "tarball": {"file": tarball.name, "sha256": digest, "size": tarball.stat().st_size},
         "file_count": len(files), "total_bytes": total, "files": files}, indent=2, sort_keys=True) + "\n")
     return Package(name=name, folder=out, tarball=tarball, sha256=digest, sha256_file=sha_file,
@@ -137,7 +122,7 @@ def verify(manifest_file: Path) -> list[str]:
     tarball = Path(manifest_file).with_name(data["tarball"]["file"])
     if not tarball.is_file():
         return [f"{tarball}: missing"]
-    problems = [] if _sha256(tarball) == data["tarball"]["sha256"] else [f"{tarball.name}: sha256 differs"]
+    problems = [] if sha256_file(tarball) == data["tarball"]["sha256"] else [f"{tarball.name}: sha256 differs"]
     seen = set()
     with tarfile.open(tarball, "r:gz") as tar:
         for member in tar:

@@ -5,19 +5,17 @@ For each accuracy folder: the sha256 of the full `mlperf_log_accuracy.json` goes
 `VIEWABLE_CHARS` characters around `ELLIPSIS` (tools/submission/truncate_accuracy_log.py does the same).
 TEST07/TEST09 accuracy folders have no accuracy.txt of their own: they get one holding only the hash line.
 Truncation is never applied twice (an accuracy.txt with a hash line is refused), the full log can be kept in a
-backup folder first, and every file is written atomically (temp file, then os.replace).
+backup folder first, and every file is written atomically (submission.files: temp file, fsync, then rename).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from submission.errors import PodiumError, RuleViolation
+from submission.files import replace_atomic, sha256_file, write_atomic
 from submission.rules import load_rules
 
 ACCURACY_LOG = "mlperf_log_accuracy.json"
@@ -29,16 +27,7 @@ HASH_LINE = re.compile(r"^hash=([\w\d]+)$", re.MULTILINE)  # the checker's patte
 HASH_ONLY_TESTS = ("TEST07", "TEST09")  # their accuracy.txt is written here and holds only the hash
 OPTIONAL_TXT_TESTS = ("TEST01", *HASH_ONLY_TESTS)  # may lack an accuracy.txt before truncation (reference §1.5)
 TREE_PATTERNS = ("*/*/results/*/*/*/accuracy", "*/*/results/*/*/*/TEST0[179]/accuracy")
-_CHUNK = 1 << 20
 _ENCODING = {"encoding": "utf-8", "errors": "surrogateescape"}  # any byte survives the round trip
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _head_and_tail(path: Path) -> str:
@@ -49,19 +38,6 @@ def _head_and_tail(path: Path) -> str:
         stream.seek(max(0, size - 4 * VIEWABLE_CHARS - 3))  # 3 more: a cut multi-byte character at the start
         tail = stream.read().decode(**_ENCODING)[-VIEWABLE_CHARS:]
     return head + ELLIPSIS + tail
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _test_name(acc_dir: Path) -> str | None:
@@ -97,7 +73,7 @@ def _problems(acc_dir: Path, backup_dir: Path | None) -> list[str]:
         problems.append(f"{acc_dir / ACCURACY_TXT}: missing; score the accuracy log first (the hash is appended "
                         f"to the scores)")
     backup = None if backup_dir is None else backup_dir / ACCURACY_LOG
-    if backup is not None and backup.exists() and log.is_file() and _sha256(backup) != _sha256(log):
+    if backup is not None and backup.exists() and log.is_file() and sha256_file(backup) != sha256_file(log):
         problems.append(f"{backup}: holds a different accuracy log; move it away or choose another backup folder")
     return problems
 
@@ -113,7 +89,7 @@ def truncate_accuracy_dir(acc_dir: Path, *, backup_dir: Path | None = None, roun
         raise PodiumError(f"cannot truncate {acc_dir}: " + "; ".join(problems),
                           fix="see each problem above; the tree was not changed")
     log = acc_dir / ACCURACY_LOG
-    digest = _sha256(log)
+    digest = sha256_file(log)
     limit = load_rules(round).max_accuracy_log_bytes
     short = _head_and_tail(log).encode(**_ENCODING) if log.stat().st_size > limit else None
     if short is not None and len(short) > limit:  # only possible with many multi-byte characters in the log
@@ -124,14 +100,14 @@ def truncate_accuracy_dir(acc_dir: Path, *, backup_dir: Path | None = None, roun
         if not (backup_dir / ACCURACY_LOG).exists():
             temp = backup_dir / f".{ACCURACY_LOG}.partial"
             shutil.copyfile(log, temp)
-            os.replace(temp, backup_dir / ACCURACY_LOG)
+            replace_atomic(temp, backup_dir / ACCURACY_LOG)
     txt = acc_dir / ACCURACY_TXT
     keep = txt.is_file() and _test_name(acc_dir) not in HASH_ONLY_TESTS
     text = txt.read_text(**_ENCODING) if keep else ""
     separator = "\n" if text and not text.endswith("\n") else ""
-    _write_atomic(txt, f"{text}{separator}hash={digest}\n".encode(**_ENCODING))
+    write_atomic(txt, f"{text}{separator}hash={digest}\n".encode(**_ENCODING))
     if short is not None:
-        _write_atomic(log, short)
+        write_atomic(log, short)
     return digest
 
 

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from submission.files import write_atomic
 from submission.logs import DETAIL_FILE, SUMMARY_FILE, LoadgenRun, load_run
 from submission.rules import AuditValue, Rules
 from submission.runs import AuditCheck
@@ -23,11 +24,7 @@ PASS, FAIL = "TEST PASS", "TEST FAIL"   # the lines the checker looks for in ver
 @contextlib.contextmanager
 def audit_config_file(run_dir: Path, lines: tuple[str, ...]) -> Iterator[Path]:
     """`run_dir/audit.config` for the duration of the block, removed afterwards even when the run fails."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / AUDIT_CONFIG
-    tmp = run_dir / f".{AUDIT_CONFIG}.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    path = write_atomic(run_dir / AUDIT_CONFIG, "\n".join(lines) + "\n")
     try:
         yield path
     finally:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from submission.errors import CommandError
+from submission.files import tail
 from submission.runs import RunSpec
 from tasks.engines import Endpoint
 
@@ -111,8 +112,8 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
                 child.kill()
                 child.wait()
     if code != 0:
-        tail = "\n".join((run_dir / "harness.log").read_text(errors="replace").splitlines()[-20:])
-        raise CommandError(argv, code, tail, fix=f"read {run_dir / 'harness.log'} and mlperf_log_detail.txt there")
+        raise CommandError(argv, code, tail(run_dir / "harness.log"),
+                           fix=f"read {run_dir / 'harness.log'} and mlperf_log_detail.txt there")
     return json.loads((run_dir / STATS).read_text())
 
 

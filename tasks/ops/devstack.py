@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from submission.errors import LaunchError, PodiumError
+from submission.files import tail, write_atomic
 from tasks.ops import registration
 from tasks.storage import objects as storage
 from tasks.storage import s3server
@@ -197,7 +198,7 @@ def _wait_healthy(api_url: str, record: dict, log: Path) -> None:
     deadline = time.monotonic() + SERVER_START_S
     while time.monotonic() < deadline:
         if not _alive(record):
-            raise LaunchError(f"the Prefect server exited while starting; see {log}:\n{_tail(log)}",
+            raise LaunchError(f"the Prefect server exited while starting; see {log}:\n{tail(log)}",
                               fix="a port may be in use: pass --port")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{api_url}/health", timeout=2).json() is True:
@@ -212,19 +213,13 @@ def _wait_worker(api_url: str, record: dict, log: Path) -> None:
     deadline = time.monotonic() + WORKER_START_S
     while time.monotonic() < deadline:
         if not _alive(record):
-            raise LaunchError(f"the Prefect worker exited while starting; see {log}:\n{_tail(log)}")
+            raise LaunchError(f"the Prefect worker exited while starting; see {log}:\n{tail(log)}")
         with contextlib.suppress(httpx.HTTPError, ValueError):
             workers = httpx.post(f"{api_url}/work_pools/{POOL}/workers/filter", json={}, timeout=5).json()
             if any(w.get("name") == record["argv"][-1] and w.get("status") == "ONLINE" for w in workers):
                 return
         time.sleep(0.5)
     raise LaunchError(f"the Prefect worker did not come online within {WORKER_START_S:.0f} s; see {log}")
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    with contextlib.suppress(OSError):
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    return ""
 
 
 def _read(folder: Path) -> dict:
@@ -236,9 +231,7 @@ def _read(folder: Path) -> dict:
 
 
 def _write(folder: Path, state: dict) -> None:
-    tmp = folder / f".{STATE}.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(folder / STATE)
+    write_atomic(folder / STATE, json.dumps(state, indent=2))
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from submission.files import replace_atomic, temporary
 from submission.logs import load_run
 from submission.runs import RunRecord
 
@@ -33,10 +34,9 @@ def _figure(width: float = 7.5, height: float = 4.2, rows: int = 1, cols: int = 
 def _save(fig: Any, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temporary(path)
     fig.savefig(tmp, format="png")
-    tmp.replace(path)
-    return path
+    return replace_atomic(tmp, path)
 
 
 def _quantiles(stats: dict[str, int]) -> tuple[list[float], list[float]]:

@@ -27,6 +27,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from submission.errors import CommandError, LaunchError, PlanError
+from submission.files import tail
 from tasks.engines import backend
 from tasks.steps import run_logger
 
@@ -83,8 +84,8 @@ class Runner:
                 raise LaunchError(f"cannot run {argv[0]}: {e.strerror}",
                                   fix="build on a host (or in the image) that has the engine's tools") from None
         if code != 0:
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-TAIL_LINES:])
-            raise CommandError(argv, code, tail, fix=f"read {self.final.parent / (self.final.name + '.failed.log')}")
+            raise CommandError(argv, code, tail(self.log, TAIL_LINES),
+                               fix=f"read {self.final.parent / (self.final.name + '.failed.log')}")
 
     def expect(self, folder: Path, names: list[str]) -> list[str]:
         """The files a command must have produced (under the final folder's name)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,6 +23,7 @@ from typing import Any
 import botocore.exceptions
 
 from submission.errors import PlanError, StorageError
+from submission.files import write_atomic
 from tasks.staging.transfer import WORKERS, Copied, copy_file, copy_object
 from tasks.storage import objects as storage
 
@@ -120,10 +120,7 @@ class LocalSource:
         """Keep the manifest a copy computed, with the stats the files had before it started."""
         if self.memo is None or stats != self.stats():
             return   # a file changed during the copy: remember nothing
-        self.memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.memo.with_name(self.memo.name + ".tmp")
-        tmp.write_text(json.dumps({"source": str(self.path), "stats": stats, "files": files}))
-        os.replace(tmp, self.memo)
+        write_atomic(self.memo, json.dumps({"source": str(self.path), "stats": stats, "files": files}))
 
     def copy(self, rel: str, part: Path, meta: dict, progress: Callable[[int], None], share: int = 1) -> Copied:
         return copy_file(self.base / rel, part, size=int(meta["size"]), sha256=meta.get("sha256"),

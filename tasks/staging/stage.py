@@ -33,6 +33,7 @@ from typing import Any
 from prefect import task
 
 from submission.errors import StorageError
+from submission.files import replace_atomic, write_atomic
 from tasks.staging.sources import DONE, MANIFEST, LocalSource, Manifest, S3Access, S3Source, open_source
 from tasks.staging.sources import source_bytes as source_bytes  # re-exported: the bring-up's disk check uses it
 from tasks.staging.transfer import Copied
@@ -162,7 +163,7 @@ def _fill(src: Source, files: Manifest, partial: Path, total: int,
         part = final.with_name(final.name + ".part")
         try:
             copied = src.copy(rel, part, files[rel], advance, share=parallel)
-            os.replace(part, final)
+            replace_atomic(part, final)
             with lock:
                 done[rel] = {"sha256": copied.sha256, "stat": files[rel].get("stat")}
                 _write_json(partial / DONE, done)
@@ -223,9 +224,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, sort_keys=True))
 
 
 # ----- the Prefect task ----------------------------------------------------------------------------------------

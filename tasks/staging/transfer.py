@@ -33,6 +33,7 @@ from typing import Any
 import botocore.exceptions
 
 from submission.errors import StorageError
+from submission.files import write_atomic
 
 MIB = 1024 * 1024
 CHUNK = 8 * MIB
@@ -83,10 +84,7 @@ def _read_journal(part: Path) -> Journal | None:
 
 
 def _write_journal(part: Path, journal: Journal) -> None:
-    path = journal_path(part)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(journal)))
-    os.replace(tmp, path)
+    write_atomic(journal_path(part), json.dumps(asdict(journal)))
 
 
 def discard(part: Path) -> None:

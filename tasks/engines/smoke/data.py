@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from submission.files import replace_atomic, temporary
 from tasks.engines.smoke.model import CORPUS
 
 SEED = 1
@@ -65,8 +66,8 @@ def build(model_dir: Path, out_dir: Path, *, performance_count: int = 32, accura
         if with_refs:
             columns["ground_truth"] = pa.array(_references(model_dir, ids, max_tokens))
             columns["reference_output_tokens"] = pa.array([max_tokens] * count, type=pa.int32())
-        tmp = out_dir / f".{name}.tmp"
+        tmp = temporary(out_dir / name)
         pq.write_table(pa.table(columns), tmp)
-        tmp.replace(out_dir / name)
+        replace_atomic(tmp, out_dir / name)
         paths[name] = out_dir / name
     return paths

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from submission.files import replace_atomic, temporary
 from tasks.engines.smoke.model import CORPUS
 
 SEED = 2
@@ -97,10 +98,9 @@ def build(model_dir: Path, out_dir: Path, *, count: int = 8, max_tokens: int = 8
                         ("potential_product_categories", pa.list_(pa.string())), ("product_image", image),
                         ("ground_truth_category", pa.string()), ("ground_truth_brand", pa.string()),
                         ("ground_truth_is_secondhand", pa.bool_())])
-    tmp = out_dir / f".{FILE}.tmp"
+    tmp = temporary(out_dir / FILE)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
     references = _references(model_dir, tmp, max_tokens)
     table = pq.read_table(tmp).append_column("reference_answer", pa.array(references, pa.string()))
     pq.write_table(table, tmp)
-    tmp.replace(out_dir / FILE)
-    return out_dir / FILE
+    return replace_atomic(tmp, out_dir / FILE)
