@@ -34,18 +34,18 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     logger = get_run_logger()
     access = asdict(S3Access.for_plan(plan.storage, ws.s3))   # for s3:// sources (no secrets in it)
     model = stage_task(bench.model.source, str(ws.stage / "models"), access)
-    sources = {bench.dataset.performance, bench.dataset.accuracy, *bench.dataset.compliance.values()}
+    sources = {source for _, kind, source in bench.sources() if kind == "datasets"}
     datasets = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sorted(sources)}
     staged = {p: d["path"] for p, d in datasets.items()}
     check_staged(plan, bench, model["path"], staged)
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
                       dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
-                      engine=engine_identity(bench.engine.name, bench.engine.options))
+                      engine=engine_identity(bench.engine.name, bench.engine.config()))
     specs = [s.model_copy(update={"dataset": staged[s.dataset]}) for s in specs]
     tokenizer = str(Path(model["path"]) / "tokenizer.json")
-    built = build_engine(bench.engine.name, bench.engine.options, model["path"], model["sha256"], str(ws.builds))
+    built = build_engine(bench.engine.name, bench.engine.config(), model["path"], model["sha256"], str(ws.builds))
     records, failures = [], []
-    with EngineSession(bench.engine.name, bench.engine.options, str(model_dir_for(bench.engine, Path(model["path"]))),
+    with EngineSession(bench.engine.name, bench.engine.config(), str(model_dir_for(bench.engine, Path(model["path"]))),
                        str(ws.pids), str(Path(log_dir) / "engine" / key.replace("/", "-")),
                        timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
                        build_dir=built["path"], stall_s=bench.engine.stall_timeout_s) as engine:

@@ -15,16 +15,16 @@ from prefect import flow, get_run_logger
 from flows.search import prepare, record_artifacts, scenario_spec, search_peak_qps
 from submission import gates
 from submission import plan as plans
+from submission.engine_options import OptionsLike
 from submission.errors import PlanError
 from tasks.reporting import plots
 from tasks.serving.session import EngineSession
 from tasks.tuning.bisection import SearchSettings
 from tasks.tuning.probes import ProbeCache, Prober, target_qps, with_rate
-from tasks.tuning.scaling import scale_options
 from tasks.workspace import Workspace
 
 
-def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: dict[str, Any],
+def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: OptionsLike,
                    nodes: int) -> tuple[float | None, dict[str, Any]]:
     """The Offline result of the deployment `options` (cached in the probe cache like every search run)."""
     specs, session = prepare(plan, bench, ws, options)
@@ -48,10 +48,12 @@ def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".pod
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     ws = Workspace.at(workspace)
     counts = sorted(set(nodes or [1, 2]))
+    if counts[0] < 1:
+        raise PlanError(f"a deployment needs at least one node, got {counts[0]}", fix="pass node counts >= 1")
     floor = plan.gates.scaling_floor if floor is None else floor
     points, details = [], []
     for n in counts:
-        options = scale_options(bench.engine.name, bench.engine.options, n)
+        options = bench.engine.config().scaled(n)
         if scenario == "Offline":
             metric, detail = offline_metric(plan, bench, ws, options, n)
         else:

@@ -19,6 +19,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from submission import plan as plans
+from submission.engine_options import EngineOptions, OptionsLike, parse_options
 from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
@@ -33,7 +34,7 @@ from tasks.tuning.probes import ProbeCache, Prober, deployment_key
 from tasks.workspace import Workspace
 
 
-def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: dict[str, Any]) -> tuple[
+def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: OptionsLike) -> tuple[
         list[RunSpec], dict[str, Any]]:
     """Stage the model and the performance data set and build the engine, as the benchmark flow does; the
     performance run specs for the engine `options`, and the EngineSession arguments of that deployment."""
@@ -82,13 +83,13 @@ def _search_run_name() -> str:
 
 @flow(name="search-peak-qps", flow_run_name=_search_run_name)
 def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Server", workspace: str = ".podium",
-                    settings: dict[str, Any] | None = None, engine_options: dict[str, Any] | None = None,
+                    settings: dict[str, Any] | None = None, engine_options: OptionsLike | None = None,
                     start_qps: float | None = None, label: str | None = None) -> dict[str, Any]:
     plan = plans.load(plan_path)
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     ws = Workspace.at(workspace)
     cfg = SearchSettings(**(settings or {}))
-    options = bench.engine.options if engine_options is None else engine_options
+    options = bench.engine.config() if engine_options is None else parse_options(bench.engine.name, engine_options)
     specs, session = prepare(plan, bench, ws, options)
     base = scenario_spec(specs, scenario)
     if base is None or base.loadgen_scenario != "Server":
@@ -127,7 +128,7 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
 
 def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec, scenario: str,
               cfg: SearchSettings, *, offline_probe: Probe | None, label: str | None, launches: int, ran: int,
-              options: dict[str, Any]) -> dict[str, Any]:
+              options: EngineOptions) -> dict[str, Any]:
     confirmed = result.confirmation
     ratio = None
     if confirmed and offline_probe and confirmed.metric and offline_probe.metric:
@@ -148,7 +149,8 @@ def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec
             "offline_qps": offline_probe.completed_qps if offline_probe else None,
             "offline_metric": offline_probe.metric if offline_probe else None, "server_offline_ratio": ratio,
             "bracket": list(result.bracket), "runs": ran, "run_seconds": result.run_seconds,
-            "engine_launches": launches, "engine": bench.engine.name, "options": options, "summary": summary.strip()}
+            "engine_launches": launches, "engine": bench.engine.name, "options": options.as_plan(),
+            "summary": summary.strip()}
 
 
 @flow(name="sweep-prefill-decode", flow_run_name="sweep[{scenario} on {gpus} GPUs]")
@@ -164,7 +166,7 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
                                gpus_per_node=gpus_per_node)
     rows = []
     for split in candidates:
-        options = splits.split_options(bench.engine.name, bench.engine.options, split)
+        options = split.apply(bench.engine.config())
         try:
             out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
                                   label=split.ratio)
@@ -175,7 +177,7 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
         rows.append({"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
                      "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
                      "metric_per_gpu": None if metric is None else round(metric / split.gpus, 4),
-                     "valid": out["confirmed"], "runs": out["runs"], "options": options})
+                     "valid": out["confirmed"], "runs": out["runs"], "options": options.as_plan()})
     winner = splits.best(rows)
     ws = Workspace.at(workspace)
     tag = f"sweep-{bench.key.replace('/', '-')}-{scenario}-{gpus}gpu"

@@ -55,13 +55,13 @@ def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str
     """Everything that can be checked before an engine starts. Returns the system descriptions."""
     check_inputs(plan)                                            # sources there, storage credentials found
     for b in plan.benchmarks:
-        engine_identity(b.engine.name, b.engine.options)          # engine known and installed
+        engine_identity(b.engine.name, b.engine.config())          # engine known and installed
         if b.accuracy:
             evaluator(b.evaluator or b.benchmark)                 # evaluator known
     storage.ensure_bucket(cfg)
     systems = {}
     for system in plan.systems:
-        frameworks = sorted({f"{b.engine.name} {backend(b.engine.name).version(b.engine.options)}"
+        frameworks = sorted({f"{b.engine.name} {backend(b.engine.name).version(b.engine.config())}"
                              for b in plan.benchmarks if b.system == system.name})
         desc = describe(division=plan.division, submitter=plan.submitter, system_name=system.name,
                         status=system.status, system_type=system.system_type, number_of_nodes=system.nodes,

@@ -8,9 +8,9 @@ same models, so a plan that loads is a plan the backend accepts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -52,12 +52,41 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
 
 
 class EngineOptions(Strict):
-    """What every engine's options answer besides their fields."""
+    """What every engine's options answer besides their fields: the workers that hold weights, the options as the
+    plan writes them, and the same deployment grown to N nodes (the scaling check) or split N:M between prefill and
+    decode workers (the sweep), for the engines that can."""
 
     def workers(self) -> tuple[Worker, ...]:
         """The processes that hold the model's weights; () for engines that load none here (smoke, simulated,
         external, the Dynamo mocker)."""
         return ()
+
+    def as_plan(self) -> dict[str, Any]:
+        """The options as a plan writes them: the fields given, nothing filled in by default (what identifies a
+        deployment, and what a plan fragment records)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def _with(self, **changes: Any) -> Self:
+        """These options with `changes`, validated like a plan's (a change that breaks a rule is a PlanError)."""
+        return parse_options(self.engine, {**self.as_plan(), **changes})   # type: ignore[return-value]
+
+    @property
+    def engine(self) -> str:
+        return next(name for name, cls in OPTIONS.items() if cls is type(self))
+
+    def scaled(self, nodes: int) -> Self:
+        """The same deployment spread over `nodes` nodes."""
+        from submission.errors import PlanError
+
+        raise PlanError(f"engine {self.engine!r} serves from one node; the scaling check cannot grow it",
+                        fix="scale a multi-node engine: dynamo or simulated")
+
+    def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> Self:
+        """The deployment with `prefill` prefill workers of `prefill_tp` GPUs and `decode` decode workers."""
+        from submission.errors import PlanError
+
+        raise PlanError(f"engine {self.engine!r} has no prefill and decode pools to split",
+                        fix="sweep a disaggregated engine: dynamo or simulated")
 
 
 class Parallelism(Strict):
@@ -293,6 +322,31 @@ class DynamoOptions(Common, Hardware):
                                  f"worker_args: [--gpu-memory-utilization, '0.1', --kv-cache-memory-bytes, '2G']")
         return self
 
+    def scaled(self, nodes: int) -> DynamoOptions:
+        """Every worker pool holds nodes / self.nodes times as many workers: what one node runs, repeated."""
+        from submission.errors import PlanError
+
+        base = self.nodes
+        if nodes % base and base % nodes:
+            raise PlanError(f"cannot grow a {base}-node deployment to {nodes} nodes by whole copies",
+                            fix=f"use node counts that are multiples of {base}")
+        changes: dict[str, Any] = {"nodes": nodes}
+        for name, pool in (("prefill", self.prefill), ("decode", self.decode)):
+            if pool is None:
+                continue
+            workers = pool.workers * nodes // base
+            if workers < 1:
+                raise PlanError(f"{name}: {pool.workers} workers on {base} nodes leave none on {nodes}",
+                                fix="start the scaling check at the plan's own node count or above")
+            changes[name] = {**pool.model_dump(mode="json", exclude_unset=True), "workers": workers}
+        return self._with(**changes)
+
+    def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> DynamoOptions:
+        pools = {"prefill": (self.prefill, prefill, prefill_tp), "decode": (self.decode, decode, decode_tp)}
+        return self._with(**{role: {**(pool.model_dump(mode="json", exclude_unset=True) if pool else {}),
+                                    "workers": workers, "tensor_parallel_size": tp}
+                             for role, (pool, workers, tp) in pools.items()})
+
     def pools(self) -> list[Pool]:
         out = [Pool("prefill", self.prefill.workers, self.prefill.gpus, self.prefill.nodes)] if self.prefill else []
         return [*out, Pool("decode", self.decode.workers, self.decode.gpus, self.decode.nodes)]
@@ -355,6 +409,12 @@ class SimulatedOptions(EngineOptions):
     chunk_tokens: int = Field(1, ge=1, description="tokens per streamed event after the first one (loadgen times "
                                                    "only the first token and the last)")
 
+    def scaled(self, nodes: int) -> SimulatedOptions:
+        return self._with(nodes=nodes)
+
+    def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> SimulatedOptions:
+        return self._with(prefill_workers=prefill, decode_workers=decode)
+
 
 OPTIONS: dict[str, type[EngineOptions]] = {"smoke": SmokeOptions, "smoke-vlm": SmokeOptions, "vllm": VllmOptions,
                                     "trtllm": TrtllmOptions,
@@ -402,14 +462,15 @@ LAUNCHERS = ("local", "slurm", "kubernetes")
 
 
 def engine_problems(name: str, options: dict[str, Any], launcher: str,
-                    kubernetes: KubernetesSettings | None) -> list[str]:
-    """Everything wrong with an engine section, each naming its field (relative to `engine`)."""
+                    kubernetes: KubernetesSettings | None) -> tuple[EngineOptions | None, list[str]]:
+    """The typed options of an engine section and everything wrong with it, each problem naming its field (relative
+    to `engine`); no options when they do not parse."""
     from pydantic import ValidationError
 
     try:
         config = OPTIONS[name].model_validate(options)
     except ValidationError as e:
-        return [_line(err) for err in e.errors()]
+        return None, [_line(err) for err in e.errors()]
     problems = []
     if launcher == "kubernetes" and kubernetes is None:
         problems.append("kubernetes: the kubernetes launcher needs its section, e.g. kubernetes: {image: "
@@ -430,7 +491,7 @@ def engine_problems(name: str, options: dict[str, Any], launcher: str,
             and config.version is None:
         problems.append("options.version: the engine runs in the container image, where Podium cannot ask it; "
                         "pin the image's engine version, e.g. version: '1.2.0'")
-    return problems
+    return config, problems
 
 
 def _line(error: dict[str, Any]) -> str:
@@ -441,12 +502,18 @@ def _line(error: dict[str, Any]) -> str:
     return f"options.{loc}: {message}" if loc else f"options: {message}"
 
 
-def parse_options(name: str, options: dict[str, Any]) -> Any:
-    """The typed options of engine `name` (validated again: backends are also called outside a plan)."""
+OptionsLike = EngineOptions | Mapping[str, Any]   # typed options, or a plan's mapping of them (parse_options)
+
+
+def parse_options(name: str, options: OptionsLike | None) -> Any:
+    """The typed options of engine `name`: parsed from a plan's mapping (the plan parses its own once, at load:
+    `EngineSpec.config()`), or given back as they are when they already are."""
     from pydantic import ValidationError
 
     from submission.errors import PlanError
 
+    if isinstance(options, OPTIONS[name]):
+        return options
     try:
         return OPTIONS[name].model_validate(options)
     except ValidationError as e:

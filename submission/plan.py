@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from submission.engine_options import OPTIONS as ENGINE_OPTIONS
-from submission.engine_options import KubernetesSettings, engine_problems, parse_options
+from submission.engine_options import KubernetesSettings, engine_problems
 from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
@@ -70,6 +70,7 @@ class EngineSpec(Strict):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
     launcher: Literal["local", "slurm", "kubernetes"] = "local"
+    _config: Any = PrivateAttr(None)
     kubernetes: KubernetesSettings | None = None
     slurm: dict[str, Any] = Field(default_factory=dict, description="the Slurm launcher's settings")
     ready_timeout_s: float = Field(600, gt=0, description="how long the engine may take to answer a one-token "
@@ -83,15 +84,16 @@ class EngineSpec(Strict):
     def _typed(self) -> EngineSpec:
         if self.name not in ENGINE_OPTIONS:
             raise ValueError(f"name: unknown engine {self.name!r}; {did_you_mean(self.name, ENGINE_OPTIONS)}")
-        problems = engine_problems(self.name, self.options, self.launcher, self.kubernetes)
+        config, problems = engine_problems(self.name, self.options, self.launcher, self.kubernetes)
         problems += slurm_problems(self.slurm, self.launcher)
         if problems:
             raise ValueError("; ".join(problems))
+        self._config = config
         return self
 
     def config(self) -> Any:
-        """The typed options (a submission.engine_options model)."""
-        return parse_options(self.name, self.options)
+        """The typed options (a submission.engine_options model), parsed once, when the plan loaded."""
+        return self._config
 
 
 class DatasetSpec(Strict):
@@ -150,6 +152,14 @@ class BenchmarkSpec(Strict):
     @property
     def key(self) -> str:
         return f"{self.system}/{self.benchmark}"
+
+    def sources(self) -> list[tuple[str, str, str]]:
+        """Everything a run of this benchmark stages, as (plan field under the benchmark, kind, source): the model
+        (kind `models`), then its data sets (kind `datasets`: performance, accuracy, each compliance test's own)."""
+        return [("model.source", "models", self.model.source),
+                ("dataset.performance", "datasets", self.dataset.performance),
+                ("dataset.accuracy", "datasets", self.dataset.accuracy),
+                *((f"dataset.compliance.{test}", "datasets", path) for test, path in self.dataset.compliance.items())]
 
     @model_validator(mode="after")
     def _guided_decoding_supported(self) -> BenchmarkSpec:

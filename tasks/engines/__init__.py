@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from submission.engine_options import OptionsLike, parse_options
 from submission.errors import LaunchError, PlanError, did_you_mean
+from submission.files import write_atomic
 
 
 @dataclass(frozen=True)
@@ -113,18 +115,39 @@ class Placement:
 
 
 class EngineBackend(Protocol):
-    """What every backend has. GPU backends also have `demand(options) -> (nodes, ports per node)` and
-    `build(options, model_dir, out_dir, runner) -> list[str]` (the files it wrote); see tasks/serving/build.py."""
+    """What every backend has; every backend subclasses this Protocol, so the members with a body are defaults that
+    a backend overrides where it differs. Each method takes the engine's typed options (submission.engine_options, as
+    `EngineSpec.config()` parsed them when the plan loaded) or a plan's mapping of them, which `options` parses."""
 
     name: str
     ports_needed: int
+    max_port: int | None = None   # the highest port its processes can take (Dynamo: a signed 16-bit number)
+    external: bool = False        # it runs elsewhere: launchers start nothing, `attach` waits until it answers
 
-    def version(self, options: dict[str, Any] | None = None) -> str: ...
+    def options(self, options: OptionsLike) -> Any:
+        """The typed options (given back as they are when they already are)."""
+        return parse_options(self.name, options)
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def version(self, options: OptionsLike = None) -> str: ...
+
+    def demand(self, options: OptionsLike) -> tuple[int, int]:
+        """(nodes, ports per node) that these options need."""
+        return 1, self.ports_needed
+
+    def build(self, options: OptionsLike, model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
+        """Build what the engine serves from into `out_dir` (tasks/serving/build.py's Runner does the work); returns
+        the files written. Default: nothing to build."""
+        return []
+
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]: ...
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint: ...
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint: ...
+
+    def attach(self, options: OptionsLike, timeout_s: float) -> None:
+        """An external engine: wait until it answers. Others are started by a launcher, never attached to."""
+        raise LaunchError(f"the {self.name} engine is started by a launcher, not attached to",
+                          fix="use engine.name external for an endpoint Podium does not start")
 
 
 BACKENDS = {
@@ -142,18 +165,8 @@ def write_files(spec: ProcessSpec) -> None:
     """Write a process's config files where its argv expects them (each atomically; the same text is a no-op)."""
     for name, text in spec.files.items():
         path = Path(name)
-        if path.is_file() and path.read_text() == text:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-
-
-def demand(engine: EngineBackend, options: dict[str, Any]) -> tuple[int, int]:
-    """(nodes, ports per node) that `engine` needs for `options`."""
-    fn = getattr(engine, "demand", None)
-    return fn(options) if fn is not None else (1, engine.ports_needed)
+        if not (path.is_file() and path.read_text() == text):
+            write_atomic(path, text)
 
 
 def backend(name: str) -> EngineBackend:

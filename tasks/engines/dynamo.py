@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from submission.engine_options import DynamoOptions, parse_options
+from submission.engine_options import DynamoOptions, OptionsLike
 from submission.errors import LaunchError
 from submission.topology import Slot, place
-from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,
     check_checkpoint,
@@ -57,15 +57,13 @@ class Ports:
         return port
 
 
-class DynamoBackend:
+class DynamoBackend(EngineBackend):
     name = "dynamo"
     ports_needed = 1
     max_port = MAX_PORT
 
-    def options(self, options: dict[str, Any]) -> DynamoOptions:
-        return parse_options(self.name, options)
 
-    def version(self, options: dict[str, Any] | None = None) -> str:
+    def version(self, options: OptionsLike | None = None) -> str:
         o = self.options(options or {})
         return engine_version("Dynamo", o.version, o.python, DISTS,
                               fix="install ai-dynamo for options.python (see docs/engines.md), or pin "
@@ -78,7 +76,7 @@ class DynamoBackend:
         nats = "nats" in (o.request_plane, o.event_plane)
         return 2 * (o.discovery == "etcd") + 2 * nats
 
-    def demand(self, options: dict[str, Any]) -> tuple[int, int]:
+    def demand(self, options: OptionsLike) -> tuple[int, int]:
         o = self.options(options)
         per_node = [0] * o.nodes
         per_node[0] = 1 + self._infra_ports(o)
@@ -86,7 +84,7 @@ class DynamoBackend:
             per_node[slot.node] += (2 + o.publishes_kv_events) if o.worker == "vllm" else 1
         return o.nodes, max(per_node)
 
-    def build(self, options: dict[str, Any], model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
+    def build(self, options: OptionsLike, model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
         """Dynamo workers load the checkpoint themselves: check it."""
         return runner.check_checkpoint(model_dir, check_checkpoint(model_dir))
 
@@ -171,7 +169,7 @@ class DynamoBackend:
                            side_ports=side, probes=(HttpProbe("/health", contains=WORKER_READY),),
                            bind=placement.bind)
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         o = self.options(options)
         model = served_name(o, model_dir)
@@ -194,7 +192,7 @@ class DynamoBackend:
                                host=address, port=front_port, probes=probes, bind=placement.bind)
         return [*infra_specs, *workers, frontend]
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         front = next(p for p in processes if p.role == "frontend")
         tokenizer = model_dir / "tokenizer.json"
         return Endpoint(base_url=f"http://{front.host}:{front.port}", model=served_name(self.options(options),

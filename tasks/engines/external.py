@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from submission.engine_options import ExternalOptions, parse_options
+from submission.engine_options import OptionsLike
 from submission.errors import LaunchError
-from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import ready_probes
 
 # How each engine family returns output token ids (see the backends): request fields, then where they stream.
@@ -22,28 +21,26 @@ TOKEN_IDS = {"vllm": ({"return_token_ids": True}, "choice"), "trtllm": ({"detoke
              "dynamo": ({"nvext": {"extra_fields": ["completion_token_ids"]}}, "nvext")}
 
 
-class ExternalBackend:
+class ExternalBackend(EngineBackend):
     name = "external"
     ports_needed = 0
     external = True   # launchers start nothing for it
 
-    def options(self, options: dict[str, Any]) -> ExternalOptions:
-        return parse_options(self.name, options)
 
-    def version(self, options: dict[str, Any] | None = None) -> str:
+    def version(self, options: OptionsLike | None = None) -> str:
         return f"external ({self.options(options).version})" if options else "external"
 
-    def probes(self, options: dict[str, Any]) -> tuple[HttpProbe, ...]:
+    def probes(self, options: OptionsLike) -> tuple[HttpProbe, ...]:
         o = self.options(options)
         probes = ready_probes(o.served_model_name)
         return probes if o.health_path == "/health" else \
             ((HttpProbe(o.health_path),) if o.health_path else ()) + probes[1:]
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         return []   # nothing to start
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         o = self.options(options)
         tokenizer = Path(o.tokenizer) if o.tokenizer else model_dir / "tokenizer.json"
         fields, where = TOKEN_IDS.get(o.returns_token_ids, ({}, "choice"))
@@ -52,7 +49,7 @@ class ExternalBackend:
                         tokenizer=str(tokenizer) if tokenizer.is_file() else None,
                         drop_fields=frozenset(o.drop_fields), request_fields=fields, token_ids_in=where)
 
-    def attach(self, options: dict[str, Any], timeout_s: float) -> None:
+    def attach(self, options: OptionsLike, timeout_s: float) -> None:
         """Wait until the endpoint passes every probe; it may still be starting. Never touches its processes."""
         o = self.options(options)
         base = o.base_url.rstrip("/")

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from submission.engine_options import TrtllmOptions, TrtllmPool, parse_options
+from submission.engine_options import OptionsLike, TrtllmOptions, TrtllmPool
 from submission.topology import Pool, place
-from tasks.engines import Endpoint, Placement, ProcessSpec
+from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,
     check_checkpoint,
@@ -36,14 +36,12 @@ def _yaml(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=True)
 
 
-class TrtllmBackend:
+class TrtllmBackend(EngineBackend):
     name = "trtllm"
     ports_needed = 1
 
-    def options(self, options: dict[str, Any]) -> TrtllmOptions:
-        return parse_options(self.name, options)
 
-    def version(self, options: dict[str, Any] | None = None) -> str:
+    def version(self, options: OptionsLike | None = None) -> str:
         o = self.options(options or {})
         return engine_version("TensorRT-LLM", o.version, interpreter_of(o.cli), DISTS,
                               fix="run on a host (or in the image) that has TensorRT-LLM, or pin options.version")
@@ -64,7 +62,7 @@ class TrtllmBackend:
         """Nodes one aggregated server spans."""
         return max(1, math.ceil(o.gpus / o.gpus_per_node)) if o.gpus_per_node else 1
 
-    def demand(self, options: dict[str, Any]) -> tuple[int, int]:
+    def demand(self, options: OptionsLike) -> tuple[int, int]:
         o = self.options(options)
         if o.disaggregated is None:
             return self._span(o), 1
@@ -84,7 +82,7 @@ class TrtllmBackend:
                 data["disable_overlap_scheduler"] = True   # required on context servers (engines.md §1.5)
         return data
 
-    def config_files(self, options: dict[str, Any], build_dir: Path) -> dict[str, str]:
+    def config_files(self, options: OptionsLike, build_dir: Path) -> dict[str, str]:
         """The LLM-API YAMLs, written by the build step and mounted into pods: path -> text."""
         o = self.options(options)
         if o.disaggregated is None:
@@ -94,7 +92,7 @@ class TrtllmBackend:
         return {str(build_dir / "context.yaml"): _yaml(self._llm_api(o, d.context, "context")),
                 str(build_dir / "generation.yaml"): _yaml(self._llm_api(o, d.generation, "generation"))}
 
-    def build_commands(self, options: dict[str, Any], model_dir: Path, out_dir: Path) -> list[list[str]]:
+    def build_commands(self, options: OptionsLike, model_dir: Path, out_dir: Path) -> list[list[str]]:
         """The TensorRT engine path: convert the checkpoint, then trtllm-build (engines.md §1.2)."""
         o = self.options(options)
         if o.build is None:
@@ -112,7 +110,7 @@ class TrtllmBackend:
                 build += [flag, str(value)]
         return [convert, [*build, *b.build_args]]
 
-    def build(self, options: dict[str, Any], model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
+    def build(self, options: OptionsLike, model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
         written = runner.check_checkpoint(model_dir, check_checkpoint(model_dir))
         for path, text in self.config_files(options, out_dir).items():
             written.append(runner.write(Path(path), text))
@@ -147,7 +145,7 @@ class TrtllmBackend:
             argv += ["--extra_llm_api_options", yaml_path]
         return argv + list(o.extra_args)
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         o = self.options(options)
         files = self.config_files(options, build_dir or scratch(placement.workdir, None, self.name))
@@ -200,7 +198,7 @@ class TrtllmBackend:
                                  files={config: _yaml(router)}, bind=placement.bind))
         return specs
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         front = processes[-1]   # the router when disaggregated, else the one server
         tokenizer = model_dir / "tokenizer.json"
         return Endpoint(base_url=f"http://{front.host}:{front.port}",

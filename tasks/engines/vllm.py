@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from submission.engine_options import KvTransfer, MediaLimit, VllmOptions, parse_options
-from tasks.engines import Endpoint, Placement, ProcessSpec
+from submission.engine_options import KvTransfer, MediaLimit, OptionsLike, VllmOptions
+from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,
     check_checkpoint,
@@ -83,28 +83,26 @@ def cpu_env(o: VllmOptions) -> dict[str, str]:
     return env
 
 
-class VllmBackend:
+class VllmBackend(EngineBackend):
     name = "vllm"
     ports_needed = 1
 
-    def options(self, options: dict[str, Any]) -> VllmOptions:
-        return parse_options(self.name, options)
 
-    def version(self, options: dict[str, Any] | None = None) -> str:
+    def version(self, options: OptionsLike | None = None) -> str:
         o = self.options(options or {})
         python = o.python or interpreter_of("vllm")
         return engine_version("vllm", o.version, python, DISTS,
                               fix="install vLLM on this host (or set options.python to a virtualenv's python), "
                                   "or pin options.version when it runs in a container")
 
-    def demand(self, options: dict[str, Any]) -> tuple[int, int]:
+    def demand(self, options: OptionsLike) -> tuple[int, int]:
         return 1, 1 + (self.options(options).kv_transfer is not None)
 
-    def build(self, options: dict[str, Any], model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
+    def build(self, options: OptionsLike, model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
         """vLLM needs no engine build: check the checkpoint."""
         return runner.check_checkpoint(model_dir, check_checkpoint(model_dir))
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         o = self.options(options)
         node, model = placement.node(0), served_name(o, model_dir)
@@ -125,7 +123,7 @@ class VllmBackend:
                             host=placement.address(0, "vllm-server"), port=port, gpus=len(gpu_ids), gpu_ids=gpu_ids,
                             probes=ready_probes(model), side_ports=side, bind=placement.bind)]
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         server = processes[0]
         tokenizer = model_dir / "tokenizer.json"
         return Endpoint(base_url=f"http://{server.host}:{server.port}", model=served_name(self.options(options),

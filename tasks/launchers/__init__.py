@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from submission.engine_options import OptionsLike
 from submission.errors import PlanError, did_you_mean
-from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec, demand
+from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
 
 
 class Deployment(Protocol):
@@ -20,21 +21,35 @@ class Deployment(Protocol):
 
 
 class Launcher(Protocol):
-    """Start, probe, stop. A launcher for several nodes also takes `placement(ports_needed, nodes=N)` (ports per
-    node), and `max_port=P` when a backend cannot take ports above P. It writes each spec's `files`
-    (tasks.engines.write_files) before starting it, and judges probe answers with `HttpProbe.accepts`. Optional:
-    `alive(deployment) -> bool`, `endpoint(endpoint, deployment) -> Endpoint` when the endpoint is reached another
-    way than the backend says (Kubernetes)."""
+    """Start, probe, stop. `placement` reserves `ports_needed` ports on each of `nodes` nodes (none above `max_port`
+    when a backend cannot take them); `start` writes each spec's `files` (tasks.engines.write_files) before it starts
+    the process; `wait_ready` judges probe answers with `HttpProbe.accepts`. The members with a body are defaults that
+    a launcher overrides where it knows better: every launcher subclasses this Protocol."""
 
     name: str
 
-    def placement(self, ports_needed: int) -> Placement: ...
+    def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement: ...
 
     def start(self, specs: list[ProcessSpec], log_dir: Path, logger: logging.Logger) -> Deployment: ...
 
     def wait_ready(self, deployment: Deployment, timeout_s: float) -> None: ...
 
     def stop(self, deployment: Deployment) -> None: ...
+
+    def release(self) -> None:
+        """Give back what `placement` took when nothing was started on it (a Slurm allocation)."""
+
+    def alive(self, deployment: Deployment) -> bool:
+        """Whether every process still runs (default: no way to tell from here, so yes)."""
+        return True
+
+    def endpoint(self, endpoint: Endpoint, deployment: Deployment) -> Endpoint:
+        """The endpoint as this launcher reaches it (Kubernetes: through a Service); default: as the backend says."""
+        return endpoint
+
+    def log_report(self, deployment: Deployment, lines: int = 20) -> str | None:
+        """The processes' states and last log lines for an error message; None when the logs are not on this host."""
+        return None
 
 
 LAUNCHERS = {"local": "tasks.launchers.local", "kubernetes": "tasks.launchers.kubernetes",
@@ -47,31 +62,26 @@ def launcher(name: str, **kwargs: Any) -> Launcher:
     return importlib.import_module(LAUNCHERS[name]).make(**kwargs)
 
 
-def placement_for(backend: EngineBackend, options: dict[str, Any], where: Launcher) -> Placement:
+def placement_for(backend: EngineBackend, options: OptionsLike, where: Launcher) -> Placement:
     """The launcher's placement for what the backend needs: one node, or `nodes` of them; ports no higher than the
     backend's `max_port` when it has one (Dynamo reads DYN_SYSTEM_PORT as a signed 16-bit number)."""
-    nodes, ports = demand(backend, options)
-    kwargs: dict[str, Any] = {"nodes": nodes} if nodes > 1 else {}
-    if getattr(backend, "max_port", None):
-        kwargs["max_port"] = backend.max_port  # type: ignore[attr-defined]
-    return where.placement(ports, **kwargs)
+    nodes, ports = backend.demand(options)
+    return where.placement(ports, nodes=nodes, max_port=backend.max_port)
 
 
-def start_ready(backend: EngineBackend, options: dict[str, Any], model_dir: Path, where: Launcher, log_dir: Path,
+def start_ready(backend: EngineBackend, options: OptionsLike, model_dir: Path, where: Launcher, log_dir: Path,
                 logger: logging.Logger | logging.LoggerAdapter, timeout_s: float = 300,
                 build_dir: Path | None = None) -> tuple[Deployment | None, Endpoint]:
     """Start the backend's processes and wait until the endpoint generates; stop them if it never does. An
     external engine starts nothing: it is probed, and the deployment is None."""
-    if getattr(backend, "external", False):
-        backend.attach(options, timeout_s)  # type: ignore[attr-defined]
+    if backend.external:
+        backend.attach(options, timeout_s)
         return None, backend.endpoint(options, model_dir, [])
     placement = placement_for(backend, options, where)
     try:
         specs = backend.processes(options, model_dir, placement, build_dir)
     except BaseException:
-        release = getattr(where, "release", None)   # what a launcher took for the placement (a Slurm allocation)
-        if release is not None:
-            release()
+        where.release()
         raise
     deployment = where.start(specs, log_dir, logger)
     try:
@@ -79,13 +89,11 @@ def start_ready(backend: EngineBackend, options: dict[str, Any], model_dir: Path
     except BaseException:
         where.stop(deployment)
         raise
-    endpoint = backend.endpoint(options, model_dir, specs)
-    rewrite = getattr(where, "endpoint", None)   # a launcher may reach the endpoint another way (kubernetes)
-    return deployment, rewrite(endpoint, deployment) if rewrite else endpoint
+    return deployment, where.endpoint(backend.endpoint(options, model_dir, specs), deployment)
 
 
 @contextlib.contextmanager
-def launched(backend: EngineBackend, options: dict[str, Any], model_dir: Path, where: Launcher, log_dir: Path,
+def launched(backend: EngineBackend, options: OptionsLike, model_dir: Path, where: Launcher, log_dir: Path,
              logger: logging.Logger, timeout_s: float = 300, build_dir: Path | None = None) -> Iterator[Endpoint]:
     """Start the backend's processes, yield its endpoint once it generates, stop everything on the way out."""
     deployment, endpoint = start_ready(backend, options, model_dir, where, log_dir, logger, timeout_s, build_dir)

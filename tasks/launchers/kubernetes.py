@@ -21,6 +21,7 @@ from typing import Any
 from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.launchers import Launcher
 from tasks.launchers.kubernetes_manifests import DGD, dns_name, labels, manifests, validate
 
 BAD_WAITING = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
@@ -50,7 +51,7 @@ def _api_error(e: Exception, what: str) -> LaunchError:
                        fix=fix.get(status, "read the API server's message above"))
 
 
-class KubernetesLauncher:
+class KubernetesLauncher(Launcher):
     name = "kubernetes"
 
     def __init__(self, state_dir: Path, settings: KubernetesSettings | dict[str, Any], engine: str = "",

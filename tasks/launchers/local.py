@@ -12,22 +12,20 @@ import json
 import logging
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from submission.errors import LaunchError
+from submission.files import tail
 from tasks.engines import Placement, ProcessSpec, write_files
+from tasks.launchers import Launcher
+from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
 
-TAIL_LINES = 30
 LOW_PORTS = 20000   # where ports under a max_port are looked for
 
 
@@ -45,13 +43,6 @@ def free_port(host: str = "127.0.0.1", max_port: int | None = None) -> int:
     raise LaunchError(f"no free port between {LOW_PORTS} and {max_port} on {host}", fix="free some ports")
 
 
-def tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 @dataclass
 class Running:
     spec: ProcessSpec
@@ -66,31 +57,6 @@ class LocalDeployment:
     running: list[Running] = field(default_factory=list)
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)   # set when every probe passed
-
-
-PROBLEM = re.compile(r"error|warn|exception|traceback|fatal|killed|out of memory|oom", re.IGNORECASE)
-
-
-def forward_log(path: Path, name: str, logger: logging.Logger, stop: threading.Event,
-                ready: threading.Event | None = None) -> None:
-    """Follow a log file and forward its lines to the logger until `stop` is set and the file is drained: every
-    line while the process starts, then (once `ready` is set) only lines that look like problems, so a busy engine's
-    per-request lines do not flood the Prefect UI or take the CPU from a measurement. The file keeps every line."""
-    skipped = 0
-    with path.open(errors="replace") as f:
-        while True:
-            line = f.readline()
-            if line:
-                if ready is None or not ready.is_set() or PROBLEM.search(line):
-                    logger.info("[%s] %s", name, line.rstrip())
-                else:
-                    skipped += 1
-            elif stop.is_set():
-                break
-            else:
-                time.sleep(0.2)
-    if skipped:
-        logger.info("[%s] %d routine line(s) after start-up not forwarded; all are in %s", name, skipped, path)
 
 
 def _alive(pid: int, argv0: str) -> bool:
@@ -114,7 +80,7 @@ def reap_stale(state_dir: Path, logger: logging.Logger) -> int:
     return ended
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher):
     name = "local"
 
     def __init__(self, state_dir: Path, host: str = "127.0.0.1", grace_s: float = 10.0) -> None:
@@ -122,7 +88,10 @@ class LocalLauncher:
         self.host = host
         self.grace_s = grace_s
 
-    def placement(self, ports_needed: int, max_port: int | None = None) -> Placement:
+    def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
+        if nodes > 1:
+            raise LaunchError(f"the local launcher runs on this host alone; the deployment spans {nodes} nodes",
+                              fix="use engine.launcher slurm or kubernetes, or options.nodes 1")
         ports: list[int] = []
         while len(ports) < ports_needed:   # distinct, though each was free when picked
             port = free_port(self.host, max_port)
@@ -163,7 +132,7 @@ class LocalLauncher:
                 code = proc.popen.poll()
                 if code is not None:
                     raise LaunchError(f"{proc.spec.name} exited with code {code} while starting; "
-                                      f"last lines of {proc.log}:\n{tail(proc.log)}")
+                                      f"last lines of {proc.log}:\n{tail(proc.log, TAIL_LINES)}")
 
         wait_for_probes([(p.spec.name, p.spec, p.log) for p in deployment.running], timeout_s, exited)
         deployment.ready.set()
@@ -188,29 +157,16 @@ class LocalLauncher:
             proc.pidfile.unlink(missing_ok=True)
         deployment.stop_forwarding.set()
 
+    def alive(self, deployment: LocalDeployment) -> bool:
+        return all(r.popen.poll() is None for r in deployment.running)
+
+    def log_report(self, deployment: LocalDeployment, lines: int = 20) -> str | None:
+        def status(code: int | None) -> str:
+            return "running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exited with {code}")
+
+        return "\n".join(f"{r.spec.name} (pid {r.popen.pid}) {status(r.popen.poll())}; last lines of {r.log}:\n"
+                         f"{tail(r.log, lines)}" for r in deployment.running)
+
 
 def make(state_dir: Path, **kwargs: object) -> LocalLauncher:
     return LocalLauncher(state_dir, **kwargs)  # type: ignore[arg-type]
-
-
-def wait_for_probes(targets: list[tuple[str, ProcessSpec, Path]], timeout_s: float, exited: Callable[[], None],
-                    poll_s: float = 0.5) -> None:
-    """Poll every probe of each (label, spec, log) until it accepts; `exited` raises when a process of the
-    deployment has died, and runs before every poll. A probe still refused at the deadline is a LaunchError with
-    the process's log tail."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=30.0) as client:
-        for label, spec, log in targets:
-            for probe in spec.probes:
-                url = f"http://{spec.host}:{spec.port}{probe.path}"
-                while True:
-                    exited()
-                    with contextlib.suppress(httpx.HTTPError):
-                        r = client.get(url) if probe.body is None else client.post(url, json=probe.body)
-                        if probe.accepts(r.status_code, r.text):
-                            break
-                    if time.monotonic() > deadline:
-                        raise LaunchError(f"{label} was not ready after {timeout_s:.0f} s ({url}); last lines of "
-                                          f"{log}:\n{tail(log)}",
-                                          fix="raise engine.ready_timeout_s or read the engine log")
-                    time.sleep(poll_s)

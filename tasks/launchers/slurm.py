@@ -34,10 +34,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from submission.errors import CommandError, LaunchError, PlanError, PodiumError
+from submission.files import tail
 from submission.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, write_files
+from tasks.launchers import Launcher
 from tasks.launchers import slurm_cli as cli
-from tasks.launchers.local import forward_log, tail, wait_for_probes
+from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
 
 Logger = logging.Logger | logging.LoggerAdapter
 POLL_S = 0.5
@@ -94,7 +96,7 @@ def _fix(text: str, default: str) -> str:
 
 
 def _failure(step: Step, code: int, when: str) -> LaunchError:
-    text = tail(step.log)
+    text = tail(step.log, TAIL_LINES)
     if step.step_id is None:   # it ended before squeue listed it; srun's own lines name it
         found = re.findall(rf"StepId=({step.srun_job}\.\d+)", text)
         step.step_id = found[-1] if found else None
@@ -102,7 +104,7 @@ def _failure(step: Step, code: int, when: str) -> LaunchError:
                        fix=_fix(text, f"read {step.log}"))
 
 
-class SlurmLauncher:
+class SlurmLauncher(Launcher):
     name = "slurm"
 
     def __init__(self, state_dir: Path, settings: SlurmSettings | Mapping[str, Any] | None = None,
@@ -308,8 +310,8 @@ class SlurmLauncher:
             if time.monotonic() > deadline:
                 s = missing[0]
                 raise LaunchError(f"Slurm did not create the step of {s.label} in {self.settings.step_timeout_s:.0f} "
-                                  f"s; last lines of {s.log}:\n{tail(s.log)}",
-                                  fix=_fix(tail(s.log), f"read {s.log}"))
+                                  f"s; last lines of {s.log}:\n{tail(s.log, TAIL_LINES)}",
+                                  fix=_fix(tail(s.log, TAIL_LINES), f"read {s.log}"))
             time.sleep(min(POLL_S, 0.05 * 2 ** tries))
             tries += 1
 

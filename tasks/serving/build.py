@@ -21,11 +21,11 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from submission.engine_options import OptionsLike
 from submission.errors import CommandError, LaunchError, PlanError
 from submission.files import tail
 from tasks.engines import backend
@@ -35,8 +35,9 @@ RECORD = "build.json"
 TAIL_LINES = 30
 
 
-def build_key(engine: str, options: dict[str, Any], model_sha256: str, version: str) -> str:
-    blob = json.dumps({"engine": engine, "options": options, "model": model_sha256, "version": version},
+def build_key(engine: str, options: OptionsLike, model_sha256: str, version: str) -> str:
+    plan_options = backend(engine).options(options).as_plan()
+    blob = json.dumps({"engine": engine, "options": plan_options, "model": model_sha256, "version": version},
                       sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
@@ -107,7 +108,7 @@ class Built:
     commands: tuple[tuple[str, ...], ...]
 
 
-def build(engine: str, options: dict[str, Any], model_dir: Path, model_sha256: str, version: str, root: Path,
+def build(engine: str, options: OptionsLike, model_dir: Path, model_sha256: str, version: str, root: Path,
           logger: logging.Logger | logging.LoggerAdapter) -> Built:
     """Build (or reuse) the engine folder for these inputs."""
     key = build_key(engine, options, model_sha256, version)
@@ -126,9 +127,10 @@ def build(engine: str, options: dict[str, Any], model_dir: Path, model_sha256: s
     runner = Runner(out_dir=tmp, final=final, log=tmp / "build.log", logger=logger)
     started = time.time()
     try:
-        files = backend_.build(options, model_dir, final, runner) if hasattr(backend_, "build") else []
+        files = backend_.build(options, model_dir, final, runner)
         (tmp / RECORD).write_text(json.dumps({
-            "key": key, "engine": engine, "version": version, "options": options, "model_sha256": model_sha256,
+            "key": key, "engine": engine, "version": version, "options": backend_.options(options).as_plan(),
+            "model_sha256": model_sha256,
             "model_dir": str(model_dir), "files": files, "commands": runner.commands,
             "seconds": round(time.time() - started, 3)}, indent=2, sort_keys=True))
         if final.exists():   # a stale folder without a record: an interrupted rename; replace it
@@ -144,7 +146,7 @@ def build(engine: str, options: dict[str, Any], model_dir: Path, model_sha256: s
 
 
 @task(name="build", task_run_name="build[{engine}]", cache_policy=NO_CACHE)
-def build_engine(engine: str, options: dict[str, Any], model_dir: str, model_sha256: str, root: str) -> dict:
+def build_engine(engine: str, options: OptionsLike, model_dir: str, model_sha256: str, root: str) -> dict:
     """Build (or reuse) the engine folder; returns its path, key, version, whether it was reused, files and commands."""
     version = backend(engine).version(options)
     built = build(engine, options, Path(model_dir), model_sha256, version, Path(root), run_logger("build"))

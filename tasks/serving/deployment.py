@@ -19,7 +19,7 @@ from submission.errors import PlanError, PodiumError
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
 from submission.rules import load_rules
 from submission.systems import accelerators
-from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend, demand
+from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
 from tasks.workspace import Workspace
 
@@ -62,10 +62,10 @@ def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
     """The placement a launch would get, without reserving anything: the kubernetes launcher's own (it is fixed);
     for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `NODE<i>_IPV4` (node i's IPv4 address,
     which the Slurm launcher resolves on the node at launch)."""
-    nodes, ports = demand(backend(engine.name), engine.options)
+    nodes, ports = backend(engine.name).demand(engine.config())
     if engine.launcher == "kubernetes":
         where = make_launcher(engine, state_dir)
-        return where.placement(ports) if nodes == 1 else where.placement(ports, nodes=nodes)  # type: ignore[call-arg]
+        return where.placement(ports, nodes=nodes)
     hosts = ["127.0.0.1"] * nodes if engine.launcher == "local" else [slurm_address(i) for i in range(nodes)]
     step = ports if engine.launcher == "local" else 0   # one host: every node's ports differ
     per_node = tuple(Node(h, tuple(REVIEW_PORT + i * step + p for p in range(ports))) for i, h in enumerate(hosts))
@@ -115,15 +115,15 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     engine = bench.engine
     be = backend(engine.name)
     try:
-        version = be.version(engine.options)
+        version = be.version(engine.config())
     except PodiumError as e:
         version = f"not detected here ({e.message})"
     staged = Path(bench.model.source) if not bench.model.source.startswith("s3://") else Path("<staged model>")
     model_dir = model_dir_for(engine, staged)
     build_dir = Workspace.at(workspace).builds / f"{engine.name}-<build key>"
     placement = review_placement(engine, workspace / "pids")
-    specs = be.processes(engine.options, model_dir, placement, build_dir)
-    endpoint = be.endpoint(engine.options, model_dir, specs)
+    specs = be.processes(engine.config(), model_dir, placement, build_dir)
+    endpoint = be.endpoint(engine.config(), model_dir, specs)
     out: dict[str, Any] = {
         "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
         "options": engine.options, "model_dir": str(model_dir), "build_dir": str(build_dir),
@@ -226,11 +226,11 @@ def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
     ws, engine = Workspace.at(workspace), bench.engine
     staged = stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
     be = backend(engine.name)
-    built = build(engine.name, engine.options, Path(staged.path), staged.sha256, be.version(engine.options),
+    built = build(engine.name, engine.config(), Path(staged.path), staged.sha256, be.version(engine.config()),
                   ws.builds, logger)
     where = make_launcher(engine, ws.pids)
     log_dir = ws.root / "launch" / bench.key.replace("/", "-")
-    with launched(be, engine.options, model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]
+    with launched(be, engine.config(), model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]
                   engine.ready_timeout_s, Path(built.path)) as endpoint:
         yield endpoint
 

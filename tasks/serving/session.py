@@ -16,23 +16,24 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from submission.engine_options import OptionsLike
 from submission.errors import CommandError
 from tasks.engines import Endpoint, backend
 from tasks.harness import liveness
 from tasks.launchers import start_ready
-from tasks.launchers.local import LocalDeployment, tail
 from tasks.ops.nodes import NodeSlot
 from tasks.serving.deployment import launcher_for
 from tasks.steps import run_logger
 
 
-def engine_identity(name: str, options: dict[str, Any]) -> str:
+def engine_identity(name: str, options: OptionsLike) -> str:
     """What identifies a deployment's behaviour: the engine, its version and its options."""
-    return f"{name} {backend(name).version(options)} {json.dumps(options, sort_keys=True)}"
+    be = backend(name)
+    return f"{name} {be.version(options)} {json.dumps(be.options(options).as_plan(), sort_keys=True)}"
 
 
 @task(name="launch", task_run_name="launch[{engine_name}]", retries=2, retry_delay_seconds=3, cache_policy=NO_CACHE)
-def launch_engine(engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
+def launch_engine(engine_name: str, options: OptionsLike, model_dir: str, state_dir: str, log_dir: str,
                   timeout_s: float, where: dict[str, Any] | None = None,
                   build_dir: str | None = None) -> tuple[Any, Endpoint]:
     """Start the engine where the plan says (`where`: tasks.serving.deployment.where; None: this host) and wait until it
@@ -43,7 +44,7 @@ def launch_engine(engine_name: str, options: dict[str, Any], model_dir: str, sta
 
 
 class EngineSession:
-    def __init__(self, engine_name: str, options: dict[str, Any], model_dir: str, state_dir: str, log_dir: str,
+    def __init__(self, engine_name: str, options: OptionsLike, model_dir: str, state_dir: str, log_dir: str,
                  timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None,
                  stall_s: float | None = None) -> None:
         self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
@@ -60,20 +61,12 @@ class EngineSession:
             return False
         if self.deployment is None:   # an external engine: not ours to watch
             return True
-        if isinstance(self.deployment, LocalDeployment):
-            return all(r.popen.poll() is None for r in self.deployment.running)
-        return getattr(self.where, "alive", lambda _: True)(self.deployment)
+        return self.where.alive(self.deployment)
 
     def log_report(self, lines: int = 20) -> str:
-        """The engine's log files and their last lines (processes this host started), for an error message."""
-        if not isinstance(self.deployment, LocalDeployment):
-            return f"the engine's logs are under {self.args[4]}"
-
-        def status(code: int | None) -> str:
-            return "running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exited with {code}")
-
-        return "\n".join(f"{r.spec.name} (pid {r.popen.pid}) {status(r.popen.poll())}; last lines of {r.log}:\n"
-                         f"{tail(r.log, lines)}" for r in self.deployment.running)
+        """The engine's processes and their last log lines, for an error message (where its logs are on this host)."""
+        report = self.where.log_report(self.deployment, lines) if self.deployment is not None else None
+        return report or f"the engine's logs are under {self.args[4]}"
 
     def endpoint(self) -> Endpoint:
         if self._endpoint is not None and not self.alive():

@@ -9,12 +9,13 @@ using every GPU: prefill TP2 and decode TP1 on 4 nodes x 4 GPUs allow 2+14, 4+12
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
-from submission.errors import PlanError, did_you_mean
+from submission.engine_options import EngineOptions
+from submission.errors import PlanError
 from submission.schema import Strict
 from submission.topology import Pool, TopologyError, place
 
@@ -34,6 +35,11 @@ class Split(Strict):
         """The GPU share, e.g. "75:25" (prefill:decode)."""
         share = round(100 * self.prefill * self.prefill_tp / self.gpus)
         return f"{share}:{100 - share}"
+
+    def apply(self, options: EngineOptions) -> EngineOptions:
+        """The engine's options with the prefill and decode pools sized as this split (the engine's own
+        `split`: submission/engine_options.py)."""
+        return options.split(self.prefill, self.decode, self.prefill_tp, self.decode_tp)
 
     @property
     def label(self) -> str:
@@ -68,32 +74,6 @@ def splits(gpus: int, *, prefill_tp: int = 1, decode_tp: int = 1, nodes: int = 1
                         f"prefill TP{prefill_tp} and decode TP{decode_tp}",
                         fix="check --gpus, --nodes and the TP sizes")
     return found
-
-
-def _simulated(options: dict[str, Any], split: Split) -> dict[str, Any]:
-    return {**options, "prefill_workers": split.prefill, "decode_workers": split.decode}
-
-
-def _dynamo(options: dict[str, Any], split: Split) -> dict[str, Any]:
-    """Dynamo: worker counts and TP sizes of the prefill and decode pools (`tasks.engines.dynamo` options)."""
-    out = dict(options)
-    for role, count, tp in (("prefill", split.prefill, split.prefill_tp), ("decode", split.decode, split.decode_tp)):
-        pool = dict(out.get(role) or {})
-        pool.update(workers=count, tensor_parallel_size=tp)
-        out[role] = pool
-    return out
-
-
-SPLITTERS: dict[str, Callable[[dict[str, Any], Split], dict[str, Any]]] = {"simulated": _simulated,
-                                                                           "dynamo": _dynamo}
-
-
-def split_options(engine: str, options: dict[str, Any], split: Split) -> dict[str, Any]:
-    """The engine options of `options` with the prefill and decode pools sized as `split`."""
-    if engine not in SPLITTERS:
-        raise PlanError(f"engine {engine!r} has no prefill and decode pools to split",
-                        fix=f"sweep a disaggregated engine; {did_you_mean(engine, SPLITTERS)}")
-    return SPLITTERS[engine](options, split)
 
 
 def best(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

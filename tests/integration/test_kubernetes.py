@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 
 from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
-from tasks.engines import Endpoint, backend, demand
+from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
 from tasks.launchers.kubernetes import KubernetesLauncher
 from tests.integration.fake_kube import TOKEN, FakeApiServer
@@ -123,7 +123,7 @@ def test_dynamo_applies_a_graph_deployment(api: FakeApiServer, tmp_path: Path) -
     options = {"version": "1.6.1", "nodes": 4, "gpus_per_node": 4, "discovery": "kubernetes",
                "prefill": {"workers": 6, "tensor_parallel_size": 2}, "decode": {"workers": 4}}
     where = _launcher(api, tmp_path, engine="dynamo", model_claim="models")
-    nodes, ports = demand(backend("dynamo"), options)
+    nodes, ports = backend("dynamo").demand(options)
     specs = backend("dynamo").processes(options, Path("/models/qwen3-vl"), where.placement(ports, nodes=nodes))
     deployment = where.start(specs, tmp_path / "logs", LOG)
     assert _calls(api, "POST") == [("POST", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments")]

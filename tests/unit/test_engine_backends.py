@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.engines import HttpProbe, Node, Placement, backend, demand
+from tasks.engines import HttpProbe, Node, Placement, backend
 from tasks.engines.common import OFFLINE_ENV
 
 MODEL = Path("/models/gpt-oss-120b")
@@ -19,7 +19,7 @@ BUILD = Path("/ws/builds/trtllm-0123")
 
 def placement(engine: str, options: dict, hosts: list[str] | None = None, base: int = 9000) -> Placement:
     """What a launcher gives: per node, as many ports as the backend asked for."""
-    nodes, ports = demand(backend(engine), options)
+    nodes, ports = backend(engine).demand(options)
     hosts = hosts or [f"10.0.0.{i + 1}" for i in range(nodes)]   # launchers place nodes by IPv4 address
     per_node = tuple(Node(h, tuple(range(base, base + ports))) for h in hosts)
     return Placement(hosts[0], per_node[0].ports, nodes=per_node if nodes > 1 else ())
@@ -59,7 +59,7 @@ def test_trtllm_serve_tp4_on_one_node() -> None:
 
 def test_trtllm_server_larger_than_a_node_runs_under_mpi() -> None:
     options = {"nodes": 2, "gpus_per_node": 8, "tensor_parallel_size": 16}
-    assert demand(backend("trtllm"), options) == (2, 1)
+    assert backend("trtllm").demand(options) == (2, 1)
     [server] = backend("trtllm").processes(options, MODEL, placement("trtllm", options), BUILD)
     assert server.argv[:2] == ("trtllm-llmapi-launch", "trtllm-serve")
     assert (server.mpi_ranks, server.nodes, server.gpus, server.gpu_ids) == (16, 2, 16, ())
@@ -95,7 +95,7 @@ DISAGG = {"gpus_per_node": 4, "nodes": 2, "llm_api_options": {"enable_chunked_pr
 
 def test_trtllm_disaggregated_context_generation_and_router() -> None:
     be = backend("trtllm")
-    assert demand(be, DISAGG) == (2, 4)   # node 1: four generation servers; node 0: two context + the router
+    assert be.demand(DISAGG) == (2, 4)   # node 1: four generation servers; node 0: two context + the router
     specs = be.processes(DISAGG, MODEL, placement("trtllm", DISAGG, ["n0", "n1"]), BUILD)
     assert [(s.name, s.role, s.node_index, s.port, s.gpu_ids) for s in specs] == [
         ("ctx-0", "context", 0, 9001, (0, 1)), ("ctx-1", "context", 0, 9002, (2, 3)),
@@ -175,7 +175,7 @@ QWEN_75_25 = {"python": "/opt/dyn/bin/python", "nodes": 4, "gpus_per_node": 4, "
 
 def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> None:
     be = backend("dynamo")
-    nodes, ports = demand(be, QWEN_75_25)
+    nodes, ports = be.demand(QWEN_75_25)
     assert (nodes, ports) == (4, 12)   # node 3: four decode workers x (system port, NIXL side channel, KV events)
     specs = be.processes(QWEN_75_25, Path("/m/qwen3-vl"), placement("dynamo", QWEN_75_25), Path("/b/dyn"))
     roles = Counter(s.role for s in specs)

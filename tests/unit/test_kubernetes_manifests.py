@@ -11,7 +11,7 @@ from kubernetes.client import ApiClient
 
 from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
-from tasks.engines import backend, demand
+from tasks.engines import backend
 from tasks.launchers.kubernetes import KubernetesLauncher
 from tasks.launchers.kubernetes_manifests import container, dns_name, validate
 
@@ -25,7 +25,7 @@ QWEN = {"version": "1.6.1", "nodes": 4, "gpus_per_node": 4, "discovery": "kubern
 
 
 def _specs(engine: str, options: dict, launcher: KubernetesLauncher, model: str) -> list:
-    nodes, ports = demand(backend(engine), options)
+    nodes, ports = backend(engine).demand(options)
     placement = launcher.placement(ports, nodes=nodes)
     return backend(engine).processes(options, Path(model), placement, Path("/ws/builds/x"))
 

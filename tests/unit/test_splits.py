@@ -7,8 +7,7 @@ import yaml
 
 from submission.engine_options import parse_options
 from submission.errors import PlanError
-from tasks.tuning.scaling import scale_options
-from tasks.tuning.splits import Split, best, fragment, split_options, splits
+from tasks.tuning.splits import Split, best, fragment, splits
 
 
 def test_the_seed_s_splits_of_sixteen_gpus() -> None:
@@ -31,16 +30,17 @@ def test_splits_that_do_not_place_are_left_out() -> None:
         splits(2, prefill_tp=2, decode_tp=1)
 
 
-def test_split_options_per_engine() -> None:
+def test_each_engine_splits_its_own_pools() -> None:
     split = Split(prefill=3, decode=5, prefill_tp=2, decode_tp=1)
-    sim = split_options("simulated", {"tpot_ms": 20}, split)
-    assert sim == {"tpot_ms": 20, "prefill_workers": 3, "decode_workers": 5}
-    dyn = split_options("dynamo", {"worker": "mocker", "gpus_per_node": 0, "prefill": {"extra_args": ["-x"]}}, split)
+    sim = split.apply(parse_options("simulated", {"tpot_ms": 20}))
+    assert sim.as_plan() == {"tpot_ms": 20, "prefill_workers": 3, "decode_workers": 5}
+    dyn = split.apply(parse_options("dynamo", {"worker": "mocker", "gpus_per_node": 0,
+                                               "prefill": {"extra_args": ["-x"]}})).as_plan()
     assert dyn["prefill"] == {"extra_args": ["-x"], "workers": 3, "tensor_parallel_size": 2}
     assert dyn["decode"] == {"workers": 5, "tensor_parallel_size": 1}
     parse_options("dynamo", dyn)                                          # still valid typed Dynamo options
     with pytest.raises(PlanError, match="no prefill and decode pools"):
-        split_options("smoke", {}, split)
+        split.apply(parse_options("smoke", {}))
 
 
 def test_best_is_the_highest_confirmed_metric_per_gpu() -> None:
@@ -62,11 +62,14 @@ def test_fragment_is_yaml_with_the_winning_topology() -> None:
     assert entry["scenarios"] == {"Interactive": {"target_qps": 39.85}}
 
 
-def test_scale_options() -> None:
-    assert scale_options("simulated", {"tpot_ms": 5}, 4) == {"tpot_ms": 5, "nodes": 4}
+def test_scaled_options() -> None:
+    def scaled(engine: str, options: dict, nodes: int) -> dict:
+        return parse_options(engine, options).scaled(nodes).as_plan()
+
+    assert scaled("simulated", {"tpot_ms": 5}, 4) == {"tpot_ms": 5, "nodes": 4}
     dyn = {"nodes": 1, "prefill": {"workers": 2}, "decode": {"workers": 3}}
-    assert scale_options("dynamo", dyn, 4) == {"nodes": 4, "prefill": {"workers": 8}, "decode": {"workers": 12}}
+    assert scaled("dynamo", dyn, 4) == {"nodes": 4, "prefill": {"workers": 8}, "decode": {"workers": 12}}
     with pytest.raises(PlanError, match="serves from one node"):
-        scale_options("vllm", {}, 2)
+        scaled("vllm", {}, 2)
     with pytest.raises(PlanError, match="whole copies"):
-        scale_options("dynamo", {"nodes": 2, "decode": {"workers": 2}}, 3)
+        scaled("dynamo", {"nodes": 2, "decode": {"workers": 2}}, 3)

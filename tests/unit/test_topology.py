@@ -144,5 +144,6 @@ def test_workers_sharing_a_gpu_must_leave_each_other_room_and_run_locally() -> N
         OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.5"]})
     OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.4"]})
     from submission.engine_options import engine_problems
-    assert any("only the local launcher shares a GPU" in p for p in engine_problems(
-        "dynamo", options | {"discovery": "etcd", "worker_args": ["--gpu-memory-utilization", "0.4"]}, "slurm", None))
+    _, problems = engine_problems("dynamo", options | {"discovery": "etcd", "worker_args": [
+        "--gpu-memory-utilization", "0.4"]}, "slurm", None)
+    assert any("only the local launcher shares a GPU" in p for p in problems)

@@ -13,15 +13,14 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from submission.engine_options import SimulatedOptions, parse_options
-from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from submission.engine_options import OptionsLike, SimulatedOptions, parse_options
+from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.simulated.queueing import SimConfig
 from tasks.engines.simulated.server import MODEL_NAME
 
 
-def config(options: dict[str, Any]) -> SimConfig:
+def config(options: OptionsLike) -> SimConfig:
     """The model behind `options` (`submission.engine_options.SimulatedOptions`): the per-node workers times `nodes`,
     with prefill and decode times stretched by 1 / node_efficiency ** (nodes - 1)."""
     o: SimulatedOptions = parse_options("simulated", options)
@@ -31,14 +30,14 @@ def config(options: dict[str, Any]) -> SimConfig:
                      tpot_load=o.tpot_load, output_tokens=o.output_tokens)
 
 
-class SimulatedBackend:
+class SimulatedBackend(EngineBackend):
     name = "simulated"
     ports_needed = 1
 
-    def version(self, options: dict[str, Any] | None = None) -> str:
+    def version(self, options: OptionsLike | None = None) -> str:
         return "podium-simulated 1"
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         cfg = config(options)
         port = placement.ports[0]
@@ -46,13 +45,13 @@ class SimulatedBackend:
                 "--port", str(port)]
         for name, value in asdict(cfg).items():
             argv += ["--" + name.replace("_", "-"), str(value)]
-        argv += ["--chunk-tokens", str(parse_options("simulated", options).chunk_tokens)]
+        argv += ["--chunk-tokens", str(self.options(options).chunk_tokens)]
         probe = HttpProbe("/v1/completions", {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 1})
         return [ProcessSpec(role="server", name="simulated-server", argv=tuple(argv),
                             cwd=str(Path(__file__).resolve().parents[3]), host=placement.address(0, "simulated-server"),
                             port=port, probes=(HttpProbe("/health"), probe), bind=placement.bind)]
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         server = processes[0]
         return Endpoint(base_url=f"http://{server.host}:{server.port}", model=MODEL_NAME, accepts_token_ids=True,
                         returns_token_ids=True)

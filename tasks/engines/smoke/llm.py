@@ -11,10 +11,11 @@ import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from submission.engine_options import OptionsLike
 from submission.errors import LaunchError
-from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import OFFLINE_ENV
 
 # A fixed KV cache of 8192 tokens: 64 concurrent smoke requests need under 4k. Left to size itself, the
@@ -39,38 +40,41 @@ def _cli() -> str:
     return found
 
 
-class SmokeBackend:
+class SmokeBackend(EngineBackend):
+    """The text leg; the VLM leg (vlm.py) is this class with other values for the class attributes below."""
+
     name = "smoke"
     ports_needed = 1
+    # `transformers serve` flags between the model and --host: continuous batching with the fixed KV cache
+    serve_flags: tuple[str, ...] = ("--continuous-batching", "--device", "cpu", "--cb-block-size",
+                                    str(KV_BLOCK_TOKENS), "--cb-num-blocks", str(KV_BLOCKS))
+    # the request that answers once the model is loaded: its path and body (the model field is added)
+    ready_path = "/v1/completions"
+    ready_body: ClassVar[dict[str, Any]] = {"prompt": "the", "max_tokens": 1}
+    drop_fields = UNSUPPORTED_FIELDS
 
-    def version(self, options: dict[str, Any] | None = None) -> str:
+    def version(self, options: OptionsLike | None = None) -> str:
         _cli()   # the CLI must be there before anything counts on it
         try:
             return f"transformers {metadata.version('transformers')}"
         except metadata.PackageNotFoundError:
             raise LaunchError("transformers is not installed", fix="pip install -e '.[smoke]'") from None
 
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
+    def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
-        if options:
-            raise LaunchError(f"the smoke engine takes no options, got {sorted(options)}",
-                              fix="remove engine.options from the plan")
-        port = placement.ports[0]
-        argv = (_cli(), "serve", str(model_dir), "--continuous-batching", "--device", "cpu",
-                "--cb-block-size", str(KV_BLOCK_TOKENS), "--cb-num-blocks", str(KV_BLOCKS),
+        self.options(options)   # SmokeOptions has no fields: any option is refused, by name
+        port, server = placement.ports[0], f"{self.name}-server"
+        argv = (_cli(), "serve", str(model_dir), *self.serve_flags,
                 "--host", placement.bind_host(0), "--port", str(port), "--log-level", "warning")
-        ready = (HttpProbe("/health"),
-                 HttpProbe("/v1/completions", {"model": str(model_dir), "prompt": "the", "max_tokens": 1}))
-        return [ProcessSpec(role="server", name="smoke-server", argv=argv, env=dict(ENGINE_ENV),
-                            host=placement.address(0, "smoke-server"), port=port, probes=ready,
-                            bind=placement.bind)]
+        ready = (HttpProbe("/health"), HttpProbe(self.ready_path, {"model": str(model_dir), **self.ready_body}))
+        return [ProcessSpec(role="server", name=server, argv=argv, env=dict(ENGINE_ENV),
+                            host=placement.address(0, server), port=port, probes=ready, bind=placement.bind)]
 
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
+    def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         server = processes[0]
         return Endpoint(base_url=f"http://{server.host}:{server.port}", model=str(model_dir),
                         accepts_token_ids=False, returns_token_ids=False,
-                        tokenizer=str(model_dir / "tokenizer.json"),
-                        drop_fields=UNSUPPORTED_FIELDS)
+                        tokenizer=str(model_dir / "tokenizer.json"), drop_fields=self.drop_fields)
 
 
 BACKEND = SmokeBackend()
