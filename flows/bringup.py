@@ -20,7 +20,8 @@ import yaml
 from prefect import flow, get_run_logger
 from prefect.states import Failed
 
-from flows.submission import object_storage, preflight, submission
+from flows.submission import object_storage, submission
+from tasks.ops.preflight import preflight
 from submission import plan as plans
 from submission.errors import PlanError
 from submission.plan import check_name

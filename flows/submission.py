@@ -8,32 +8,27 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import Failed
 
 from flows.benchmark import benchmark
 from submission import plan as plans
-from submission.assemble import assemble
-from submission.checker import CheckReport, check_tree
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
-from submission.systems import describe, require_complete
-from tasks.accuracy import evaluator
-from tasks.engines import backend
 from tasks.ops import notifications
-from tasks.ops.inputs import check_capacity, check_inputs
+from tasks.ops.preflight import preflight
 from tasks.reporting import artifacts as reporting
 from tasks.reporting import expectations as validation
 from tasks.reporting.expectations import validate_results
 from tasks.reporting.gate_inputs import acceptance_gates
-from tasks.serving.session import engine_identity
 from tasks.storage import objects as storage
 from tasks.storage import s3server
+from tasks.storage.publish import publish
+from tasks.tree import assemble_tree, check
 from tasks.workspace import Workspace, git_commit
 
 
@@ -48,75 +43,6 @@ def object_storage(plan: Plan, ws: Workspace) -> Iterator[storage.StorageConfig]
     with s3server.serving(ws.s3) as server:
         yield storage.StorageConfig(server.endpoint_url, s.bucket, s.prefix, s.region,
                                     server.credentials.access_key, server.credentials.secret_key)
-
-
-@task(name="preflight")
-def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str]]:
-    """Everything that can be checked before an engine starts. Returns the system descriptions."""
-    check_inputs(plan)                                            # sources there, storage credentials found
-    for b in plan.benchmarks:
-        engine_identity(b.engine.name, b.engine.config())          # engine known and installed
-        if b.accuracy:
-            evaluator(b.evaluator or b.benchmark)                 # evaluator known
-    storage.ensure_bucket(cfg)
-    systems = {}
-    for system in plan.systems:
-        frameworks = sorted({f"{b.engine.name} {backend(b.engine.name).version(b.engine.config())}"
-                             for b in plan.benchmarks if b.system == system.name})
-        desc = describe(division=plan.division, submitter=plan.submitter, system_name=system.name,
-                        status=system.status, system_type=system.system_type, number_of_nodes=system.nodes,
-                        framework=", ".join(frameworks) or "none", overrides=system.description, round=plan.round)
-        require_complete(desc, division=plan.division, submitter=plan.submitter, round=plan.round)
-        systems[system.name] = desc
-    check_capacity(plan, {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()},
-                   get_run_logger().info)                         # fits its GPUs; every run within its budget
-    return systems
-
-
-@task(name="assemble")
-def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: str, commit: str,
-                  audits: list[AuditRecord] | None = None) -> str:
-    root = Path(folder) / "submission"
-    assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit, audits=audits or [])
-    with tarfile.open(Path(folder) / "submission.tar.gz", "w:gz") as tar:
-        tar.add(root, arcname="submission")
-    return str(root)
-
-
-@task(name="check")
-def check(root: str, round: str, profile: str, inference_src: str | None = None) -> CheckReport:
-    """Podium's checker, writing summary.csv beside the tree; with a checkout of mlcommons/inference, the official
-    checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning."""
-    from submission import official_checker as official
-
-    report = check_tree(Path(root), round, profile=profile)
-    report.write_csv(Path(root).parent / "summary.csv")
-    logger = get_run_logger()
-    for finding in report.findings:
-        (logger.error if finding.severity == "error" else logger.warning)(finding.line())
-    logger.info(report.summary())
-    if inference_src:
-        try:
-            theirs = official.run_official(Path(root), inference_src, round,
-                                           Path(root).parent / "summary.official.csv")
-        except official.OfficialCheckerUnavailable as error:  # reported; the tree and Podium's verdict stand
-            logger.error("the official checker did not run: %s", error)
-            return report
-        logger.info("official checker: %s", theirs.verdict())
-        for difference in official.compare(report, theirs):
-            logger.warning(difference.line())
-    return report
-
-
-@task(name="publish", retries=3, retry_delay_seconds=[5, 15, 30])
-def publish(cfg: storage.StorageConfig, folder: str, key_prefix: str, tags: dict[str, str]) -> list[str]:
-    """Upload the run folder, then the manifest, then verify every object against it."""
-    manifest = storage.put_tree(cfg, Path(folder), key_prefix, tags=tags)
-    storage.put_manifest(cfg, key_prefix, manifest)
-    problems = storage.verify_manifest(cfg, key_prefix)
-    if problems:
-        raise storage.StorageError(f"uploaded objects do not match the manifest: {'; '.join(problems[:5])}")
-    return sorted(manifest["objects"])
 
 
 def _keep_logs(records: list[RunRecord] | list[AuditRecord], folder: Path) -> None:

@@ -11,12 +11,9 @@ run behind to load the engine or write into a run folder that the re-run sets as
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,30 +23,9 @@ from submission.errors import CommandError
 from submission.files import tail
 from submission.runs import RunSpec
 from tasks.engines import Endpoint
+from tasks.harness.child import client_for, die_with_parent, requests_for
 
 STATS = "sut_stats.json"
-PR_SET_PDEATHSIG = 1   # linux/prctl.h
-
-
-def requests_for(setup: dict):
-    """The request builder of one run (`setup`: its spec and endpoint as JSON, as in run.json and endpoint.json)."""
-    from tasks.harness.requests import build_requests
-
-    spec = RunSpec.model_validate_json(setup["spec"])
-    return build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
-                          temperature=spec.temperature, guided_decoding=spec.guided_decoding)
-
-
-def client_for(setup: dict, max_concurrency: int):
-    """The streaming client of one run with at most `max_concurrency` requests in flight: the run's own, or one
-    worker's share."""
-    from tasks.harness.client import CompletionClient
-
-    spec = RunSpec.model_validate_json(setup["spec"])
-    data = json.loads(setup["endpoint"])
-    endpoint = Endpoint(**{**data, "drop_fields": frozenset(data["drop_fields"])})
-    return CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
-                            max_concurrency=max_concurrency)
 
 
 def run_in_process(run_dir: Path, stall_s: float | None = None) -> None:
@@ -115,14 +91,6 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
         raise CommandError(argv, code, tail(run_dir / "harness.log"),
                            fix=f"read {run_dir / 'harness.log'} and mlperf_log_detail.txt there")
     return json.loads((run_dir / STATS).read_text())
-
-
-def die_with_parent(parent: int) -> None:
-    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 if __name__ == "__main__":

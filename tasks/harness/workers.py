@@ -30,6 +30,7 @@ import mlperf_loadgen as lg
 import numpy as np
 
 from tasks.harness import liveness
+from tasks.harness.child import client_for, die_with_parent, requests_for
 from tasks.harness.sut import MAX_ERRORS_KEPT, SampleServer, SutStats, response
 
 RECORD = struct.Struct("<cQiI")   # kind, loadgen sample id, n_tokens, payload bytes; then the payload
@@ -47,7 +48,7 @@ def shares(total: int, workers: int) -> list[int]:
 class PooledSUT:
     """The loadgen SUT over `workers` processes; `stats` holds their merged statistics after exit.
 
-    `setup` is the run's spec and endpoint as JSON (`tasks.harness.runner.client_for`, `requests_for`): plain data,
+    `setup` is the run's spec and endpoint as JSON (`tasks.harness.child.client_for`, `requests_for`): plain data,
     sent to each spawned worker."""
 
     def __init__(self, setup: dict, *, workers: int, max_concurrency: int, report_first_token: bool) -> None:
@@ -183,10 +184,8 @@ class Outbox:
 def worker_main(setup: dict, max_concurrency: int, report_first_token: bool, commands: Connection,
                 events: Connection, parent: int) -> None:
     """A worker's body: build the client and requests, say ready, serve each batch until STOP, send statistics."""
-    from tasks.harness import runner
-
-    runner.die_with_parent(parent)
-    client, requests = runner.client_for(setup, max_concurrency), runner.requests_for(setup)
+    die_with_parent(parent)
+    client, requests = client_for(setup, max_concurrency), requests_for(setup)
     outbox = Outbox(events)
     server = SampleServer(client, requests, done=outbox.done, first=outbox.first if report_first_token else None,
                           stall_s=setup.get("stall_s"))

@@ -1,6 +1,6 @@
 """The S3 server is stopped for 30 s in the middle of publishing, then restarted on the same data folder.
 
-The publish task (flows.submission.publish: botocore's standard retries inside, the task's own retries with growing
+The publish task (tasks.storage.publish: botocore's standard retries inside, the task's own retries with growing
 delays outside) rides out the outage and completes; its retries and their delays are in Prefect's logs; every local
 file stays in the run folder, and the manifest in S3 verifies against what was uploaded.
 """
@@ -53,7 +53,7 @@ def test_publish_rides_out_a_30s_outage(prefect_server: None, tmp_path: Path) ->
 
     from prefect import flow, get_client
 
-    from flows.submission import publish
+    from tasks.storage.publish import publish
 
     data_dir = tmp_path / "s3"
     server = s3server.start(data_dir)

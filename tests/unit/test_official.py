@@ -193,8 +193,8 @@ def test_cli_runs_both_checkers(tmp_path: Path, inference_src: Path) -> None:
 
 
 def test_flow_check_step_runs_both(tmp_path: Path, inference_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The `check` step of flows/submission.py (its body; Prefect's run logger swapped for a recorder)."""
-    from flows import submission as flow
+    """The `check` step of tasks/tree.py (its body; Prefect's run logger swapped for a recorder)."""
+    from tasks import tree as flow
 
     messages: list[str] = []
 
@@ -202,7 +202,7 @@ def test_flow_check_step_runs_both(tmp_path: Path, inference_src: Path, monkeypa
         def __getattr__(self, level: str):  # info, warning, error: record the formatted message
             return lambda message, *args: messages.append(message % args if args else message)
 
-    monkeypatch.setattr(flow, "get_run_logger", Recorder)
+    monkeypatch.setattr(flow, "run_logger", lambda name: Recorder())
     run = tmp_path / "run"
     scenario(run / "submission")
     report = flow.check.fn(str(run / "submission"), "v6.1", "submission", str(inference_src))

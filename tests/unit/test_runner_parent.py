@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = ("import sys, time; from tasks.harness.runner import die_with_parent; die_with_parent(int(sys.argv[1])); "
+CHILD = ("import sys, time; from tasks.harness.child import die_with_parent; die_with_parent(int(sys.argv[1])); "
          "print('armed', flush=True); time.sleep(60)")
 PARENT = ("import os, subprocess, sys, time; "
           "c = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(os.getpid())]); "

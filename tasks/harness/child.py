@@ -1,0 +1,45 @@
+"""What a run's child processes (the loadgen runner, tasks/harness/runner.py, and its sample-serving workers,
+tasks/harness/workers.py) build from the run's setup (its spec and endpoint as JSON, as in run.json and
+endpoint.json), and how each dies with the process that started it."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+
+from submission.runs import RunSpec
+from tasks.engines import Endpoint
+
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def requests_for(setup: dict):
+    """The request builder of one run (`setup`: its spec and endpoint as JSON, as in run.json and endpoint.json)."""
+    from tasks.harness.requests import build_requests
+
+    spec = RunSpec.model_validate_json(setup["spec"])
+    return build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
+                          temperature=spec.temperature, guided_decoding=spec.guided_decoding)
+
+
+def client_for(setup: dict, max_concurrency: int):
+    """The streaming client of one run with at most `max_concurrency` requests in flight: the run's own, or one
+    worker's share."""
+    from tasks.harness.client import CompletionClient
+
+    spec = RunSpec.model_validate_json(setup["spec"])
+    data = json.loads(setup["endpoint"])
+    endpoint = Endpoint(**{**data, "drop_fields": frozenset(data["drop_fields"])})
+    return CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                            max_concurrency=max_concurrency)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)

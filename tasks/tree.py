@@ -1,0 +1,50 @@
+"""The submission tree steps: assemble (the run records into the tree the rules lay out, and its tarball) and check
+(Podium's checker, and the official MLCommons checker too when a checkout of mlcommons/inference is given)."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from prefect import task
+
+from submission.assemble import assemble
+from submission.checker import CheckReport, check_tree
+from submission.plan import Plan
+from submission.runs import AuditRecord, RunRecord
+from tasks.steps import run_logger
+
+
+@task(name="assemble")
+def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: str, commit: str,
+                  audits: list[AuditRecord] | None = None) -> str:
+    root = Path(folder) / "submission"
+    assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit, audits=audits or [])
+    with tarfile.open(Path(folder) / "submission.tar.gz", "w:gz") as tar:
+        tar.add(root, arcname="submission")
+    return str(root)
+
+
+@task(name="check")
+def check(root: str, round: str, profile: str, inference_src: str | None = None) -> CheckReport:
+    """Podium's checker, writing summary.csv beside the tree; with a checkout of mlcommons/inference, the official
+    checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning."""
+    from submission import official_checker as official
+
+    report = check_tree(Path(root), round, profile=profile)
+    report.write_csv(Path(root).parent / "summary.csv")
+    logger = run_logger("check")
+    for finding in report.findings:
+        (logger.error if finding.severity == "error" else logger.warning)(finding.line())
+    logger.info(report.summary())
+    if inference_src:
+        try:
+            theirs = official.run_official(Path(root), inference_src, round,
+                                           Path(root).parent / "summary.official.csv")
+        except official.OfficialCheckerUnavailable as error:  # reported; the tree and Podium's verdict stand
+            logger.error("the official checker did not run: %s", error)
+            return report
+        logger.info("official checker: %s", theirs.verdict())
+        for difference in official.compare(report, theirs):
+            logger.warning(difference.line())
+    return report
