@@ -20,7 +20,7 @@ from tasks.compliance.step import AuditFailed, run_audit_task
 from tasks.harness.step import RunRejected, run_loadgen
 from tasks.ops.inputs import require_fit
 from tasks.serving.build import build_engine
-from tasks.serving.deployment import model_dir_for, sizing, where
+from tasks.serving.launch import model_dir_for, sizing, where
 from tasks.serving.session import EngineSession, engine_identity
 from tasks.staging.stage import S3Access, stage_task
 from tasks.workspace import Workspace

@@ -21,11 +21,11 @@ from prefect import flow, get_run_logger
 from prefect.states import Failed
 
 from flows.submission import object_storage, submission
-from tasks.ops.preflight import preflight
 from submission import plan as plans
 from submission.errors import PlanError
 from submission.plan import check_name
 from tasks.ops.cluster import cluster_checks
+from tasks.ops.preflight import preflight
 from tasks.staging.stage import S3Access
 from tasks.workspace import Workspace
 

@@ -287,17 +287,17 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     import time
 
     from submission import plan as plans
-    from tasks.serving import deployment as deploy
+    from tasks.serving import launch as engine_launch
 
     loaded = plans.load(plan)
     if dry_run:
-        items = deploy.reviews(loaded, workspace.resolve(), benchmark)
-        typer.echo(json.dumps(items, indent=2) if as_json else deploy.render(items))
-        deploy.require_capacity(items)
+        items = engine_launch.reviews(loaded, workspace.resolve(), benchmark)
+        typer.echo(json.dumps(items, indent=2) if as_json else engine_launch.render(items))
+        engine_launch.require_capacity(items)
         return
-    bench = deploy.pick(loaded, benchmark)
+    bench = engine_launch.pick(loaded, benchmark)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with deploy.serving(loaded, bench, workspace.resolve(), logging.getLogger("podium.launch")) as endpoint:
+    with engine_launch.serving(loaded, bench, workspace.resolve(), logging.getLogger("podium.launch")) as endpoint:
         typer.echo(f"serving {endpoint.model!r} at {endpoint.base_url}; stop with Ctrl-C")
         try:
             while hold is None:

@@ -25,7 +25,7 @@ from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.reporting import plots
 from tasks.serving.build import build_engine
-from tasks.serving.deployment import model_dir_for, where
+from tasks.serving.launch import model_dir_for, where
 from tasks.serving.session import EngineSession, engine_identity
 from tasks.staging.stage import S3Access, stage_task
 from tasks.tuning import splits

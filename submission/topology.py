@@ -23,12 +23,12 @@ class Pool:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where worker `index` of `role` runs: its node and the GPU ids it owns there."""
+    """Where worker `index` of `role` runs: its node and the GPU ids it owns there (none on a CPU-only host)."""
 
     role: str
     index: int
     node: int
-    gpu_ids: tuple[int, ...]
+    gpu_ids: tuple[int, ...] = ()
 
 
 class TopologyError(ValueError):
@@ -47,7 +47,7 @@ def place(pools: Sequence[Pool], nodes: int, gpus_per_node: int, workers_per_gpu
         if bad:
             raise TopologyError(f"{p.role}.nodes: node {bad[0]} does not exist; nodes are 0..{nodes - 1}")
     if gpus_per_node == 0:   # a CPU-only host: nothing to allocate, workers go round the allowed nodes
-        return [Slot(p.role, i, (p.nodes or tuple(range(nodes)))[i % len(p.nodes or range(nodes))], ())
+        return [Slot(p.role, i, (p.nodes or tuple(range(nodes)))[i % len(p.nodes or range(nodes))])
                 for p in pools for i in range(p.count)]
     wide = next((p for p in pools if p.gpus > 1), None)
     if workers_per_gpu > 1 and wide is not None:

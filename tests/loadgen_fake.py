@@ -149,37 +149,43 @@ def run_fake(
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    if not in_process:
-        options = {
-            "scenario": scenario,
-            "mode": mode,
-            "loadgen_model": loadgen_model,
-            "user_conf_lines": None if user_conf_lines is None else list(user_conf_lines),
-            "total_count": total_count,
-            "tokens_per_sample": tokens_per_sample,
-            "first_token": first_token,
-            "n_tokens_override": n_tokens_override,
-            "latency_s": latency_s,
-            "audit_config_lines": None if audit_config_lines is None else list(audit_config_lines),
-            "seeds": seeds,
-            "short_every": short_every,
-            "token_gap_s": token_gap_s,
-            "niceness": niceness,
-        }
-        argv = [sys.executable, str(Path(__file__).resolve()), str(outdir), json.dumps(options)]
-        if clock_speed is not None:
-            argv = faketime_argv(clock_speed) + argv
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"fake loadgen run exited with {done.returncode}: {done.stderr[-2000:]}")
-        return outdir
-    if niceness is not None:
-        with contextlib.suppress(PermissionError):  # raising the priority needs CAP_SYS_NICE; lowering never fails
-            os.nice(niceness)
-    lines = default_user_conf(loadgen_model, total_count) if user_conf_lines is None else list(user_conf_lines)
-    user_conf = outdir / "user.conf"
-    user_conf.write_text("\n".join(lines) + "\n")
+    options = {
+        "scenario": scenario,
+        "mode": mode,
+        "loadgen_model": loadgen_model,
+        "user_conf_lines": None if user_conf_lines is None else list(user_conf_lines),
+        "total_count": total_count,
+        "tokens_per_sample": tokens_per_sample,
+        "first_token": first_token,
+        "n_tokens_override": n_tokens_override,
+        "latency_s": latency_s,
+        "audit_config_lines": None if audit_config_lines is None else list(audit_config_lines),
+        "seeds": seeds,
+        "short_every": short_every,
+        "token_gap_s": token_gap_s,
+        "niceness": niceness,
+    }
+    if in_process:
+        _run_in_this_process(outdir, **options)
+    else:
+        _run_in_a_child(outdir, options, clock_speed)
+    return outdir
 
+
+def _run_in_a_child(outdir: Path, options: dict, clock_speed: float | None) -> None:
+    """`run_fake(outdir, **options, in_process=True)` in a fresh Python process (this file as a script), under an
+    accelerated clock when `clock_speed` is given."""
+    argv = [sys.executable, str(Path(__file__).resolve()), str(outdir), json.dumps(options)]
+    if clock_speed is not None:
+        argv = faketime_argv(clock_speed) + argv
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"fake loadgen run exited with {done.returncode}: {done.stderr[-2000:]}")
+
+
+def _test_settings(user_conf: Path, loadgen_model: str, scenario: str, mode: str,
+                   seeds: dict[str, int] | None) -> lg.TestSettings:
+    """Loadgen's settings from `user_conf` (and the embedded mlperf.conf), then the scenario, mode and seeds."""
     settings = lg.TestSettings()
     settings.FromConfig(str(user_conf), loadgen_model, scenario, 1)
     settings.scenario = SCENARIOS[scenario]
@@ -188,14 +194,54 @@ def run_fake(
         if name not in SEED_ATTRIBUTES:
             raise ValueError(f"unknown seed {name!r}; use {', '.join(SEED_ATTRIBUTES)}")
         setattr(settings, name, value)
-    audit = outdir / AUDIT_CONFIG if audit_config_lines is not None else outdir / "no-audit.config"
-    if audit_config_lines is not None:
-        audit.write_text("\n".join(audit_config_lines) + "\n")
+    return settings
+
+
+def _log_settings(outdir: Path) -> lg.LogSettings:
+    """Logs into `outdir`, no summary on stdout, no trace."""
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(outdir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False  # as the harness runs it (tasks/harness/runner.py)
+    return log_settings
 
+
+def _audit_file(outdir: Path, audit_config_lines: Sequence[str] | None) -> Path:
+    """The audit.config loadgen is to read: written into `outdir` from the lines given, else a path that is absent."""
+    if audit_config_lines is None:
+        return outdir / "no-audit.config"
+    audit = outdir / AUDIT_CONFIG
+    audit.write_text("\n".join(audit_config_lines) + "\n")
+    return audit
+
+
+def _run_in_this_process(
+    outdir: Path,
+    *,
+    scenario: str,
+    mode: str,
+    loadgen_model: str,
+    user_conf_lines: Sequence[str] | None,
+    total_count: int,
+    tokens_per_sample: int,
+    first_token: bool,
+    n_tokens_override: int | None,
+    latency_s: float,
+    audit_config_lines: Sequence[str] | None,
+    seeds: dict[str, int] | None,
+    short_every: int | None,
+    token_gap_s: float,
+    niceness: int | None,
+) -> None:
+    """One loadgen run against `_FakeSut`, in this process, logging into `outdir`."""
+    if niceness is not None:
+        with contextlib.suppress(PermissionError):  # raising the priority needs CAP_SYS_NICE; lowering never fails
+            os.nice(niceness)
+    lines = default_user_conf(loadgen_model, total_count) if user_conf_lines is None else list(user_conf_lines)
+    user_conf = outdir / "user.conf"
+    user_conf.write_text("\n".join(lines) + "\n")
+    settings = _test_settings(user_conf, loadgen_model, scenario, mode, seeds)
+    audit = _audit_file(outdir, audit_config_lines)
     fake = _FakeSut(
         server=scenario != "Offline",
         first_token=first_token,
@@ -211,7 +257,7 @@ def run_fake(
     try:
         # An audit.config in the CWD would silently override settings: loadgen reads only the one named here
         # (absent unless audit_config_lines were given).
-        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, str(audit))
+        lg.StartTestWithLogSettings(sut, qsl, settings, _log_settings(outdir), str(audit))
     finally:
         if audit_config_lines is not None:
             audit.unlink(missing_ok=True)
@@ -219,7 +265,6 @@ def run_fake(
         fake.worker.join(timeout=30)
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
-    return outdir
 
 
 if __name__ == "__main__":

@@ -50,12 +50,9 @@ def accuracy(ctx: Context, division: str, acc_dir: Path, sc: ScenarioRules) -> d
         if target.upper_limit is not None and value > target.upper_limit:
             ctx.add("accuracy-upper-limit", acc_dir / ACCURACY_TXT, f"{target.metric} {value} is over the upper "
                     f"limit {target.upper_limit}", "check the generation settings (output length)", severity=enforce)
-    run = load(ctx, "accuracy-files", acc_dir)
+    run = load(ctx, "accuracy-files", acc_dir, "AccuracyOnly")
     if run is None:
         return found
-    if run.mode != "AccuracyOnly":
-        ctx.add("test-mode", acc_dir, f"the log is a {run.mode} run, not an AccuracyOnly one",
-                "put the accuracy-mode run's logs here")
     if run.scenario != sc.loadgen_scenario:
         ctx.add("scenario-mismatch", acc_dir, f"the accuracy log's scenario is {run.scenario}, the folder is "
                 f"{sc.name}", f"run the accuracy run in the {sc.loadgen_scenario} scenario")

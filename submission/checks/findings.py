@@ -102,3 +102,13 @@ class Context:
         except (OSError, UnicodeDecodeError, ValueError) as error:
             self.add(rule, path, f"not valid JSON: {error}", "rewrite the file as a JSON object")
         return None
+
+    def read_json_object(self, rule: str, path: Path, holding: str = "") -> dict[str, Any] | None:
+        """The JSON object in `path`, or None after a finding saying why there is none (`holding` says what the
+        object should hold, for the message)."""
+        data = self.read_json(rule, path)
+        if isinstance(data, dict):
+            return data
+        if data is not None:
+            self.add(rule, path, f"not a JSON object{holding}")
+        return None

@@ -32,12 +32,19 @@ AUDIT_LOG_KEYS = {
 TEST_MODES = {0: "SubmissionRun", 1: "AccuracyOnly", 2: "PerformanceOnly", 3: "FindPeakPerformance"}  # TestMode
 
 
-def load(ctx: Context, rule: str, folder: Path) -> LoadgenRun | None:
+def load(ctx: Context, rule: str, folder: Path, mode: str) -> LoadgenRun | None:
+    """The loadgen run in `folder`, or None after a finding (`rule`) saying why it cannot be read. A run of another
+    test mode than `mode` (AccuracyOnly, PerformanceOnly) is loaded and reported."""
     try:
-        return load_run(folder)
+        run = load_run(folder)
     except RunFailed as error:
         ctx.add(rule, folder, error.message, error.fix or "")
         return None
+    if run.mode != mode:
+        article = "an" if mode[0] in "AEIOU" else "a"
+        ctx.add("test-mode", folder, f"the log is a {run.mode} run, not {article} {mode} one",
+                f"put the {mode.removesuffix('Only').lower()}-mode run's logs here")
+    return run
 
 
 def seeds_round(seeds: dict[str, int], keys: tuple[str, ...]) -> str | None:
@@ -68,12 +75,9 @@ def check_run(ctx: Context, run_dir: Path, b: BenchmarkRules, sc: ScenarioRules,
               full: bool = True) -> LoadgenRun | None:
     """Check the performance run in `run_dir`. `audit` names the compliance test it belongs to; `full` applies the
     duration, sample-count and latency checks (the official checker does so for the main run, TEST01 and TEST04)."""
-    run = load(ctx, "performance-files", run_dir)
+    run = load(ctx, "performance-files", run_dir, "PerformanceOnly")
     if run is None:
         return None
-    if run.mode != "PerformanceOnly":
-        ctx.add("test-mode", run_dir, f"the log is a {run.mode} run, not a PerformanceOnly one",
-                "put the performance-mode run's logs here")
     if run.validity != "VALID":
         ctx.add("result-valid", run_dir, f"Result is {run.validity}: {'; '.join(run.invalid_reasons) or '?'}",
                 "lower target_qps (Server) or raise it (Offline), then re-run")

@@ -88,10 +88,8 @@ def model_mapping(ctx: Context, division: str, org: Path) -> dict[str, str]:
         ctx.add("model-mapping", path, f"a model mapping in the {division} division",
                 "remove it: the closed and network divisions run each benchmark under its own name")
         return {}
-    data = ctx.read_json("model-mapping", path)
-    if not isinstance(data, dict):
-        if data is not None:
-            ctx.add("model-mapping", path, "not a JSON object of custom name -> benchmark")
+    data = ctx.read_json_object("model-mapping", path, " of custom name -> benchmark")
+    if data is None:
         return {}
     unknown = {k: v for k, v in data.items() if v not in ctx.rules.benchmarks}
     for name, target in unknown.items():
@@ -126,10 +124,8 @@ def system_description(ctx: Context, division: str, org: Path, system: str) -> d
         ctx.add("system-description", path, "missing (the official checker crashes here)",
                 "write the system description (Podium's assemble step does)")
         return {}
-    desc = ctx.read_json("system-description", path)
-    if not isinstance(desc, dict):
-        if desc is not None:
-            ctx.add("system-description", path, "not a JSON object")
+    desc = ctx.read_json_object("system-description", path)
+    if desc is None:
         return {}
     for problem in validate_system(desc, division=division, submitter=org.name, round=ctx.rules.round):
         ctx.add("system-description", path, problem, "correct the field in the plan's system entry")

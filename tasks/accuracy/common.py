@@ -53,6 +53,17 @@ def repeat_note(repeated: list[int], accuracy_log: Path) -> tuple[str, ...]:
     return (text,)
 
 
+def subset_kind(subset: str, kinds: tuple[str, ...], benchmark: str, column: str = "the dataset column") -> str:
+    """The first of `kinds` that the data set name `subset` contains, lower-cased (how the references pick a scoring
+    rule per source data set); a name containing none is an error."""
+    name = subset.lower()
+    for kind in kinds:
+        if kind in name:
+            return kind
+    raise PlanError(f"no {benchmark} scoring rule for data set {subset!r}",
+                    fix=f"{column} holds names containing one of {', '.join(kinds)}")
+
+
 def entry_text(entry: AccuracyEntry) -> str:
     """A text-output entry (Qwen3-VL): the data bytes as UTF-8 (invalid bytes replaced)."""
     return bytes.fromhex(entry.data).decode("utf-8", errors="replace")

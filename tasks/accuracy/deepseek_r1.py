@@ -19,24 +19,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from submission.errors import PlanError
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, int_correct
-from tasks.accuracy.common import decoder, unique_entries
+from tasks.accuracy.common import decoder, subset_kind, unique_entries
 from tasks.accuracy.livecodebench import CodeGrading
 from tasks.harness.datasets import read_deepseek
 
 BENCHMARK = "deepseek-r1"
 KINDS = ("gpqa", "mmlu_pro", "math500", "aime", "livecodebench")
-
-
-def kind_of(subset: str) -> str:
-    name = subset.lower()
-    for kind in KINDS:
-        if kind in name:
-            return kind
-    raise PlanError(f"no deepseek-r1 scoring rule for data set {subset!r}",
-                    fix=f"the dataset column holds names containing one of {', '.join(KINDS)}")
 
 
 def boxed(text: str) -> str | None:
@@ -110,7 +100,7 @@ class DeepSeekExactMatch(CodeGrading):
             ids = entry.tokens()
             output_tokens += len(ids)
             text, truth = decode(ids), data.ground_truth[entry.qsl_idx]
-            kind = kind_of(data.subsets[entry.qsl_idx])
+            kind = subset_kind(data.subsets[entry.qsl_idx], KINDS, BENCHMARK)
             if kind == "livecodebench":
                 code_jobs.append((code_answer(text, harmony=False), truth.strip()))
             else:

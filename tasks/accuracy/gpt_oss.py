@@ -20,25 +20,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from submission.errors import PlanError
 from submission.evaluation import evaluation_constant
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
-from tasks.accuracy.common import decoder, log_entries, repeat_note
+from tasks.accuracy.common import decoder, log_entries, repeat_note, subset_kind
 from tasks.accuracy.livecodebench import CodeGrading
 from tasks.harness.datasets import read_gpt_oss
 
 BENCHMARK = "gpt-oss-120b"
 KINDS = ("aime", "gpqa", "livecodebench")   # matched as substrings of the dataset name, as the reference does
-
-
-def kind_of(subset: str) -> str:
-    name = subset.lower()
-    for kind in KINDS:
-        if kind in name:
-            return kind
-    raise PlanError(f"no gpt-oss-120b scoring rule for data set {subset!r}",
-                    fix=f"the accuracy file's dataset column holds names containing one of {', '.join(KINDS)}")
 
 
 def subset_name(subset: str) -> str:
@@ -70,7 +60,7 @@ class GptOssExactMatch(CodeGrading):
             text = decode(entry.tokens())
             no_final += not final_section(text)[1]
             counts[subset][1] += 1
-            kind = kind_of(subset)
+            kind = subset_kind(subset, KINDS, BENCHMARK, "the accuracy file's dataset column")
             if kind == "aime":
                 counts[subset][0] += int_correct(aime_answer(text), truth)
             elif kind == "gpqa":

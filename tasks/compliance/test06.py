@@ -56,8 +56,8 @@ def _line(name: str, passed: bool | None) -> str:
 
 class Test06(BaseAudit):
     name = "TEST06"
+    verify_files = ("verify_accuracy.txt",)   # the three LINES, not the TEST PASS line of the other audits
     accuracy_log = True
-    verify_files = ("verify_accuracy.txt",)
     needs_eos = True
 
     def verify(self, run_dir: Path, job: AuditJob) -> Verdict:

@@ -51,7 +51,7 @@ def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,
     """Raise one PlanError when an engine does not fit its GPUs or a run's longest sequence its engine's limit, from
     the plan's local sources; `capacities` (system -> GPU memory, preflight's detected descriptions) wins over the
     plan's. Each benchmark's table goes to `log`."""
-    from tasks.serving.deployment import sizing
+    from tasks.serving.launch import sizing
 
     require_fit([sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks], log)
 

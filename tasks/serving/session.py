@@ -22,7 +22,7 @@ from tasks.engines import Endpoint, backend
 from tasks.harness import liveness
 from tasks.launchers import start_ready
 from tasks.ops.nodes import NodeSlot
-from tasks.serving.deployment import launcher_for
+from tasks.serving.launch import launcher_for
 from tasks.steps import run_logger
 
 
@@ -36,7 +36,7 @@ def engine_identity(name: str, options: OptionsLike) -> str:
 def launch_engine(engine_name: str, options: OptionsLike, model_dir: str, state_dir: str, log_dir: str,
                   timeout_s: float, where: dict[str, Any] | None = None,
                   build_dir: str | None = None) -> tuple[Any, Endpoint]:
-    """Start the engine where the plan says (`where`: tasks.serving.deployment.where; None: this host) and wait until it
+    """Start the engine where the plan says (`where`: tasks.serving.launch.where; None: this host) and wait until it
     generates. An external engine is only probed: its deployment is None."""
     launcher_ = launcher_for(engine_name, where, Path(state_dir))
     return start_ready(backend(engine_name), options, Path(model_dir), launcher_, Path(log_dir), run_logger("engine"),

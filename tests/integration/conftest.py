@@ -1,10 +1,17 @@
-"""Plan copies for the integration suite (its fixtures are in tests/conftest.py, shared with tests/faults)."""
+"""Plan copies and the embedded S3 server for the integration suite (its other fixtures are in tests/conftest.py,
+shared with tests/faults)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import yaml
+
+from tasks.storage import s3server
+from tasks.storage.s3server import S3Server
 
 REPO = Path(__file__).parents[2]
 SMOKE = REPO / "deployments" / "plans" / "smoke.yaml"
@@ -21,3 +28,15 @@ def write_plan(path: Path, store: Path, **changes: object) -> Path:
     data.update(changes)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real SeaweedFS `weed mini` on 127.0.0.1 for one test module, stopped after its last test."""
+    began = time.monotonic()
+    srv = s3server.start(tmp_path_factory.mktemp("s3"))
+    print(f"weed mini ready in {time.monotonic() - began:.2f} s")
+    try:
+        yield srv
+    finally:
+        s3server.stop(srv)

@@ -19,11 +19,11 @@ def main(plan_path: str, out: str) -> None:
 
     from submission import plan as plans
     from tasks.engines import backend
-    from tasks.serving import deployment as deploy
+    from tasks.serving import launch as engine_launch
 
     plan = plans.load(plan_path)
     bench = plan.benchmarks[0]
-    placement = deploy.review_placement(bench.engine, Path("/nonexistent"))
+    placement = engine_launch.review_placement(bench.engine, Path("/nonexistent"))
     specs = backend("dynamo").processes(bench.engine.options, Path(bench.model.source), placement, Path("/b"))
     parsed: dict[str, dict] = {}
     for spec in specs:

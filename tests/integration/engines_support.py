@@ -1,11 +1,12 @@
 """What the real-engine tests share: their virtualenvs (made by `make venv-vllm venv-dynamo`), a loadgen run spec
-over the smoke data set, and the listening sockets of a process group."""
+over the smoke data set, the listening sockets of a process group, and a driver run in namespaces of its own."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,34 @@ def system_command(name: str, package: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def run_driver(prefix: Sequence[str], module: str, spec: dict, work: Path, *, timeout_s: float,
+               env: dict[str, str] | None = None, term_grace_s: float | None = None) -> tuple[int, str]:
+    """Write `spec` to `work`/spec.json and run `python -m module` on it behind `prefix` (`unshare -n`,
+    `local-cluster.sh run`), from the repository root, in a session of its own; its exit status and its output
+    (stdout and stderr). A driver still running at the end (past `timeout_s`, or the test interrupted) is ended with
+    its process group: SIGKILL at once, or SIGTERM first and SIGKILL `term_grace_s` seconds later."""
+    spec_file = work / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    child = subprocess.Popen([*prefix, sys.executable, "-m", module, str(spec_file)], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output, _ = child.communicate(timeout=timeout_s)
+    finally:
+        if child.poll() is None:
+            _end_group(child, term_grace_s)
+    return child.returncode, output.decode(errors="replace")
+
+
+def _end_group(child: subprocess.Popen, term_grace_s: float | None) -> None:
+    """End `child`'s process group (it leads its session): SIGTERM and `term_grace_s` to stop, then SIGKILL."""
+    if term_grace_s is not None:
+        os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=term_grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()

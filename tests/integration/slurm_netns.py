@@ -87,12 +87,61 @@ def _squeue(*args: str) -> list[str]:
     return done.stdout.split()
 
 
+def _slurm_launcher(work: Path) -> Any:
+    """The Slurm launcher on this cluster, with a new allocation and its state in `work`/pids."""
+    from tasks.launchers import launcher
+
+    return launcher("slurm", state_dir=work / "pids",
+                    settings={"slurm_conf": os.environ["SLURM_CONF"], "allocation": "new", "python": sys.executable,
+                              "grace_s": 5, "step_timeout_s": 30})
+
+
+def _allocation_facts(alloc: Any) -> dict[str, Any]:
+    """The allocation's job and nodes, each node's NodeAddr as Slurm reports it and the address its name resolves to
+    (from the hosts file)."""
+    listed = dict(line.split() for line in subprocess.run(
+        ["sinfo", "--noheader", "--Node", "--format=%N %o"], capture_output=True, text=True, check=True,
+        timeout=60).stdout.splitlines())
+    return {"job": alloc.job_id, "nodes": list(alloc.nodes), "node_addr": [listed[name] for name in alloc.nodes],
+            "node_ip": {name: socket.gethostbyname(name) for name in alloc.nodes}}
+
+
+def _as_launched(specs: list[Any]) -> dict[str, Any]:
+    """Every process as the backend specified it: role, node, host, port, argv, bind and its address settings."""
+    return {s.name: {"role": s.role, "node": s.node_index, "host": s.host, "port": s.port, "argv": list(s.argv),
+                     "bind": s.bind, "env": {k: s.env[k] for k in ADDRESS_ENV if k in s.env}} for s in specs}
+
+
+def _serve_and_measure(result: dict[str, Any], spec: dict[str, Any], be: Any, opts: dict[str, Any],
+                       specs: list[Any], deployment: Any, job: str) -> None:
+    """Into `result`, as each is known: the endpoint, where each step ran, the frontend's health and the stats of a
+    loadgen Offline run through the harness from here (the head)."""
+    from tasks.harness import runner
+    from tests.integration.engines_support import offline_spec
+
+    work = Path(spec["work"])
+    endpoint = be.endpoint(opts, Path(spec["model"]), specs)
+    result["endpoint"] = endpoint.base_url
+    procs = job_processes(job)
+    result["ran"] = {s.spec.name: {"step": s.step_id, **where_it_ran(str(s.step_id), procs)}
+                     for s in deployment.steps}
+    result["frontend_health"] = httpx.get(f"{endpoint.base_url}/health", timeout=10).json()
+    run = offline_spec(Path(spec["data"]), "performance", samples=spec["samples"], max_tokens=spec["max_tokens"],
+                       engine=result["version"], qps=spec["qps"])
+    result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+
+
+def _left(job: str, work: Path) -> dict[str, list]:
+    """What is left of the job after the stop: jobs, steps, its processes, the launcher's records."""
+    return {"jobs": _squeue("--format=%i"), "steps": _squeue("--steps", "--format=%i"),
+            "processes": sorted(job_processes(job)),
+            "records": [p.name for p in (work / "pids").glob("slurm-*.json")]}
+
+
 def main(spec_file: Path) -> None:
     from submission.errors import PodiumError
     from tasks.engines import backend
-    from tasks.harness import runner
-    from tasks.launchers import launcher, placement_for
-    from tests.integration.engines_support import offline_spec
+    from tasks.launchers import placement_for
 
     spec = json.loads(spec_file.read_text())
     work = Path(spec["work"])
@@ -101,28 +150,18 @@ def main(spec_file: Path) -> None:
     opts = options(spec)
     be = backend("dynamo")
     result: dict[str, Any] = {"version": be.version(opts), "head": socket.gethostname()}
-    where = launcher("slurm", state_dir=work / "pids",
-                     settings={"slurm_conf": os.environ["SLURM_CONF"], "allocation": "new", "python": sys.executable,
-                               "grace_s": 5, "step_timeout_s": 30})
+    where = _slurm_launcher(work)
     # What tasks.launchers.start_ready does, in its steps, so the specs are on record even when the launch fails.
     placement = placement_for(be, opts, where)
     alloc = where.allocation
     assert alloc is not None
-    result["job"] = alloc.job_id
-    result["nodes"] = list(alloc.nodes)
-    listed = dict(line.split() for line in subprocess.run(
-        ["sinfo", "--noheader", "--Node", "--format=%N %o"], capture_output=True, text=True, check=True,
-        timeout=60).stdout.splitlines())
-    result["node_addr"] = [listed[name] for name in alloc.nodes]   # each node's NodeAddr, as Slurm reports it
-    result["node_ip"] = {name: socket.gethostbyname(name) for name in alloc.nodes}   # from the hosts file
+    result.update(_allocation_facts(alloc))
     try:
         specs = be.processes(opts, Path(spec["model"]), placement, work / "build")
     except BaseException:
         where.release()
         raise
-    result["processes"] = {s.name: {"role": s.role, "node": s.node_index, "host": s.host, "port": s.port,
-                                    "argv": list(s.argv), "bind": s.bind,
-                                    "env": {k: s.env[k] for k in ADDRESS_ENV if k in s.env}} for s in specs}
+    result["processes"] = _as_launched(specs)
     deployment = None
     try:
         try:
@@ -131,25 +170,16 @@ def main(spec_file: Path) -> None:
         except PodiumError as e:   # a process exited while starting, or never got ready
             result["launch_error"] = f"{e.message}\nfix: {e.fix}"
             return
-        endpoint = be.endpoint(opts, Path(spec["model"]), specs)
-        result["endpoint"] = endpoint.base_url
-        procs = job_processes(alloc.job_id)
-        result["ran"] = {s.spec.name: {"step": s.step_id, **where_it_ran(str(s.step_id), procs)}
-                         for s in deployment.steps}
-        result["frontend_health"] = httpx.get(f"{endpoint.base_url}/health", timeout=10).json()
-        run = offline_spec(Path(spec["data"]), "performance", samples=spec["samples"], max_tokens=spec["max_tokens"],
-                           engine=result["version"], qps=spec["qps"])
-        result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+        _serve_and_measure(result, spec, be, opts, specs, deployment, alloc.job_id)
     finally:
         if deployment is not None:
             where.stop(deployment)
         else:   # start() stopped what it had started; this ends the allocation if it is still there
             where.release()
         result["logs"] = _tails(work / "logs")
-        result["left"] = {"jobs": _squeue("--format=%i"), "steps": _squeue("--steps", "--format=%i"),
-                          "processes": sorted(job_processes(alloc.job_id)),
-                          "records": [p.name for p in (work / "pids").glob("slurm-*.json")]}
+        result["left"] = _left(alloc.job_id, work)
         (work / "result.json").write_text(json.dumps(result, indent=2))
+
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))

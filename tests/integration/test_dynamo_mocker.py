@@ -10,16 +10,13 @@ import json
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from submission.logs import load_run
 from tasks.launchers.local import reap_stale
-from tests.integration.engines_support import REPO, engine_python
+from tests.integration.engines_support import engine_python, run_driver
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]
 SAMPLES, MAX_TOKENS = 16, 8
@@ -33,18 +30,12 @@ def test_dynamo_frontend_prefill_and_decode_mockers(smoke_store: Path, tmp_path:
     spec = {"python": str(python), "model": str(smoke_store / "models" / "tiny-llama"), "work": str(tmp_path),
             "data": str(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"), "samples": SAMPLES,
             "max_tokens": MAX_TOKENS, "qps": QPS}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    child = subprocess.Popen(["unshare", "-n", sys.executable, "-m", "tests.integration.dynamo_netns",
-                              str(tmp_path / "spec.json")],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        output, _ = child.communicate(timeout=420)
+        returncode, output = run_driver(["unshare", "-n"], "tests.integration.dynamo_netns", spec, tmp_path,
+                                        timeout_s=420)
     finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
         reap_stale(tmp_path / "pids", logging.getLogger("test.dynamo"))   # what a killed run left, if anything
-    assert child.returncode == 0, output.decode(errors="replace")[-3000:]
+    assert returncode == 0, output[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["version"] == "ai-dynamo 1.6.1"
     # both workers registered with the frontend, each in its role

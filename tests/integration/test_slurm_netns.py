@@ -17,16 +17,13 @@ import ipaddress
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from submission.logs import load_run
-from tests.integration.engines_support import REPO, engine_python, system_command
+from tests.integration.engines_support import REPO, engine_python, run_driver, system_command
 from tests.integration.slurm_netns import NODE_OF
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.engines]
@@ -55,50 +52,38 @@ def _failed_launch(result: dict) -> str:
     return f"{result['launch_error']}\n{logs}"
 
 
-def test_dynamo_over_three_nodes_with_their_own_addresses(smoke_store: Path, tmp_path: Path) -> None:
-    python = engine_python(".venv-dynamo", "venv-dynamo")
-    etcd = system_command("etcd", "etcd-server")
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("needs root, unshare(1) and ip(8) for the cluster's namespaces")
-    cluster, work = tmp_path / "slurm", tmp_path / "work"
-    work.mkdir()
+def _run_on_the_cluster(python: Path, etcd: str, smoke_store: Path, cluster: Path, work: Path) -> dict:
+    """Start a three-node netns cluster in `cluster`, run the driver (tests/integration/slurm_netns.py) on it with its
+    work folder `work`, stop the cluster; what the driver wrote to result.json."""
     spec = {"python": str(python), "etcd": etcd, "model": str(smoke_store / "models" / "tiny-llama"),
             "data": str(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet"), "work": str(work),
             "samples": SAMPLES, "max_tokens": MAX_TOKENS, "qps": QPS, "ready_timeout_s": 180}
-    (work / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PODIUM_SLURM_NETNS": "1", "PODIUM_SLURM_DIR": str(cluster), "PODIUM_SLURM_NODES": "3",
            "PODIUM_SLURM_GPUS": "0"}
-    child = subprocess.Popen([str(SCRIPT), "run", sys.executable, "-m", "tests.integration.slurm_netns",
-                              str(work / "spec.json")], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = child.communicate(timeout=480)
-    finally:
-        if child.poll() is None:   # SIGTERM first: the script stops the cluster on it
-            os.killpg(child.pid, signal.SIGTERM)
-            try:
-                child.wait(timeout=60)
-            except subprocess.TimeoutExpired:   # unshare then kills the script; the kernel ends the PID namespace
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+    # On the way out, SIGTERM first: the script stops the cluster on it; a minute later SIGKILL, on which unshare
+    # kills the script and the kernel ends the PID namespace.
+    returncode, output = run_driver([str(SCRIPT), "run"], "tests.integration.slurm_netns", spec, work,
+                                    timeout_s=480, env=env, term_grace_s=60)
     # 3: the driver passed but processes were still running after `down` (the script lists them in run/left)
-    assert child.returncode == 0, output.decode(errors="replace")[-3000:]
+    assert returncode == 0, output[-3000:]
     assert (cluster / "run" / "left").read_text() == ""
-    namespaces = _namespaces(cluster)
-    result = json.loads((work / "result.json").read_text())
-    assert "launch_error" not in result, _failed_launch(result)
+    return json.loads((work / "result.json").read_text())
 
-    # The cluster: Slurm knows the nodes by name only; each name resolves to its own address on the bridge, and each
-    # node is a network namespace of its own, not the head's.
+
+def _check_the_cluster(result: dict, namespaces: dict[str, str]) -> None:
+    """Slurm knows the nodes by name only; each name resolves to its own address on the bridge, and each node is a
+    network namespace of its own, not the head's."""
     nodes, ips = result["nodes"], result["node_ip"]
     assert result["head"] == "head" and nodes == ["node1", "node2", "node3"]
     assert result["node_addr"] == nodes
     assert len(set(ips.values())) == 3 and all(ipaddress.IPv4Address(ip) in SUBNET for ip in ips.values())
     assert len({namespaces[n] for n in ["head", *nodes]}) == 4
 
-    # Item 1: every address Dynamo and etcd bind or advertise is the IPv4 literal of the process's own node
-    # (a bind may be 0.0.0.0 instead), never the node's name.
-    procs = result["processes"]
+
+def _check_addresses_are_own_node_ips(result: dict) -> None:
+    """Item 1: every address Dynamo and etcd bind or advertise is the IPv4 literal of the process's own node (a bind
+    may be 0.0.0.0 instead), never the node's name."""
+    nodes, ips, procs = result["nodes"], result["node_ip"], result["processes"]
     assert {p["role"]: p["node"] for p in procs.values()} == NODE_OF
     for name, p in procs.items():
         ip = ips[nodes[p["node"]]]
@@ -119,23 +104,43 @@ def test_dynamo_over_three_nodes_with_their_own_addresses(smoke_store: Path, tmp
     assert _arg(front_argv, "--http-host") in (first, "0.0.0.0"), front_argv
     assert result["endpoint"] == f"http://{first}:{procs['frontend']['port']}"
 
-    # Each process ran under the slurmd of its node, in that node's namespace, listening there on its port.
-    for name, p in procs.items():
+
+def _check_each_process_ran_on_its_node(result: dict, namespaces: dict[str, str]) -> None:
+    """Each process ran under the slurmd of its node, in that node's namespace, listening there on its port; the
+    workers registered with the frontend through etcd at the addresses of their own nodes."""
+    nodes, ips = result["nodes"], result["node_ip"]
+    for name, p in result["processes"].items():
         node = nodes[p["node"]]
         ran = result["ran"][name]
         assert ran["nodes"] == [node] and ran["netns"] == [namespaces[node]], (name, ran)
         assert {f"{ips[node]}:{p['port']}", f"0.0.0.0:{p['port']}"} & set(ran["listening"]), (name, ran)
-    # The workers registered with the frontend through etcd at the addresses of their own nodes.
     transport = {i["component"]: i["transport"]["tcp"].split(":")[0]
                  for i in result["frontend_health"]["instances"] if i["endpoint"] == "generate"}
     assert transport == {"prefill": ips[nodes[NODE_OF["prefill"]]], "backend": ips[nodes[NODE_OF["decode"]]]}
 
-    # A VALID loadgen run from the head through the frontend, with the engine's token ids.
+
+def _check_a_valid_loadgen_run(result: dict, work: Path) -> None:
+    """A VALID loadgen run from the head through the frontend, with the engine's token ids."""
     stats = result["stats"]
     assert stats["failed"] == 0 and stats["completed"] >= SAMPLES, stats["errors"]
     assert stats["token_source"] == "engine" and stats["output_tokens"] == stats["completed"] * MAX_TOKENS
     run = load_run(work / "run")
     assert run.num_errors == 0 and run.valid, run
 
+
+def test_dynamo_over_three_nodes_with_their_own_addresses(smoke_store: Path, tmp_path: Path) -> None:
+    python = engine_python(".venv-dynamo", "venv-dynamo")
+    etcd = system_command("etcd", "etcd-server")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare(1) and ip(8) for the cluster's namespaces")
+    cluster, work = tmp_path / "slurm", tmp_path / "work"
+    work.mkdir()
+    result = _run_on_the_cluster(python, etcd, smoke_store, cluster, work)
+    namespaces = _namespaces(cluster)
+    assert "launch_error" not in result, _failed_launch(result)
+    _check_the_cluster(result, namespaces)
+    _check_addresses_are_own_node_ips(result)
+    _check_each_process_ran_on_its_node(result, namespaces)
+    _check_a_valid_loadgen_run(result, work)
     # After the stop: no job, no step, no process of the job, nothing on record.
     assert result["left"] == {"jobs": [], "steps": [], "processes": [], "records": []}

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from submission.errors import StorageError
 from tasks.staging.stage import S3Access, stage
 from tasks.staging.transfer import ChecksumMismatch
 from tasks.storage import objects as storage
-from tasks.storage import s3server
 from tasks.storage.s3server import S3Server
 
 pytestmark = pytest.mark.integration
@@ -74,25 +72,16 @@ class SlowRelay:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    srv = s3server.start(tmp_path_factory.mktemp("s3"))
-    try:
-        yield srv
-    finally:
-        s3server.stop(srv)
-
-
-@pytest.fixture(scope="module")
-def cfg(server: S3Server) -> storage.StorageConfig:
-    config = storage.StorageConfig(server.endpoint_url, BUCKET, "", "us-east-1", server.credentials.access_key,
-                                   server.credentials.secret_key)
+def cfg(s3_server: S3Server) -> storage.StorageConfig:
+    config = storage.StorageConfig(s3_server.endpoint_url, BUCKET, "", "us-east-1", s3_server.credentials.access_key,
+                                   s3_server.credentials.secret_key)
     storage.ensure_bucket(config)
     return config
 
 
 @pytest.fixture(scope="module")
-def access(server: S3Server) -> S3Access:
-    return S3Access(embedded_dir=str(server.data_dir))
+def access(s3_server: S3Server) -> S3Access:
+    return S3Access(embedded_dir=str(s3_server.data_dir))
 
 
 def upload(cfg: storage.StorageConfig, folder: Path, prefix: str) -> None:
@@ -127,18 +116,18 @@ def test_stage_a_prefix_then_skip(cfg: storage.StorageConfig, access: S3Access, 
     assert Path(one.path).read_text() == '{"layers": 2}'
 
 
-def test_resume_after_a_kill_mid_transfer(cfg: storage.StorageConfig, server: S3Server, tmp_path: Path) -> None:
+def test_resume_after_a_kill_mid_transfer(cfg: storage.StorageConfig, s3_server: S3Server, tmp_path: Path) -> None:
     model = make_model(tmp_path / "src" / "model-b", 48)
     upload(cfg, model, "models/model-b")
-    relay = SlowRelay(int(server.endpoint_url.rsplit(":", 1)[1]), rate=2 * MIB)
+    relay = SlowRelay(int(s3_server.endpoint_url.rsplit(":", 1)[1]), rate=2 * MIB)
     stage_root = tmp_path / "stage"
     # 2 ranges of 2 MiB in flight through the relay, journaled every 4 MiB: 48 MiB take about 12 s
     code = ("import sys; from pathlib import Path; from tasks.staging import transfer; "
             "from tasks.staging.stage import S3Access, "
             "stage; transfer.CHUNK, transfer.WORKERS, transfer.JOURNAL_EVERY = 2 << 20, 2, 4 << 20; "
             "stage('s3://podium/models/model-b', Path(sys.argv[1]), access=S3Access(endpoint_url=sys.argv[2]))")
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": server.credentials.access_key,
-           "AWS_SECRET_ACCESS_KEY": server.credentials.secret_key}
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": s3_server.credentials.access_key,
+           "AWS_SECRET_ACCESS_KEY": s3_server.credentials.secret_key}
     child = subprocess.Popen([sys.executable, "-c", code, str(stage_root), f"http://127.0.0.1:{relay.port}"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     journal = None
@@ -164,7 +153,7 @@ def test_resume_after_a_kill_mid_transfer(cfg: storage.StorageConfig, server: S3
 
     transfer.CHUNK, saved = 2 * MIB, transfer.CHUNK   # the journal's chunk size, or the copy starts over
     try:
-        out = stage("s3://podium/models/model-b", stage_root, access=S3Access(embedded_dir=str(server.data_dir)))
+        out = stage("s3://podium/models/model-b", stage_root, access=S3Access(embedded_dir=str(s3_server.data_dir)))
     finally:
         transfer.CHUNK = saved
     assert out.resumed >= on_disk and out.fetched == out.bytes - out.resumed

@@ -6,9 +6,7 @@ import hashlib
 import json
 import os
 import socket
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,19 +24,8 @@ TAGS = {"flow_run_id": "0b6f2a5e-1d5c-4f7e-9a57-3e0c8e6b1c2d", "plan_hash": "sha
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    began = time.monotonic()
-    srv = s3server.start(tmp_path_factory.mktemp("s3"))
-    print(f"weed mini ready in {time.monotonic() - began:.2f} s")
-    try:
-        yield srv
-    finally:
-        s3server.stop(srv)
-
-
-@pytest.fixture(scope="module")
-def cfg(server: S3Server) -> storage.StorageConfig:
-    config = config_for(server)
+def cfg(s3_server: S3Server) -> storage.StorageConfig:
+    config = config_for(s3_server)
     storage.ensure_bucket(config)
     storage.ensure_bucket(config)  # idempotent
     return config
@@ -126,16 +113,16 @@ def test_presigned_url_serves_the_bytes(cfg: storage.StorageConfig, tmp_path: Pa
         storage.presign(cfg, "runs/presigned/summary.txt", expires_s=8 * 24 * 3600)
 
 
-def test_wrong_secret_is_refused_without_leaking_it(server: S3Server, cfg: storage.StorageConfig,
+def test_wrong_secret_is_refused_without_leaking_it(s3_server: S3Server, cfg: storage.StorageConfig,
                                                     tmp_path: Path) -> None:
     wrong = "not-the-secret-0123456789abcdef"
-    bad = config_for(server, secret=wrong)
-    assert wrong not in repr(bad) and server.credentials.secret_key not in repr(server.credentials)
+    bad = config_for(s3_server, secret=wrong)
+    assert wrong not in repr(bad) and s3_server.credentials.secret_key not in repr(s3_server.credentials)
     with pytest.raises(StorageError) as caught:
         storage.check_reachable(bad)
     message = str(caught.value)
-    assert wrong not in message and server.credentials.secret_key not in message
-    assert server.endpoint_url in message and BUCKET in message and "secret" in message
+    assert wrong not in message and s3_server.credentials.secret_key not in message
+    assert s3_server.endpoint_url in message and BUCKET in message and "secret" in message
     make_tree(tmp_path / "src")
     with pytest.raises(StorageError) as caught:
         storage.put_tree(bad, tmp_path / "src", "refused")
@@ -151,22 +138,22 @@ def test_unreachable_endpoint_names_it() -> None:
     assert "s3cr3t-value" not in str(caught.value)
 
 
-def test_server_listens_only_on_loopback(server: S3Server) -> None:
-    listeners = listening_addresses(server.pid)
-    assert any(port == int(server.endpoint_url.rsplit(":", 1)[1]) for _, port in listeners), listeners
+def test_server_listens_only_on_loopback(s3_server: S3Server) -> None:
+    listeners = listening_addresses(s3_server.pid)
+    assert any(port == int(s3_server.endpoint_url.rsplit(":", 1)[1]) for _, port in listeners), listeners
     assert len(listeners) >= 10  # five services, each with its gRPC port
     assert {host for host, _ in listeners} == {"127.0.0.1"}, listeners
 
 
-def test_running_and_serving(server: S3Server, tmp_path: Path) -> None:
-    found = s3server.running(server.data_dir)
-    assert found is not None and (found.pid, found.endpoint_url) == (server.pid, server.endpoint_url)
-    assert found.credentials == server.credentials
-    with s3server.serving(server.data_dir) as reused:
-        assert reused.pid == server.pid
-    assert s3server.running(server.data_dir) is not None, "serving() leaves a reused server running"
+def test_running_and_serving(s3_server: S3Server, tmp_path: Path) -> None:
+    found = s3server.running(s3_server.data_dir)
+    assert found is not None and (found.pid, found.endpoint_url) == (s3_server.pid, s3_server.endpoint_url)
+    assert found.credentials == s3_server.credentials
+    with s3server.serving(s3_server.data_dir) as reused:
+        assert reused.pid == s3_server.pid
+    assert s3server.running(s3_server.data_dir) is not None, "serving() leaves a reused server running"
     with pytest.raises(StorageError, match="already serves"):
-        s3server.start(server.data_dir)
+        s3server.start(s3_server.data_dir)
 
     with s3server.serving(tmp_path / "own") as own:
         assert s3server.running(tmp_path / "own") is not None

@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ import yaml
 
 from submission import plan as plans
 from submission.engine_options import parse_options
-from tests.integration.engines_support import REPO, engine_python
+from tests.integration.engines_support import engine_python, run_driver
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]
 
@@ -50,17 +47,9 @@ def test_sweep_over_the_dynamo_mocker(smoke_store: Path, tmp_path: Path) -> None
     plans.load(tmp_path / "plan.yaml")
     spec = {"plan": str(tmp_path / "plan.yaml"), "work": str(tmp_path), "gpus": 3,
             "settings": {"precision": 0.25, "probe_queries": 480, "probe_duration_ms": 1000, "max_probes": 8}}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    child = subprocess.Popen(["unshare", "-n", sys.executable, "-m", "tests.integration.sweep_netns",
-                              str(tmp_path / "spec.json")],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = child.communicate(timeout=900)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    assert child.returncode == 0, output.decode(errors="replace")[-4000:]
+    returncode, output = run_driver(["unshare", "-n"], "tests.integration.sweep_netns", spec, tmp_path,
+                                    timeout_s=900)
+    assert returncode == 0, output[-4000:]
     result = json.loads((tmp_path / "result.json").read_text())
     rows = {r["ratio"]: r for r in result["rows"]}
     assert set(rows) == {"67:33", "33:67"}

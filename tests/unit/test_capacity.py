@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from submission import capacity
 from submission.plan import parse
-from tasks.serving.deployment import sizing
+from tasks.serving.launch import sizing
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
 runner = CliRunner()

@@ -35,6 +35,24 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def write_manifest(model: Path) -> None:
+    """The source's own manifest of `make_model`'s three files, as they are now."""
+    listed = {rel: {"size": p.stat().st_size, "sha256": sha(p)} for rel, p in
+              (("config.json", model / "config.json"), ("sub/tokenizer.json", model / "sub" / "tokenizer.json"),
+               ("weights.bin", model / "weights.bin"))}
+    (model / MANIFEST).write_text(json.dumps(listed))
+
+
+def stage_interrupted(model: Path, to: Path, at_mib: int) -> None:
+    """Stage `model` into `to` and kill the copy (Interrupted) once `at_mib` MiB have been copied."""
+    def cut(done: int, _total: int) -> None:
+        if done >= at_mib * MIB:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        stage(model, to, progress=cut)
+
+
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """1 MiB reads, journal every 2 MiB: an interruption leaves a resumable journal in a 10 MiB file."""
@@ -71,13 +89,7 @@ def test_a_single_file_source(tmp_path: Path) -> None:
 def test_resume_after_an_interruption(tmp_path: Path, small_chunks: None) -> None:
     model = make_model(tmp_path / "nfs")
     total = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
-
-    def cut(done: int, _total: int) -> None:
-        if done >= 7 * MIB:
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        stage(model, tmp_path / "stage", progress=cut)
+    stage_interrupted(model, tmp_path / "stage", at_mib=7)
     partial = next((tmp_path / "stage").glob(".tiny-model-*.partial"))
     journal = json.loads((partial / "weights.bin.part.json").read_text())
     assert journal["done"] == 6 * MIB   # journaled every 2 MiB: 6 of the 7 copied MiB are known good
@@ -92,13 +104,7 @@ def test_resume_after_an_interruption(tmp_path: Path, small_chunks: None) -> Non
 
 def test_a_changed_source_restarts_the_file(tmp_path: Path, small_chunks: None) -> None:
     model = make_model(tmp_path / "nfs")
-
-    def cut(done: int, _total: int) -> None:
-        if done >= 5 * MIB:
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        stage(model, tmp_path / "stage", progress=cut)
+    stage_interrupted(model, tmp_path / "stage", at_mib=5)
     (model / "weights.bin").write_bytes(os.urandom(10 * MIB))   # same size, new bytes, new mtime
     out = stage(model, tmp_path / "stage")
     assert out.resumed < MIB   # only the small files that had finished; the weights came again
@@ -107,10 +113,7 @@ def test_a_changed_source_restarts_the_file(tmp_path: Path, small_chunks: None) 
 
 def test_a_corrupt_file_is_refused_by_name(tmp_path: Path) -> None:
     model = make_model(tmp_path / "nfs", big_mib=2)
-    listed = {rel: {"size": p.stat().st_size, "sha256": sha(p)} for rel, p in
-              (("config.json", model / "config.json"), ("sub/tokenizer.json", model / "sub" / "tokenizer.json"),
-               ("weights.bin", model / "weights.bin"))}
-    (model / MANIFEST).write_text(json.dumps(listed))      # the source's own manifest, then a bit flips
+    write_manifest(model)   # the source's own manifest, then a bit flips
     data = bytearray((model / "weights.bin").read_bytes())
     data[12345] ^= 0xFF
     (model / "weights.bin").write_bytes(bytes(data))
@@ -172,17 +175,8 @@ def test_a_resumed_copy_that_fails_its_checksum_starts_over(tmp_path: Path, smal
     """Journaled bytes are not fsynced: after a machine crash they may be garbage. The final checksum catches that,
     and the copy is redone once from nothing rather than calling the source corrupt."""
     model = make_model(tmp_path / "nfs")
-    listed = {rel: {"size": p.stat().st_size, "sha256": sha(p)} for rel, p in
-              (("config.json", model / "config.json"), ("sub/tokenizer.json", model / "sub" / "tokenizer.json"),
-               ("weights.bin", model / "weights.bin"))}
-    (model / MANIFEST).write_text(json.dumps(listed))
-
-    def cut(done: int, _total: int) -> None:
-        if done >= 7 * MIB:
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        stage(model, tmp_path / "stage", progress=cut)
+    write_manifest(model)
+    stage_interrupted(model, tmp_path / "stage", at_mib=7)
     part = next((tmp_path / "stage").rglob("weights.bin.part"))
     with part.open("r+b") as f:   # what a crash can leave: journaled bytes that never reached the disk
         f.seek(MIB)

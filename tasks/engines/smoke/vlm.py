@@ -8,39 +8,17 @@ field the reference sets beyond temperature, top_p and max_tokens; the smoke pla
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from submission.errors import LaunchError
-from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
-from tasks.engines.smoke.llm import ENGINE_ENV, UNSUPPORTED_FIELDS, SmokeBackend, _cli
-
-DROPPED = UNSUPPORTED_FIELDS | {"presence_penalty", "frequency_penalty"}
+from tasks.engines.smoke.llm import UNSUPPORTED_FIELDS, SmokeBackend
 
 
 class SmokeVlmBackend(SmokeBackend):
     name = "smoke-vlm"
-
-    def processes(self, options: dict[str, Any], model_dir: Path, placement: Placement,
-                  build_dir: Path | None = None) -> list[ProcessSpec]:
-        if options:
-            raise LaunchError(f"the smoke-vlm engine takes no options, got {sorted(options)}",
-                              fix="remove engine.options from the plan")
-        port = placement.ports[0]
-        argv = (_cli(), "serve", str(model_dir), "--device", "cpu", "--host", placement.bind_host(0),
-                "--port", str(port), "--log-level", "warning")
-        ready = (HttpProbe("/health"),
-                 HttpProbe("/v1/chat/completions", {"model": str(model_dir), "max_tokens": 1,
-                                                    "messages": [{"role": "user", "content": "the"}]}))
-        return [ProcessSpec(role="server", name="smoke-vlm-server", argv=argv, env=dict(ENGINE_ENV),
-                            host=placement.address(0, "smoke-vlm-server"), port=port, probes=ready,
-                            bind=placement.bind)]
-
-    def endpoint(self, options: dict[str, Any], model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
-        server = processes[0]
-        return Endpoint(base_url=f"http://{server.host}:{server.port}", model=str(model_dir),
-                        accepts_token_ids=False, returns_token_ids=False,
-                        tokenizer=str(model_dir / "tokenizer.json"), drop_fields=DROPPED)
+    serve_flags = ("--device", "cpu")
+    ready_path = "/v1/chat/completions"
+    ready_body: ClassVar[dict[str, Any]] = {"max_tokens": 1, "messages": [{"role": "user", "content": "the"}]}
+    drop_fields = UNSUPPORTED_FIELDS | {"presence_penalty", "frequency_penalty"}
 
 
 BACKEND = SmokeVlmBackend()

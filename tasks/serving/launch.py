@@ -1,4 +1,4 @@
-"""A benchmark's engine deployment, seen from the plan: which launcher, which model path, and the review that
+"""A benchmark's engine launch, seen from the plan: which launcher, which model path, and the review that
 `podium launch PLAN --dry-run` prints (every process spec: node, argv, env, ports, GPUs, probes, files) without
 starting anything or asking any cluster.
 """
