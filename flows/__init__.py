@@ -1,0 +1,1 @@
+"""The Prefect flows (submission, benchmark, search, scaling, bring-up) and the `podium` command line."""

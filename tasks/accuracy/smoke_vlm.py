@@ -1,5 +1,5 @@
 """Exact match of the VLM smoke leg: each served answer (UTF-8 in the accuracy log) against the tiny LLaVA's own
-greedy answer to the same request (`reference_answer` in the smoke parquet, made offline by `smoke_vlm_data`).
+greedy answer to the same request (`reference_answer` in the smoke parquet, made by `engines/smoke/vlm_data.py`).
 
 Prints `'exact_match': X` like the text smoke evaluator. 100 means every image reached the model intact.
 """

@@ -1,4 +1,4 @@
-"""The CPU smoke engine: `transformers serve --continuous-batching` over the tiny Llama of `smoke_model`.
+"""The CPU smoke engine: `transformers serve --continuous-batching` over the tiny Llama of `model.py`.
 
 Quirks it absorbs (transformers 5.24): prompts must be text, not token ids; responses carry text only (the harness
 re-tokenizes, which is exact for the word-level smoke tokenizer); unknown request fields such as `ignore_eos` are

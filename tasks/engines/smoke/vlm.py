@@ -1,4 +1,4 @@
-"""The CPU smoke engine's VLM leg: `transformers serve` over the tiny LLaVA of `smoke_vlm_model`.
+"""The CPU smoke engine's VLM leg: `transformers serve` over the tiny LLaVA of `vlm_model.py`.
 
 The same CLI as the text smoke engine, without `--continuous-batching` (its batching path does not take images);
 requests are served one at a time. Chat requests carry images as base64 data URLs. `transformers serve` rejects

@@ -1,6 +1,6 @@
 """The tiny LLaVA of the VLM smoke leg: a CLIP vision tower and a tiny Llama, built locally with no hub.
 
-Same recipe as `smoke_model` (word-level tokenizer trained on the committed corpus, numpy PCG64 weights seeded
+Same recipe as `model.py` (word-level tokenizer trained on the committed corpus, numpy PCG64 weights seeded
 with 0), with the differences a LLaVA needs: an `<image>` special token, a chat template that emits it for
 `image` / `image_url` content parts, and a `LlavaProcessor` over the PIL CLIP image processor (torchvision is
 unusable beside the CPU torch build). A 32x32 image in 8x8 patches becomes 16 image tokens.
