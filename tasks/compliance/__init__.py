@@ -5,8 +5,7 @@ needs on top of the scenario's user.conf, how to verify its run against the refe
 (`../shared/reference/mlperf-rules.md` §4) and which files it leaves in `TESTxx/` (§1.5). Which tests run comes
 from the rules: `required_tests(rules, benchmark)`.
 
-    audit("TEST09").verify(run_dir, job) -> Verdict      # plain functions; tasks/compliance/step.py runs them as a
-    task
+    audit("TEST09").verify(run_dir, job) -> Verdict   # plain functions; tasks/compliance/step.py is the task
 """
 
 from __future__ import annotations
