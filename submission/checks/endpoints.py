@@ -205,10 +205,8 @@ def audits(ctx: Context, folder: Path, b: BenchmarkRules) -> None:
         path = folder / file_name
         if not path.is_file():
             continue
-        record = ctx.read_json("compliance-pass", path)
-        if not isinstance(record, dict):
-            if record is not None:
-                ctx.add("compliance-pass", path, "not a JSON object")
+        record = ctx.read_json_object("compliance-pass", path)
+        if record is None:
             continue
         if record.get("test") != name:
             ctx.add("compliance-pass", path, f"the record is for test {record.get('test')!r}, not {name!r}",

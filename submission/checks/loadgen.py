@@ -44,11 +44,8 @@ def check_scenario(ctx: Context, division: str, folder: Path, b: BenchmarkRules,
 
 def measurements(ctx: Context, path: Path) -> str:
     """Check measurements.json; return its weight_data_types (a CSV column)."""
-    data = ctx.read_json("measurements", path)
+    data = ctx.read_json_object("measurements", path)
     if data is None:
-        return ""
-    if not isinstance(data, dict):
-        ctx.add("measurements", path, "not a JSON object")
         return ""
     empty = [k for k in ctx.rules.measurement_fields if not data.get(k)]
     if empty:
