@@ -23,6 +23,7 @@ from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
 from submission.schema import Strict
+from submission.slurm_options import SlurmSettings
 from submission.slurm_options import settings_problems as slurm_problems
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -71,6 +72,7 @@ class EngineSpec(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     launcher: Literal["local", "slurm", "kubernetes"] = "local"
     _config: Any = PrivateAttr(None)
+    _slurm: SlurmSettings | None = PrivateAttr(None)
     kubernetes: KubernetesSettings | None = None
     slurm: dict[str, Any] = Field(default_factory=dict, description="the Slurm launcher's settings")
     ready_timeout_s: float = Field(600, gt=0, description="how long the engine may take to answer a one-token "
@@ -89,11 +91,16 @@ class EngineSpec(Strict):
         if problems:
             raise ValueError("; ".join(problems))
         self._config = config
+        self._slurm = SlurmSettings.model_validate(self.slurm) if self.slurm else None
         return self
 
     def config(self) -> Any:
         """The typed options (a submission.engine_options model), parsed once, when the plan loaded."""
         return self._config
+
+    def slurm_settings(self) -> SlurmSettings | None:
+        """The typed `slurm` section, parsed when the plan loaded (None: not given; the launcher's defaults)."""
+        return self._slurm
 
 
 class DatasetSpec(Strict):

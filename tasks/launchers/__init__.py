@@ -47,6 +47,11 @@ class Launcher(Protocol):
         """The endpoint as this launcher reaches it (Kubernetes: through a Service); default: as the backend says."""
         return endpoint
 
+    def review(self, specs: list[ProcessSpec], endpoint: Endpoint) -> tuple[dict[str, Any], Endpoint]:
+        """What a dry run shows beyond the specs (the Kubernetes objects) and the endpoint as a launch would reach
+        it, computed without starting or asking anything; default: nothing more, the backend's endpoint."""
+        return {}, endpoint
+
     def log_report(self, deployment: Deployment, lines: int = 20) -> str | None:
         """The processes' states and last log lines for an error message; None when the logs are not on this host."""
         return None

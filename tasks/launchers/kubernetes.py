@@ -260,6 +260,10 @@ class KubernetesLauncher(Launcher):
                                               f"{front.port}")
         return endpoint
 
+    def review(self, specs: list[ProcessSpec], endpoint: Endpoint) -> tuple[dict[str, Any], Endpoint]:
+        unstarted = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=[], graph=self.graph)
+        return {"kubernetes": self.objects(specs)}, self.endpoint(endpoint, unstarted)
+
     def alive(self, deployment: KubernetesDeployment) -> bool:
         """False once a pod of the deployment crashed or cannot run (the session then relaunches)."""
         if not deployment.created:

@@ -32,9 +32,8 @@ def slurm_address(node: int) -> str:
 
 
 def where(engine: EngineSpec) -> dict[str, Any]:
-    """The plain-data part of an engine spec that says where it runs (a Prefect task parameter)."""
-    return {"launcher": engine.launcher, "slurm": engine.slurm,
-            "kubernetes": engine.kubernetes.model_dump() if engine.kubernetes else None}
+    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter)."""
+    return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes}
 
 
 def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
@@ -128,22 +127,13 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
         "options": engine.options, "model_dir": str(model_dir), "build_dir": str(build_dir),
         "processes": [process_view(s) for s in specs]}
-    if engine.launcher == "kubernetes":
-        where = make_launcher(engine, workspace / "pids")
-        out["kubernetes"] = where.objects(specs)  # type: ignore[attr-defined]
-        endpoint = where.endpoint(endpoint, _Review(specs, where.graph))  # type: ignore[attr-defined]
+    if engine.launcher == "kubernetes":   # the objects it would create are part of the review (no cluster asked)
+        extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
+        out |= extra
     out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
     sized = sizing(plan, bench)
     out["capacity"] = sized.as_dict()
     return out
-
-
-@dataclasses.dataclass
-class _Review:
-    """What the kubernetes launcher's `endpoint` reads of a deployment."""
-
-    processes: list[ProcessSpec]
-    graph: bool
 
 
 def reviews(plan: Plan, workspace: Path, key: str | None = None) -> list[dict[str, Any]]:
