@@ -1,0 +1,110 @@
+"""The layout docs/architecture.md describes, kept true: imports go flows -> tasks -> submission only, no module
+imports another that imports it back (imports inside functions count), no function runs over 60 lines outside
+bench/, and tasks/ keeps its concerns in folders (at most 10 modules at its top level)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).parents[2]
+PACKAGES = ("flows", "tasks", "submission")
+LAYER = {"submission": 0, "tasks": 1, "flows": 2}
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every module of ours that `name` imports, anywhere in its body (a function's imports too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], *filter(None, [base])])
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_imports_go_one_way_and_never_round() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    upward = [f"{a} imports {b}" for a, targets in graph.items() for b in targets
+              if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]]]
+    assert upward == [], "submission/ imports nothing of tasks/ or flows/, tasks/ nothing of flows/"
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_function_over_sixty_lines_outside_bench() -> None:
+    long = []
+    for folder in (*PACKAGES, "tests", "deployments"):
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1   # type: ignore[operator]
+                    if lines > MAX_FUNCTION_LINES:
+                        long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def test_tasks_keeps_its_concerns_in_folders() -> None:
+    top = sorted(p.name for p in (REPO / "tasks").glob("*.py"))
+    assert len(top) <= 10, top
+    folders = sorted(p.name for p in (REPO / "tasks").iterdir() if (p / "__init__.py").is_file())
+    assert folders == ["accuracy", "compliance", "engines", "harness", "launchers", "ops", "reporting", "serving",
+                       "staging", "storage", "tuning"]
+    for folder in folders:   # each says what it holds (docs/architecture.md is the map)
+        assert ast.get_docstring(ast.parse((REPO / "tasks" / folder / "__init__.py").read_text())), folder
