@@ -113,7 +113,7 @@ def test_smoke_engine_on_a_taken_port(tmp_path: Path, smoke_store: Path) -> None
     port = taken.getsockname()[1]
 
     class Taken(LocalLauncher):
-        def placement(self, ports_needed: int) -> Placement:
+        def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
             return Placement("127.0.0.1", (port,))
 
     try:
