@@ -5,7 +5,6 @@ input before anything starts, and maps each PodiumError to its exit code without
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +12,7 @@ from typing import Annotated
 import typer
 
 from flows import search_cli
-from flows.cli_common import Workspace, exits_on_error, prefect_env
+from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
@@ -237,15 +236,13 @@ def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification
     from tasks.ops import nodes, notifications, registration
     from tasks.storage import objects as storage
 
-    if not os.environ.get("PREFECT_API_URL"):
-        raise PodiumError("PREFECT_API_URL is not set: there is no server to set up",
-                          fix="export PREFECT_API_URL=http://<server>:4200/api (or use `podium dev up` locally)")
     cfg = storage.StorageConfig(endpoint_url, bucket, "", region)
-    pools = registration.create_pools()
-    slug = registration.save_result_storage(cfg)
-    limits = nodes.ensure_limits(node or [])
-    if webhook:
-        notifications.register(webhook)
+    with prefect_server():
+        pools = registration.create_pools()
+        slug = registration.save_result_storage(cfg)
+        limits = nodes.ensure_limits(node or [])
+        if webhook:
+            notifications.register(webhook)
     typer.echo(f"work pools {', '.join(pools)}; result storage {slug}; limits {', '.join(limits) or 'none'}; "
                f"notifications {'to ' + webhook if webhook else 'not set (pass --webhook)'}")
 

@@ -29,6 +29,13 @@ def test_every_deployment_names_a_flow_and_a_pool() -> None:
     assert {"bringup", "run", "nightly"} <= set(ready) and set(ready) | set(skipped) == set(deployments)
 
 
+def test_the_readme_exports_the_api_url_beside_the_bringup_command() -> None:
+    """Without PREFECT_API_URL, `prefect deployment run` starts a temporary server that knows no deployment."""
+    lines = [line.strip() for line in (REPO / "README.md").read_text().splitlines()]
+    command = next(i for i, line in enumerate(lines) if line.startswith("prefect deployment run 'podium-submission/"))
+    assert lines[command - 1].startswith("export PREFECT_API_URL=http://127.0.0.1:4200/api"), lines[command - 1]
+
+
 def test_a_deployment_whose_flow_is_missing_is_left_out(tmp_path: Path) -> None:
     spec = {"deployments": [{"name": "ok", "entrypoint": "flows.bringup:bringup"},
                             {"name": "later", "entrypoint": "flows.nothing_yet:flow"},
