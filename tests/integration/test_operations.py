@@ -76,8 +76,8 @@ class Stack:
     up_output: str
 
 
-def podium(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+def podium(*args: str, timeout: float = 400, api: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | ({"PREFECT_API_URL": api} if api else {})
     return subprocess.run([str(Path(sys.executable).parent / "podium"), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, check=False)
 
@@ -157,6 +157,29 @@ def test_dev_up_registers_what_the_deployments_need(stack: Stack) -> None:
     assert {"podium: flow run failed or crashed", "podium: INVALID result or failed audit"} <= names
 
 
+def scheduled_runs(stack: Stack, deployment_id: str) -> list[dict]:
+    return post(stack, "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}},
+                                             "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}})
+
+
+def test_dev_up_keeps_the_schedules_as_the_user_set_them(stack: Stack) -> None:
+    """The local stack deploys its schedules paused (a laptop does not run the nightly plan unasked); one the user
+    resumed or paused stays so, under the same id, when `podium dev up` runs again."""
+    nightly = get(stack, "/deployments/name/podium-submission/nightly")
+    (schedule,) = nightly["schedules"]
+    assert schedule["active"] is False and not scheduled_runs(stack, nightly["id"])
+    for action, active in (("resume", True), ("pause", False)):
+        done = prefect(stack, "deployment", "schedule", action, "podium-submission/nightly", schedule["id"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        began = time.monotonic()
+        again = podium("dev", "up", "--workspace", str(stack.ws), "--port", "0", "--node", NODE)
+        print(f"dev up again ({action}d): {time.monotonic() - began:.1f} s")
+        assert again.returncode == 0, again.stdout + again.stderr
+        (kept,) = get(stack, "/deployments/name/podium-submission/nightly")["schedules"]
+        assert (kept["id"], kept["active"]) == (schedule["id"], active), kept
+    assert not scheduled_runs(stack, nightly["id"])
+
+
 def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     began = time.monotonic()
     run = prefect(stack, "deployment", "run", "podium-submission/bringup", "--param", f"plan={stack.plan}",
@@ -187,6 +210,17 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     key = f"runs/smoke/{folder.name}/plots/{plot.name}"
     tags = {t["Key"]: t["Value"] for t in storage.client(cfg).get_object_tagging(Bucket="podium", Key=key)["TagSet"]}
     assert tags["flow-run-id"] == folder.name and len(tags["plan-sha256"]) == 64 and tags["git-commit"]
+
+
+def test_a_cli_run_reuses_what_the_deployment_run_measured(stack: Stack) -> None:
+    """`podium run` of the plan the bring-up deployment just ran, in the same workspace: every loadgen run comes from
+    the cache the deployment run left, and no engine starts."""
+    began = time.monotonic()
+    run = podium("run", str(stack.plan), "--workspace", str(stack.ws), api=stack.api)
+    print(f"podium run after the deployment run: {time.monotonic() - began:.1f} s")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "engine launched 0 time(s)" in output and output.count("Cached(type=COMPLETED)") == 2, output[-3000:]
 
 
 def test_a_broken_plan_calls_the_webhook(stack: Stack) -> None:
