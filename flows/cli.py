@@ -191,6 +191,9 @@ def dev_up(workspace: Workspace = Path(".podium"),
            node: Annotated[list[str] | None, typer.Option(help="GPU node to create a gpu-<node> limit for "
                                                                 "(repeatable; default: this host)")] = None,
            deploy: Annotated[bool, typer.Option(help="deploy deployments/prefect.yaml")] = True,
+           schedules: Annotated[bool | None, typer.Option(
+               "--schedules/--no-schedules", help="turn every deployment schedule (the nightly run) on or off; "
+               "default: each stays as it is on the server, a new one paused")] = None,
            s3_only: Annotated[bool, typer.Option("--s3-only", help="start only the S3 server")] = False) -> None:
     """Start a local Prefect server with its UI, a process worker and the S3 server (all on 127.0.0.1); register
     the work pools, the S3 result storage, the gpu-<node> limits and the notifications; deploy the deployments."""
@@ -203,13 +206,17 @@ def dev_up(workspace: Workspace = Path(".podium"),
         typer.echo(f"S3 server at {server.endpoint_url} (pid {server.pid}); credentials in "
                    f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
         return
-    stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy)
+    stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy,
+                        schedules=schedules)
     typer.echo(f"Prefect UI   {stack.ui_url}  (export PREFECT_API_URL={stack.api_url})")
     typer.echo(f"worker       pid {stack.worker_pid} on pool {devstack.POOL}; S3 at {stack.s3_endpoint}")
     for name in stack.deployed:
         typer.echo(f"deployed     {name}")
     for reason in stack.skipped:
         typer.echo(f"not deployed {reason}")
+    for schedule in stack.schedules:
+        typer.echo(f"schedule     {schedule}" + ("  (on: podium dev up --schedules)" if schedule.endswith("paused")
+                                                  else ""))
     typer.echo(f"logs in {workspace / 'dev'}; stop everything with `podium dev down`")
 
 
