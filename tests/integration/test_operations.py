@@ -135,6 +135,7 @@ def post(stack: Stack, path: str, body: dict | None = None) -> list[dict]:
 
 def test_dev_up_registers_what_the_deployments_need(stack: Stack) -> None:
     assert "Prefect UI   http://127.0.0.1:" in stack.up_output and "deployed     bringup" in stack.up_output
+    assert "schedule     nightly (schedule nightly): paused" in stack.up_output
     assert httpx.get(stack.api.removesuffix("/api") + "/", timeout=30).status_code == 200   # the UI
     bringup = get(stack, "/deployments/name/podium-submission/bringup")
     assert bringup["entrypoint"] == "flows.bringup:bringup" and bringup["work_pool_name"] == "podium-process"
@@ -206,7 +207,9 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert server is not None
     cfg = storage.StorageConfig(server.endpoint_url, "podium", "runs", "us-east-1", server.credentials.access_key,
                                 server.credentials.secret_key)
-    assert storage.list_keys(cfg, "prefect-results"), "task results persisted in S3 (the S3Bucket block)"
+    entries = sorted(p.name for p in (stack.ws / "work" / "cache").iterdir())
+    assert sum(e.startswith("loadgen-") for e in entries) == 2, entries   # the cache: in the workspace, not in S3
+    print("in s3://podium/runs/prefect-results/:", storage.list_keys(cfg, "prefect-results"))
     key = f"runs/smoke/{folder.name}/plots/{plot.name}"
     tags = {t["Key"]: t["Value"] for t in storage.client(cfg).get_object_tagging(Bucket="podium", Key=key)["TagSet"]}
     assert tags["flow-run-id"] == folder.name and len(tags["plan-sha256"]) == 64 and tags["git-commit"]
