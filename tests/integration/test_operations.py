@@ -1,7 +1,9 @@
 """The operations path, for real: `podium dev up` (a Prefect server with its UI, a process worker and the S3 server,
 all on 127.0.0.1), `prefect deploy` of deployments/prefect.yaml, `prefect deployment run
 'podium-submission/bringup'` running a smoke plan to completion through the worker, a webhook that hears about a
-broken plan and about INVALID results, the gpu-<node> limit, and `podium dev down` stopping every process."""
+broken plan and about INVALID results, the gpu-<node> limit, schedules that start paused and stay as the user set
+them across `dev up`, a `podium run` reusing what the deployment run measured (one cache per workspace), and
+`podium dev down` stopping every process."""
 
 from __future__ import annotations
 
