@@ -5,7 +5,6 @@ input before anything starts, and maps each PodiumError to its exit code without
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +12,7 @@ from typing import Annotated
 import typer
 
 from flows import search_cli
-from flows.cli_common import Workspace, exits_on_error, prefect_env
+from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
@@ -192,6 +191,9 @@ def dev_up(workspace: Workspace = Path(".podium"),
            node: Annotated[list[str] | None, typer.Option(help="GPU node to create a gpu-<node> limit for "
                                                                 "(repeatable; default: this host)")] = None,
            deploy: Annotated[bool, typer.Option(help="deploy deployments/prefect.yaml")] = True,
+           schedules: Annotated[bool | None, typer.Option(
+               "--schedules/--no-schedules", help="turn every deployment schedule (the nightly run) on or off; "
+               "default: each stays as it is on the server, a new one paused")] = None,
            s3_only: Annotated[bool, typer.Option("--s3-only", help="start only the S3 server")] = False) -> None:
     """Start a local Prefect server with its UI, a process worker and the S3 server (all on 127.0.0.1); register
     the work pools, the S3 result storage, the gpu-<node> limits and the notifications; deploy the deployments."""
@@ -204,13 +206,17 @@ def dev_up(workspace: Workspace = Path(".podium"),
         typer.echo(f"S3 server at {server.endpoint_url} (pid {server.pid}); credentials in "
                    f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
         return
-    stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy)
+    stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy,
+                        schedules=schedules)
     typer.echo(f"Prefect UI   {stack.ui_url}  (export PREFECT_API_URL={stack.api_url})")
     typer.echo(f"worker       pid {stack.worker_pid} on pool {devstack.POOL}; S3 at {stack.s3_endpoint}")
     for name in stack.deployed:
         typer.echo(f"deployed     {name}")
     for reason in stack.skipped:
         typer.echo(f"not deployed {reason}")
+    for schedule in stack.schedules:
+        typer.echo(f"schedule     {schedule}" + ("  (on: podium dev up --schedules)" if schedule.endswith("paused")
+                                                  else ""))
     typer.echo(f"logs in {workspace / 'dev'}; stop everything with `podium dev down`")
 
 
@@ -237,15 +243,13 @@ def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification
     from tasks.ops import nodes, notifications, registration
     from tasks.storage import objects as storage
 
-    if not os.environ.get("PREFECT_API_URL"):
-        raise PodiumError("PREFECT_API_URL is not set: there is no server to set up",
-                          fix="export PREFECT_API_URL=http://<server>:4200/api (or use `podium dev up` locally)")
     cfg = storage.StorageConfig(endpoint_url, bucket, "", region)
-    pools = registration.create_pools()
-    slug = registration.save_result_storage(cfg)
-    limits = nodes.ensure_limits(node or [])
-    if webhook:
-        notifications.register(webhook)
+    with prefect_server():
+        pools = registration.create_pools()
+        slug = registration.save_result_storage(cfg)
+        limits = nodes.ensure_limits(node or [])
+        if webhook:
+            notifications.register(webhook)
     typer.echo(f"work pools {', '.join(pools)}; result storage {slug}; limits {', '.join(limits) or 'none'}; "
                f"notifications {'to ' + webhook if webhook else 'not set (pass --webhook)'}")
 

@@ -3,9 +3,10 @@ one mapping of a PodiumError to its exit code (printed as `error: ...` with its 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
@@ -25,6 +26,26 @@ def prefect_env(workspace: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "podium")
+
+
+@contextlib.contextmanager
+def prefect_server() -> Iterator[str]:
+    """For a command that registers on a Prefect server: PREFECT_API_URL (from the environment or the Prefect
+    profile), checked to answer, and set for the block. Without one, a PodiumError in one line with its fix, instead
+    of Prefect's temporary server (a `database is locked` traceback, `~/.prefect/prefect.db`) or a connect traceback."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, Settings, temporary_settings
+
+    url = Settings().api.url   # read now: the settings Prefect took at import may predate the environment
+    fix = "export PREFECT_API_URL=http://<server>:4200/api (locally: `podium dev up` prints it)"
+    if not url:
+        raise PodiumError("PREFECT_API_URL is not set: there is no Prefect server to register on", fix=fix)
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        with get_client(sync_client=True) as client:
+            failure = client.api_healthcheck()
+        if failure is not None:
+            raise PodiumError(f"no Prefect server answers at {url} ({failure})", fix=f"start it, or {fix}")
+        yield url
 
 
 def fail(error: PodiumError) -> None:

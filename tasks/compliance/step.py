@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from prefect import task
 
@@ -24,7 +24,7 @@ from tasks.compliance.official_scripts import Official, run_official
 from tasks.engines import Endpoint
 from tasks.harness import runner
 from tasks.serving.session import EngineSession
-from tasks.steps import retry_transient, run_logger
+from tasks.steps import cached_in, retry_transient, run_logger
 from tasks.workspace import folder_key
 
 ATTEMPTS = 2   # a failed audit is retried once, then reported
@@ -112,8 +112,14 @@ def _cache_key(context, parameters: dict) -> str:
 @task(name="audit", task_run_name="{job.spec.audit}[{job.spec.system}/{job.spec.benchmark}/{job.spec.scenario}]",
       cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
       retry_condition_fn=retry_transient)
-def run_audit_task(job: AuditJob, engine: EngineSession, work_dir: str) -> AuditRecord:
+def audit_task(job: AuditJob, engine: EngineSession, work_dir: str) -> AuditRecord:
     record = run_audit(job, engine, Path(work_dir))
     run_logger("audits").info("%s: %s%s", job.label, record.summary(),
                           f" (official: {record.official})" if job.inference_src else "")
     return record
+
+
+def run_audit_task(job: AuditJob, engine: EngineSession, work_dir: str, **call: Any) -> Any:
+    """The audit task with its cache entry in the workspace (`tasks.steps.cached_in`); `call`: Prefect's call options
+    (`return_state=True`)."""
+    return cached_in(audit_task, work_dir)(job, engine, work_dir, **call)

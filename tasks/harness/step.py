@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 
@@ -21,7 +22,7 @@ from submission.runs import RunRecord, RunSpec, record
 from tasks.accuracy import score
 from tasks.harness import liveness, runner
 from tasks.serving.session import EngineSession
-from tasks.steps import retry_transient, run_logger
+from tasks.steps import cached_in, retry_transient, run_logger
 from tasks.workspace import folder_key
 
 
@@ -127,8 +128,15 @@ def summary(rec: RunRecord) -> str:
 @task(name="loadgen-run", task_run_name="{spec.mode}[{spec.system}/{spec.benchmark}/{spec.scenario}]",
       cache_key_fn=_cache_key, persist_result=True, retries=1, retry_delay_seconds=2,
       retry_condition_fn=retry_transient)
-def run_loadgen(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None,
-                tokenizer: str | None) -> RunRecord:
+def loadgen_task(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None,
+                 tokenizer: str | None) -> RunRecord:
     rec = run_once(spec, engine, Path(work_dir), evaluator, tokenizer)
     run_logger("run").info("%s: %s", spec.label, summary(rec))
     return rec
+
+
+def run_loadgen(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None, tokenizer: str | None,
+                **call: Any) -> Any:
+    """The loadgen-run task with its cache entry in the workspace (`tasks.steps.cached_in`); `call`: Prefect's call
+    options (`return_state=True`)."""
+    return cached_in(loadgen_task, work_dir)(spec, engine, work_dir, evaluator, tokenizer, **call)

@@ -2,8 +2,9 @@
 all on 127.0.0.1, with their state under the workspace.
 
 `<workspace>/prefect/` is PREFECT_HOME (the server's database), `<workspace>/dev/` holds `state.json` (pids with
-their start times, the API URL) and the `server.log` / `worker.log` files, `<workspace>/s3/` the S3 server.
-`up()` then registers what the deployments need (tasks.ops.registration) and deploys `deployments/prefect.yaml`.
+their start times, the API URL), the `server.log` / `worker.log` files and the `prefect.yaml` it deploys,
+`<workspace>/s3/` the S3 server. `up()` then registers what the deployments need (tasks.ops.registration) and
+deploys `deployments/prefect.yaml`, its schedules paused unless asked (a laptop's stack) or as the user left them.
 `down()` stops only the processes `up()` recorded, each by its process group; the worker gets SIGTERM, and a
 second SIGTERM ten seconds later (Prefect's worker turns the first into a graceful SIGINT that an idle worker can
 sit on; the second is its own SIGKILL, stack.md 1b).
@@ -48,6 +49,7 @@ class Stack:
     worker_pid: int | None
     deployed: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
+    schedules: tuple[str, ...] = ()   # "nightly (schedule nightly): paused", one per deployed schedule
 
 
 def dev_dir(ws: Workspace) -> Path:
@@ -68,8 +70,9 @@ def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
 
 
 def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, nodes: Sequence[str] = (),
-       deploy: bool = True, worker: bool = True, query_seconds: float = 2.0) -> Stack:
-    """Start (or find running) the S3 server, the Prefect server and a worker; register and deploy."""
+       deploy: bool = True, worker: bool = True, query_seconds: float = 2.0, schedules: bool | None = None) -> Stack:
+    """Start (or find running) the S3 server, the Prefect server and a worker; register and deploy. `schedules`:
+    turn every deployment schedule on (True) or off (False); None keeps each as it is, a new one paused."""
     folder = dev_dir(ws)
     folder.mkdir(parents=True, exist_ok=True)
     ws.prefect_home.mkdir(parents=True, exist_ok=True)
@@ -88,8 +91,9 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
     env = base_env(ws, api_url)
     cfg = storage.StorageConfig(s3.endpoint_url, "podium", "runs", "us-east-1", s3.credentials.access_key,
                                 s3.credentials.secret_key)
-    deployed, skipped = register(api_url, cfg, webhook=webhook, nodes=nodes or [socket.gethostname()],
-                                 deploy=deploy, env=env)
+    deployed, skipped, scheduled = register(api_url, cfg, webhook=webhook, nodes=nodes or [socket.gethostname()],
+                                            deploy=deploy, env=env, schedules=schedules,
+                                            prefect_file=folder / "prefect.yaml")
     if worker and not _alive(state.get("worker")):
         state["worker"] = _spawn([*registration.prefect_cli(), "worker", "start", "--pool", POOL, "--type", "process",
                                   "--name", f"podium-{socket.gethostname()}"],
@@ -98,29 +102,36 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
         _wait_worker(api_url, state["worker"], folder / "worker.log")
     return Stack(api_url=api_url, ui_url=api_url.removesuffix("/api"), s3_endpoint=s3.endpoint_url,
                  server_pid=state["server"]["pid"], worker_pid=(state.get("worker") or {}).get("pid"),
-                 deployed=tuple(deployed), skipped=tuple(f"{k}: {v}" for k, v in skipped.items()))
+                 deployed=tuple(deployed), skipped=tuple(f"{k}: {v}" for k, v in skipped.items()),
+                 schedules=tuple(f"{name} (schedule {slug}): {'active' if on else 'paused'}"
+                                 for (name, slug), on in scheduled.items()))
 
 
-def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, nodes: Sequence[str],
-             deploy: bool, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """Pools, the bucket and result-storage block, the gpu-<node> limits, the automations, the deployments."""
+def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, nodes: Sequence[str], deploy: bool,
+             env: dict[str, str], schedules: bool | None, prefect_file: Path,
+             ) -> tuple[list[str], dict[str, str], dict[tuple[str, str], bool]]:
+    """Pools, the bucket and result-storage block, the gpu-<node> limits, the automations, the deployments (from a
+    copy of prefect.yaml at `prefect_file` whose schedules say active or paused: `registration.with_schedules`).
+    Returns what was deployed, what was left out and why, and whether each deployed schedule is active."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from tasks.ops import nodes as gpu_nodes
     from tasks.ops import notifications
 
     storage.ensure_bucket(cfg)
+    ready, skipped = registration.deployable() if deploy else ([], {})
     with temporary_settings(updates={PREFECT_API_URL: api_url}):
         registration.create_pools()
         registration.save_result_storage(cfg)
         gpu_nodes.ensure_limits(nodes)
         if webhook:
             notifications.register(webhook)
-    if not deploy:
-        return [], {}
-    ready, skipped = registration.deployable()
-    registration.deploy(ready, env)
-    return ready, skipped
+        states = registration.schedule_states(ready)
+    if not ready:
+        return ready, skipped, {}
+    chosen = registration.with_schedules(prefect_file, states, schedules)
+    registration.deploy(ready, env, prefect_file)
+    return ready, skipped, {key: on for key, on in chosen.items() if key[0] in ready}
 
 
 def down(ws: Workspace) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from submission.errors import CommandError, PlanError
+from submission.files import write_atomic
 from tasks.storage import objects as storage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +101,36 @@ def deployable(prefect_yaml: Path = PREFECT_YAML, repo: Path = REPO) -> tuple[li
         else:
             ready.append(d["name"])
     return ready, skipped
+
+
+def schedule_states(names: Sequence[str], prefect_yaml: Path = PREFECT_YAML) -> dict[tuple[str, str], bool]:
+    """Whether each schedule of the named deployments is active on the server now, keyed by (deployment, slug); what
+    the server does not have yet is absent. A deployment of that name for another entrypoint is not ours."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    if not names:
+        return {}
+    entrypoints = {d["name"]: d.get("entrypoint") for d in deployments(prefect_yaml)}
+    with get_client(sync_client=True) as client:
+        found = client.read_deployments(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=list(names))))
+    return {(d.name, s.slug): s.active for d in found if d.entrypoint == entrypoints.get(d.name)
+            for s in d.schedules if s.slug}
+
+
+def with_schedules(out: Path, states: dict[tuple[str, str], bool], active: bool | None = None,
+                   prefect_yaml: Path = PREFECT_YAML) -> dict[tuple[str, str], bool]:
+    """Write to `out` a copy of `prefect_yaml` in which every schedule says whether it is active: `active` when given,
+    else as it is on the server now (`states`: what the user set stays so), else paused. `prefect deploy` of that
+    copy updates each schedule in place by its slug (same id). Returns what each schedule was set to."""
+    data = yaml.safe_load(prefect_yaml.read_text())
+    chosen = {}
+    for d in data.get("deployments") or []:
+        for schedule in d.get("schedules") or []:
+            key = (d["name"], schedule.get("slug") or "")
+            schedule["active"] = chosen[key] = active if active is not None else states.get(key, False)
+    write_atomic(out, yaml.safe_dump(data, sort_keys=False))
+    return chosen
 
 
 def deploy(names: Sequence[str], env: dict[str, str] | None = None, prefect_yaml: Path = PREFECT_YAML) -> str:

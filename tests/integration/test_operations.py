@@ -1,7 +1,9 @@
 """The operations path, for real: `podium dev up` (a Prefect server with its UI, a process worker and the S3 server,
 all on 127.0.0.1), `prefect deploy` of deployments/prefect.yaml, `prefect deployment run
 'podium-submission/bringup'` running a smoke plan to completion through the worker, a webhook that hears about a
-broken plan and about INVALID results, the gpu-<node> limit, and `podium dev down` stopping every process."""
+broken plan and about INVALID results, the gpu-<node> limit, schedules that start paused and stay as the user set
+them across `dev up`, a `podium run` reusing what the deployment run measured (one cache per workspace), and
+`podium dev down` stopping every process."""
 
 from __future__ import annotations
 
@@ -76,8 +78,8 @@ class Stack:
     up_output: str
 
 
-def podium(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+def podium(*args: str, timeout: float = 400, api: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | ({"PREFECT_API_URL": api} if api else {})
     return subprocess.run([str(Path(sys.executable).parent / "podium"), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, check=False)
 
@@ -135,6 +137,7 @@ def post(stack: Stack, path: str, body: dict | None = None) -> list[dict]:
 
 def test_dev_up_registers_what_the_deployments_need(stack: Stack) -> None:
     assert "Prefect UI   http://127.0.0.1:" in stack.up_output and "deployed     bringup" in stack.up_output
+    assert "schedule     nightly (schedule nightly): paused" in stack.up_output
     assert httpx.get(stack.api.removesuffix("/api") + "/", timeout=30).status_code == 200   # the UI
     bringup = get(stack, "/deployments/name/podium-submission/bringup")
     assert bringup["entrypoint"] == "flows.bringup:bringup" and bringup["work_pool_name"] == "podium-process"
@@ -155,6 +158,29 @@ def test_dev_up_registers_what_the_deployments_need(stack: Stack) -> None:
     assert results["data"]["bucket_name"] == "podium" and results["data"]["bucket_folder"] == "runs/prefect-results"
     names = {a["name"] for a in post(stack, "/automations/filter")}
     assert {"podium: flow run failed or crashed", "podium: INVALID result or failed audit"} <= names
+
+
+def scheduled_runs(stack: Stack, deployment_id: str) -> list[dict]:
+    return post(stack, "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}},
+                                             "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}})
+
+
+def test_dev_up_keeps_the_schedules_as_the_user_set_them(stack: Stack) -> None:
+    """The local stack deploys its schedules paused (a laptop does not run the nightly plan unasked); one the user
+    resumed or paused stays so, under the same id, when `podium dev up` runs again."""
+    nightly = get(stack, "/deployments/name/podium-submission/nightly")
+    (schedule,) = nightly["schedules"]
+    assert schedule["active"] is False and not scheduled_runs(stack, nightly["id"])
+    for action, active in (("resume", True), ("pause", False)):
+        done = prefect(stack, "deployment", "schedule", action, "podium-submission/nightly", schedule["id"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        began = time.monotonic()
+        again = podium("dev", "up", "--workspace", str(stack.ws), "--port", "0", "--node", NODE)
+        print(f"dev up again ({action}d): {time.monotonic() - began:.1f} s")
+        assert again.returncode == 0, again.stdout + again.stderr
+        (kept,) = get(stack, "/deployments/name/podium-submission/nightly")["schedules"]
+        assert (kept["id"], kept["active"]) == (schedule["id"], active), kept
+    assert not scheduled_runs(stack, nightly["id"])
 
 
 def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
@@ -183,10 +209,23 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert server is not None
     cfg = storage.StorageConfig(server.endpoint_url, "podium", "runs", "us-east-1", server.credentials.access_key,
                                 server.credentials.secret_key)
-    assert storage.list_keys(cfg, "prefect-results"), "task results persisted in S3 (the S3Bucket block)"
+    entries = sorted(p.name for p in (stack.ws / "work" / "cache").iterdir())
+    assert sum(e.startswith("loadgen-") for e in entries) == 2, entries   # the cache: in the workspace, not in S3
+    print("in s3://podium/runs/prefect-results/:", storage.list_keys(cfg, "prefect-results"))
     key = f"runs/smoke/{folder.name}/plots/{plot.name}"
     tags = {t["Key"]: t["Value"] for t in storage.client(cfg).get_object_tagging(Bucket="podium", Key=key)["TagSet"]}
     assert tags["flow-run-id"] == folder.name and len(tags["plan-sha256"]) == 64 and tags["git-commit"]
+
+
+def test_a_cli_run_reuses_what_the_deployment_run_measured(stack: Stack) -> None:
+    """`podium run` of the plan the bring-up deployment just ran, in the same workspace: every loadgen run comes from
+    the cache the deployment run left, and no engine starts."""
+    began = time.monotonic()
+    run = podium("run", str(stack.plan), "--workspace", str(stack.ws), api=stack.api)
+    print(f"podium run after the deployment run: {time.monotonic() - began:.1f} s")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "engine launched 0 time(s)" in output and output.count("Cached(type=COMPLETED)") == 2, output[-3000:]
 
 
 def test_a_broken_plan_calls_the_webhook(stack: Stack) -> None:

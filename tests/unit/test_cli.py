@@ -48,3 +48,19 @@ def test_check_json(tmp_path: Path) -> None:
 def test_check_unknown_round(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check", str(tmp_path), "--round", "v7.0"])
     assert result.exit_code == 2 and "no rules for round 'v7.0'" in result.output
+
+
+def test_setup_without_a_server_says_so_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """`podium setup` needs a Prefect server: with none set, or one that does not answer, one `error:` line and its
+    fix, no traceback, no temporary server."""
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))   # no profile that sets an API URL
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    unset = runner.invoke(app, ["setup"])
+    assert unset.exit_code == 1 and unset.output.startswith("error: PREFECT_API_URL is not set")
+    assert "export PREFECT_API_URL=" in unset.output and "Traceback" not in unset.output
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")   # the discard port: nothing listens
+    down = runner.invoke(app, ["setup"])
+    assert down.exit_code == 1 and isinstance(down.exception, SystemExit), down.exception   # not a traceback
+    assert down.output.startswith("error: no Prefect server answers at http://127.0.0.1:9/api"), down.output
+    assert len(down.output.strip().splitlines()) == 2   # the error and its fix
+    assert not (tmp_path / "home" / "prefect.db").exists()

@@ -29,6 +29,44 @@ def test_every_deployment_names_a_flow_and_a_pool() -> None:
     assert {"bringup", "run", "nightly"} <= set(ready) and set(ready) | set(skipped) == set(deployments)
 
 
+def test_the_readme_exports_the_api_url_beside_the_bringup_command() -> None:
+    """Without PREFECT_API_URL, `prefect deployment run` starts a temporary server that knows no deployment."""
+    lines = [line.strip() for line in (REPO / "README.md").read_text().splitlines()]
+    command = next(i for i, line in enumerate(lines) if line.startswith("prefect deployment run 'podium-submission/"))
+    assert lines[command - 1].startswith("export PREFECT_API_URL=http://127.0.0.1:4200/api"), lines[command - 1]
+
+
+def test_schedules_are_deployed_as_the_user_set_them(tmp_path: Path) -> None:
+    """Each schedule has a slug (a redeploy updates it in place: same id) and no `active:` of its own; the local
+    stack's copy says paused for a new one, keeps what the server has, and obeys --schedules / --no-schedules."""
+    schedules = [(d["name"], s) for d in registration.deployments() for s in d.get("schedules") or []]
+    assert schedules and all(s.get("slug") and "active" not in s for _, s in schedules)
+    out = tmp_path / "prefect.yaml"
+    for states, flag, expected in [({}, None, False), ({("nightly", "nightly"): True}, None, True),
+                                   ({("nightly", "nightly"): False}, None, False),
+                                   ({("nightly", "nightly"): False}, True, True), ({}, False, False)]:
+        chosen = registration.with_schedules(out, states, flag)
+        assert chosen == {("nightly", "nightly"): expected}
+        nightly = next(d for d in registration.deployments(out) if d["name"] == "nightly")
+        assert nightly["schedules"] == [{"cron": "0 2 * * *", "timezone": "UTC", "slug": "nightly",
+                                         "active": expected}]
+    assert registration.deployments(out) != registration.deployments()   # the checkout's own file is untouched
+
+
+def test_the_cached_steps_keep_their_entries_in_the_workspace(tmp_path: Path) -> None:
+    """Wherever the flow runs (`podium run`, a deployment run through a worker whose default result storage is S3),
+    the loadgen runs and audits keep their cache entries beside their run folders: one cache per workspace."""
+    from tasks.compliance.step import audit_task
+    from tasks.harness.step import loadgen_task
+    from tasks.steps import cached_in
+
+    for step in (loadgen_task, audit_task):
+        placed = cached_in(step, tmp_path / "work")
+        assert placed.result_storage == tmp_path / "work" / "cache"
+        assert (placed.name, placed.cache_key_fn, placed.persist_result, placed.retries) == \
+            (step.name, step.cache_key_fn, True, 1)
+
+
 def test_a_deployment_whose_flow_is_missing_is_left_out(tmp_path: Path) -> None:
     spec = {"deployments": [{"name": "ok", "entrypoint": "flows.bringup:bringup"},
                             {"name": "later", "entrypoint": "flows.nothing_yet:flow"},
