@@ -18,6 +18,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from submission import markdown as md
 from submission import plan as plans
 from submission.engine_options import EngineOptions, OptionsLike, parse_options
 from submission.errors import PlanError, RunFailed
@@ -68,7 +69,8 @@ def record_artifacts(name: str, rows: list[dict[str, Any]], summary: str, png: P
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     key = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:100]
-    create_table_artifact(key=key, table=[{k: ("-" if v is None else v) for k, v in r.items()} for r in rows],
+    create_table_artifact(key=key, table=[{k: v if isinstance(v, int | float) else md.cell(v) for k, v in r.items()}
+                                            for r in rows],
                           description=summary.splitlines()[0])
     create_markdown_artifact(key=f"{key}-summary", markdown=summary + (f"\n\nPlot: `{png}`\n" if png else ""))
 

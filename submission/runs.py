@@ -111,6 +111,32 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
     return runs
 
 
+class Planned(Strict):
+    """How many runs a plan makes: performance and accuracy runs, compliance audits (what progress counts against)."""
+
+    performance: int = 0
+    accuracy: int = 0
+    audits: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.performance + self.accuracy + self.audits
+
+    def __add__(self, other: Planned) -> Planned:
+        return Planned(performance=self.performance + other.performance, accuracy=self.accuracy + other.accuracy,
+                       audits=self.audits + other.audits)
+
+
+def planned(plan: Plan, rules: Rules) -> Planned:
+    """The runs of every benchmark of the plan (`plan_runs`) and the audits each scenario runs when audits run."""
+    out = Planned()
+    for bench in plan.benchmarks:
+        scenarios = sum(s in bench.scenarios for s in SCENARIOS)
+        tests = len(rules.benchmark(bench.benchmark).compliance_tests) if plan.audits_enabled else 0
+        out += Planned(performance=scenarios, accuracy=scenarios if bench.accuracy else 0, audits=scenarios * tests)
+    return out
+
+
 class RunRecord(Strict):
     """One row of the results table: what a finished loadgen run measured, and where its logs are."""
 
