@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.states import Completed, State
 
 from flows.search import prepare, record_artifacts, scenario_spec, search_peak_qps
 from submission import gates
@@ -43,7 +44,7 @@ def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, 
 @flow(name="scaling-check", flow_run_name="scaling[{scenario}]")
 def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".podium",
                   nodes: list[int] | None = None, scenario: str = "Offline", floor: float | None = None,
-                  gpus_per_node: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                  gpus_per_node: int | None = None, settings: dict[str, Any] | None = None) -> State:
     plan = plans.load(plan_path)
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     ws = Workspace.at(workspace)
@@ -79,4 +80,4 @@ def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".pod
     (ws.root / "search" / f"{tag}.json").write_text(json.dumps(out, indent=2))
     record_artifacts(tag, table, summary + "\n\n" + gates.markdown(verdicts), png)
     get_run_logger().info(summary)
-    return out
+    return Completed(message=summary, data=out)

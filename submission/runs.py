@@ -11,7 +11,7 @@ import json
 from typing import Literal
 
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
-from submission.rules import Rules
+from submission.rules import Rules, load_rules
 from submission.schema import Strict
 
 Mode = Literal["performance", "accuracy"]
@@ -127,9 +127,9 @@ class Planned(Strict):
                        audits=self.audits + other.audits)
 
 
-def planned(plan: Plan, rules: Rules) -> Planned:
+def planned(plan: Plan) -> Planned:
     """The runs of every benchmark of the plan (`plan_runs`) and the audits each scenario runs when audits run."""
-    out = Planned()
+    rules, out = load_rules(plan.round), Planned()
     for bench in plan.benchmarks:
         scenarios = sum(s in bench.scenarios for s in SCENARIOS)
         tests = len(rules.benchmark(bench.benchmark).compliance_tests) if plan.audits_enabled else 0

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from submission import markdown as md
 from submission.checker import CheckReport
-from submission.runs import AuditRecord, RunRecord
+from submission.runs import AuditRecord, Planned, RunRecord
 from tasks.reporting.plots import plot_latency as plot_latency  # the PNG plots, re-exported (tasks/reporting/plots.py)
 from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
@@ -84,6 +84,23 @@ def where_markdown(folder: str | None, tree: str | None, s3: str | None, links: 
         lines.append("- " + ", ".join(f"[{name}]({url})" for name, url in links.items())
                      + " (presigned links, valid 7 days)")
     return "\n## Where everything went\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def outcome(plan_name: str, planned: Planned, records: Sequence[RunRecord], audits: Sequence[AuditRecord],
+            check: CheckReport | None, *, failures: int = 0, data_checks: int = 0, gates: int = 0,
+            tree: str | None = None, s3: str | None = None) -> str:
+    """The run in one line, counted against what the plan planned: the final state's message, the summary's
+    description, what `podium run` prints last."""
+    counts = [(planned.performance, sum(r.mode == "performance" and r.valid is True for r in records), "runs VALID"),
+              (planned.accuracy, sum(r.mode == "accuracy" and r.accuracy_pass is True for r in records),
+               "accuracy PASS"),
+              (planned.audits, sum(a.passed for a in audits), "audits PASS")]
+    parts = [f"{done}/{total} {what}" for total, done, what in counts if total]
+    if check is not None:
+        parts.append(f"checker {len(check.errors)} errors, {len(check.deviations)} deviations")
+    parts += [f"{n} {what}" for n, what in ((failures, "step(s) failed"), (data_checks, "data check(s) failed"),
+                                            (gates, "gate(s) failed")) if n]
+    return "; ".join([f"{plan_name}: {', '.join(parts)}", *([f"tree {tree}"] if tree else []), *([s3] if s3 else [])])
 
 
 def write_run_files(run_folder: Path, records: list[RunRecord], report_md: str,

@@ -9,7 +9,8 @@ import re
 from markdown_it import MarkdownIt
 
 from submission import gates
-from submission.runs import AuditCheck, AuditRecord, RunRecord
+from submission.checker import CheckReport, Finding
+from submission.runs import AuditCheck, AuditRecord, Planned, RunRecord
 from tasks.reporting import artifacts as reporting
 
 MD = MarkdownIt("commonmark").enable("table")
@@ -62,3 +63,16 @@ def test_summary_tables_and_links_render_as_written() -> None:
     link = re.search(r'<a href="([^"]+)">([^<]+)</a>', MD.render(text))
     assert link and link.group(2) == "manifest" and html.unescape(link.group(1)) == URL   # a short label
     assert "`/ws/runs/r1`" in text and "`s3://podium/runs/smoke/r1/`" in text and "/ws/runs/r1/submission" in text
+
+
+def test_the_outcome_line_counts_against_the_plan() -> None:
+    records, audits = _records()
+    check = CheckReport(round="v6.1", profile="smoke", scenarios_checked=1,
+                        findings=[Finding(rule="min-duration", severity="deviation", path="p", message="m")])
+    where = {"tree": "/ws/runs/r1/submission", "s3": "s3://podium/runs/smoke/r1/"}
+    line = reporting.outcome("smoke", Planned(performance=2, accuracy=1, audits=3), records, audits, check, **where)
+    assert line == ("smoke: 1/2 runs VALID, 1/1 accuracy PASS, 2/3 audits PASS, checker 0 errors, 1 deviations; "
+                    "tree /ws/runs/r1/submission; s3://podium/runs/smoke/r1/")
+    failed = reporting.outcome("smoke", Planned(performance=2), records[:1], [], None, failures=1, data_checks=2,
+                               **where)
+    assert failed.startswith("smoke: 1/2 runs VALID, 1 step(s) failed, 2 data check(s) failed; tree ")
