@@ -73,12 +73,10 @@ def bringup(plan: str, cluster: str, systems: list[str] | None = None, smoke_pla
         for name, path in stages:
             logger.info("bring-up of %s: the %s plan %s", cluster, name, path)
             state = submission(path, workspace, return_state=True)
-            lines.append(f"{name} plan {state.message}")
             if not state.is_completed():
-                lines[-1] = f"{name} plan ended {state.name}: {state.message}"
-                if name == "smoke":
-                    lines.append("the full plan did not start")
-                return Failed(message=" | ".join(lines))
+                lines.append(f"{name} plan ended {state.name}: {state.message}")
+                return Failed(message=" | ".join(lines + ["the full plan did not start"] * (name == "smoke")))
+            lines.append(f"{name} plan {state.message}")
             runs[name] = {k: v for k, v in state.result().items() if k in ("run_id", "run_folder", "s3", "check")}
     logger.info(" | ".join(lines))
     return Completed(message=" | ".join(lines), data={"cluster": cluster, "plan": target, "preflight": checks,
