@@ -178,9 +178,9 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     artifacts = post(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}})
     assert any(a["key"] == "bringup-preflight" and "GPUs and driver" in a["data"] for a in artifacts)
     # what the bring-up run itself shows (issue 14): its outcome line, the summary, live progress, named subflows
-    line = flow_run["state"]["message"]
+    line, tree = flow_run["state"]["message"], re.escape(str(folder / "submission"))
     assert re.fullmatch(rf"bring-up of ci: (\d+)/\1 preflight checks passed \| full plan smoke: 1/1 runs VALID, "
-                        rf"1/1 accuracy PASS, checker 0 errors, \d+ deviations; tree {folder}/submission; "
+                        rf"1/1 accuracy PASS, checker 0 errors, \d+ deviations; tree {tree}; "
                         rf"s3://podium/runs/smoke/{folder.name}/", line), line
     assert line in run.stdout and "2 of 2 runs done; last: cpu-smoke/gpt-oss-120b/Offline/accuracy: " in run.stdout
     summary = next(a for a in artifacts if a["key"] == "summary")
