@@ -17,8 +17,9 @@ from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit_task
-from tasks.harness.step import RunRejected, run_loadgen
+from tasks.harness.step import RunRejected, run_loadgen, summary
 from tasks.ops.inputs import require_fit
+from tasks.reporting import progress
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, sizing, where
 from tasks.serving.session import EngineSession, engine_identity
@@ -26,7 +27,15 @@ from tasks.staging.stage import S3Access, stage_task
 from tasks.workspace import Workspace
 
 
-@flow(name="benchmark", flow_run_name="{key}")
+def _run_name() -> str:
+    """`<benchmark> on <system>`, e.g. `gpt-oss-120b on cpu-smoke`."""
+    from prefect.runtime import flow_run
+
+    system, _, benchmark = flow_run.parameters["key"].partition("/")
+    return f"{benchmark} on {system}"
+
+
+@flow(name="benchmark", flow_run_name=_run_name)
 def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     plan = plans.load(plan_path)
     bench = plan.benchmark(key)
@@ -53,11 +62,13 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
             state = run_loadgen(spec, engine, str(ws.work), bench.evaluator, tokenizer, return_state=True)
             if state.is_completed():
                 records.append(state.result())
+                progress.finished(f"{spec.label}: {summary(records[-1])}")
                 continue
             error = state.result(raise_on_failure=False)
             if isinstance(error, RunRejected):
                 records.append(error.record)
             failures.append(f"{spec.label}: {error}")
+            progress.finished(f"{spec.label}: failed: {_first_line(error)}")
             logger.error("%s failed: %s", spec.label, error)
         audits, failures = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine, ws,
                                    failures)
@@ -66,6 +77,10 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
                 launches)
     return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches,
             "audits": [a.model_dump(mode="json") for a in audits]}
+
+
+def _first_line(error: object) -> str:
+    return str(error).splitlines()[0][:200] if str(error) else type(error).__name__
 
 
 def check_staged(plan: plans.Plan, bench: plans.BenchmarkSpec, model: str, datasets: dict[str, str]) -> None:
@@ -80,14 +95,18 @@ def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], 
     jobs, skipped = audit_jobs(plan, bench, load_rules(plan.round), specs, records, datasets=datasets,
                                model_dir=model_dir, tokenizer=tokenizer)
     audits, failures = [], failures + skipped
+    for line in skipped:
+        progress.finished(line)
     for job in jobs:
         state = run_audit_task(job, engine, str(ws.work), return_state=True)
         if state.is_completed():
             audits.append(state.result())
+            progress.finished(f"{job.label}: {audits[-1].summary()}")
             continue
         error = state.result(raise_on_failure=False)
         if isinstance(error, AuditFailed):
             audits.append(error.record)
         failures.append(f"{job.label}: {error}")
+        progress.finished(f"{job.label}: failed: {_first_line(error)}")
         get_run_logger().error("%s failed: %s", job.label, error)
     return audits, failures

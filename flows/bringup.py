@@ -18,14 +18,16 @@ from pathlib import Path
 
 import yaml
 from prefect import flow, get_run_logger
-from prefect.states import Failed
+from prefect.states import Completed, Failed, State
 
 from flows.submission import object_storage, submission
 from submission import plan as plans
 from submission.errors import PlanError
 from submission.plan import check_name
+from submission.runs import planned
 from tasks.ops.cluster import cluster_checks
 from tasks.ops.preflight import preflight
+from tasks.reporting import progress
 from tasks.staging.stage import S3Access
 from tasks.workspace import Workspace
 
@@ -54,7 +56,7 @@ def cluster_plan(plan_path: str, systems: list[str] | None, cluster: str, ws: Wo
 
 @flow(name="podium-submission", flow_run_name="bringup-{cluster}")
 def bringup(plan: str, cluster: str, systems: list[str] | None = None, smoke_plan: str | None = SMOKE_PLAN,
-            workspace: str = ".podium") -> dict | Failed:
+            workspace: str = ".podium") -> State:
     ws = Workspace.at(workspace)
     logger = get_run_logger()
     target = cluster_plan(plan, systems, cluster, ws)
@@ -65,12 +67,17 @@ def bringup(plan: str, cluster: str, systems: list[str] | None = None, smoke_pla
     checks = cluster_checks(loaded, cluster, str(ws.stage), access)
     runs: dict[str, dict] = {}
     stages = [("smoke", smoke_plan)] if smoke_plan and Path(smoke_plan).resolve() != Path(target).resolve() else []
-    for name, path in [*stages, ("full", target)]:
-        logger.info("bring-up of %s: the %s plan %s", cluster, name, path)
-        state = submission(path, workspace, return_state=True)
-        if not state.is_completed():
-            what = "the smoke run" if name == "smoke" else "the full plan"
-            return Failed(message=f"bring-up of {cluster}: {what} ended {state.name}: {state.message}"
-                          + ("; the full plan did not start" if name == "smoke" else ""))
-        runs[name] = {k: v for k, v in state.result().items() if k in ("run_id", "run_folder", "s3", "check")}
-    return {"cluster": cluster, "plan": target, "preflight": checks, "runs": runs}
+    stages.append(("full", target))
+    lines = [f"bring-up of {cluster}: {len(checks)}/{len(checks)} preflight checks passed"]
+    with progress.tracking(sum(planned(plans.load(path)).total for _, path in stages)):
+        for name, path in stages:
+            logger.info("bring-up of %s: the %s plan %s", cluster, name, path)
+            state = submission(path, workspace, return_state=True)
+            if not state.is_completed():
+                lines.append(f"{name} plan ended {state.name}: {state.message}")
+                return Failed(message=" | ".join(lines + ["the full plan did not start"] * (name == "smoke")))
+            lines.append(f"{name} plan {state.message}")
+            runs[name] = {k: v for k, v in state.result().items() if k in ("run_id", "run_folder", "s3", "check")}
+    logger.info(" | ".join(lines))
+    return Completed(message=" | ".join(lines), data={"cluster": cluster, "plan": target, "preflight": checks,
+                                                       "runs": runs})

@@ -42,7 +42,9 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     if report.is_file():
         typer.echo(report.read_text())
         typer.echo(f"run folder: {latest.resolve()}")
-    if not state.is_completed():
+    if state.is_completed():
+        typer.echo(state.message)   # the run in one line, as its final state says it
+    else:
         error = state.result(raise_on_failure=False)
         raise error if isinstance(error, PodiumError) else RunFailed(state.message or str(error))
 

@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.states import Completed, State
 
-from flows.search import prepare, record_artifacts, scenario_spec, search_peak_qps
+from flows.search import prepare, record_artifacts, runs_at_most, scenario_spec, search_peak_qps
 from submission import gates
 from submission import plan as plans
 from submission.engine_options import OptionsLike
 from submission.errors import PlanError
-from tasks.reporting import plots
+from tasks.reporting import plots, progress
 from tasks.serving.session import EngineSession
 from tasks.tuning.bisection import SearchSettings
 from tasks.tuning.probes import ProbeCache, Prober, target_qps, with_rate
@@ -40,10 +41,21 @@ def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, 
                           "reasons": list(probe.reasons)}
 
 
+def measure(plan_path: str, plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, scenario: str,
+            settings: dict[str, Any] | None, nodes: int) -> tuple[float | None, dict[str, Any]]:
+    """The scenario's result at `nodes` nodes: the Offline run, or the peak search of a Server-type scenario."""
+    options = bench.engine.config().scaled(nodes)
+    if scenario == "Offline":
+        return offline_metric(plan, bench, ws, options, nodes)
+    out = search_peak_qps(plan_path, bench.key, scenario, str(ws.root), settings, engine_options=options,
+                          label=f"{nodes} node(s)")
+    return out["metric"], {"qps": out["qps"], "confirmed": out["confirmed"]}
+
+
 @flow(name="scaling-check", flow_run_name="scaling[{scenario}]")
 def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".podium",
                   nodes: list[int] | None = None, scenario: str = "Offline", floor: float | None = None,
-                  gpus_per_node: int | None = None, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                  gpus_per_node: int | None = None, settings: dict[str, Any] | None = None) -> State:
     plan = plans.load(plan_path)
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     ws = Workspace.at(workspace)
@@ -52,19 +64,15 @@ def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".pod
         raise PlanError(f"a deployment needs at least one node, got {counts[0]}", fix="pass node counts >= 1")
     floor = plan.gates.scaling_floor if floor is None else floor
     points, details = [], []
-    for n in counts:
-        options = bench.engine.config().scaled(n)
-        if scenario == "Offline":
-            metric, detail = offline_metric(plan, bench, ws, options, n)
-        else:
-            out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
-                                  label=f"{n} node(s)")
-            metric, detail = out["metric"], {"qps": out["qps"], "confirmed": out["confirmed"]}
-        if metric is None:
-            raise PlanError(f"the {scenario} run at {n} node(s) measured no result: {detail}",
-                            fix="fix the run at that size (its logs are in the workspace) and run the check again")
-        points.append((n, metric))
-        details.append({"nodes": n, **detail})
+    per_size = 1 if scenario == "Offline" else runs_at_most(SearchSettings(**(settings or {})), None)
+    with progress.tracking(len(counts) * per_size, bounded=scenario != "Offline"):
+        for n in counts:
+            metric, detail = measure(plan_path, plan, bench, ws, scenario, settings, n)
+            if metric is None:
+                raise PlanError(f"the {scenario} run at {n} node(s) measured no result: {detail}",
+                                fix="fix the run at that size (its logs are in the workspace) and run the check again")
+            points.append((n, metric))
+            details.append({"nodes": n, **detail})
     rows = gates.scaling(points, gpus_per_node)
     verdicts = gates.scaling_gates(rows, floor, f"{bench.key} {scenario}")
     passed = all(g.passed for g in verdicts)
@@ -79,4 +87,4 @@ def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".pod
     (ws.root / "search" / f"{tag}.json").write_text(json.dumps(out, indent=2))
     record_artifacts(tag, table, summary + "\n\n" + gates.markdown(verdicts), png)
     get_run_logger().info(summary)
-    return out
+    return Completed(message=summary, data=out)

@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.states import Completed, State
 
+from submission import markdown as md
 from submission import plan as plans
 from submission.engine_options import EngineOptions, OptionsLike, parse_options
 from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
-from tasks.reporting import plots
+from tasks.reporting import plots, progress
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, where
 from tasks.serving.session import EngineSession, engine_identity
@@ -68,7 +70,8 @@ def record_artifacts(name: str, rows: list[dict[str, Any]], summary: str, png: P
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     key = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:100]
-    create_table_artifact(key=key, table=[{k: ("-" if v is None else v) for k, v in r.items()} for r in rows],
+    create_table_artifact(key=key, table=[{k: v if isinstance(v, int | float) else md.cell(v) for k, v in r.items()}
+                                            for r in rows],
                           description=summary.splitlines()[0])
     create_markdown_artifact(key=f"{key}-summary", markdown=summary + (f"\n\nPlot: `{png}`\n" if png else ""))
 
@@ -84,7 +87,7 @@ def _search_run_name() -> str:
 @flow(name="search-peak-qps", flow_run_name=_search_run_name)
 def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Server", workspace: str = ".podium",
                     settings: dict[str, Any] | None = None, engine_options: OptionsLike | None = None,
-                    start_qps: float | None = None, label: str | None = None) -> dict[str, Any]:
+                    start_qps: float | None = None, label: str | None = None) -> State:
     plan = plans.load(plan_path)
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     ws = Workspace.at(workspace)
@@ -102,7 +105,8 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     folder = ws.root / "search"
     tag = f"{bench.key.replace('/', '-')}-{scenario}-{deployment_key(base)}"
     log_dir = ws.root / "logs" / "search" / tag
-    with EngineSession(**session, log_dir=str(log_dir)) as engine:
+    with progress.tracking(runs_at_most(cfg, start_qps), bounded=True), \
+            EngineSession(**session, log_dir=str(log_dir)) as engine:
         prober = Prober(base, cfg, ProbeCache(folder, base), engine, str(ws.work))
         first: Probe | None = None
         if start_qps is None:
@@ -123,7 +127,12 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     (folder / f"{tag}.result.json").write_text(json.dumps(out | {"trace": rows}, indent=2))
     record_artifacts(f"search-{tag}", rows, out["summary"], png)
     get_run_logger().info(out["summary"])
-    return out | {"trace": rows, "plot": str(png)}
+    return Completed(message=out["summary"].splitlines()[0], data=out | {"trace": rows, "plot": str(png)})
+
+
+def runs_at_most(cfg: SearchSettings, start_qps: float | None) -> int:
+    """The most runs one search makes: its probes, its confirmations, and the Offline run when it starts there."""
+    return cfg.max_probes + cfg.max_confirmations + (start_qps is None)
 
 
 def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec, scenario: str,
@@ -157,27 +166,16 @@ def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec
 def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str = "Interactive",
                          workspace: str = ".podium", gpus: int | None = None, prefill_tp: int = 1,
                          decode_tp: int = 1, nodes: int = 1, gpus_per_node: int | None = None,
-                         settings: dict[str, Any] | None = None, fragment_path: str | None = None) -> dict[str, Any]:
+                         settings: dict[str, Any] | None = None, fragment_path: str | None = None) -> State:
     plan = plans.load(plan_path)
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     if gpus is None:
         raise PlanError("the sweep needs the deployment's GPU count", fix="pass --gpus, e.g. --gpus 16")
     candidates = splits.splits(gpus, prefill_tp=prefill_tp, decode_tp=decode_tp, nodes=nodes,
                                gpus_per_node=gpus_per_node)
-    rows = []
-    for split in candidates:
-        options = split.apply(bench.engine.config())
-        try:
-            out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
-                                  label=split.ratio)
-        except RunFailed as e:   # no rate passed on this split: a row without a result, the sweep goes on
-            get_run_logger().warning("%s: %s", split.label, e)
-            out = {"qps": None, "confirmed": False, "metric": None, "runs": None}
-        metric = out["metric"]
-        rows.append({"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
-                     "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
-                     "metric_per_gpu": None if metric is None else round(metric / split.gpus, 4),
-                     "valid": out["confirmed"], "runs": out["runs"], "options": options.as_plan()})
+    bound = len(candidates) * runs_at_most(SearchSettings(**(settings or {})), None)
+    with progress.tracking(bound, bounded=True):
+        rows = [split_row(split, plan_path, bench, scenario, workspace, settings) for split in candidates]
     winner = splits.best(rows)
     ws = Workspace.at(workspace)
     tag = f"sweep-{bench.key.replace('/', '-')}-{scenario}-{gpus}gpu"
@@ -199,5 +197,23 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
     table = [{k: v for k, v in r.items() if k != "options"} for r in rows]
     record_artifacts(tag, table, "\n".join(lines), png)
     get_run_logger().info("\n".join(lines))
-    return {"rows": rows, "best": winner, "fragment": str(fragment_file) if fragment_file else None,
-            "plot": str(png), "summary": "\n".join(lines)}
+    return Completed(message=lines[0], data={"rows": rows, "best": winner, "plot": str(png),
+                                             "summary": "\n".join(lines),
+                                             "fragment": str(fragment_file) if fragment_file else None})
+
+
+def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, scenario: str, workspace: str,
+              settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The peak search of one prefill:decode split, as a row of the sweep (without a result when no rate passed)."""
+    options = split.apply(bench.engine.config())
+    try:
+        out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
+                              label=split.ratio)
+    except RunFailed as e:   # no rate passed on this split: a row without a result, the sweep goes on
+        get_run_logger().warning("%s: %s", split.label, e)
+        out = {"qps": None, "confirmed": False, "metric": None, "runs": None}
+    metric = out["metric"]
+    return {"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
+            "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
+            "metric_per_gpu": None if metric is None else round(metric / split.gpus, 4),
+            "valid": out["confirmed"], "runs": out["runs"], "options": options.as_plan()}

@@ -9,20 +9,25 @@ import contextlib
 import json
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
-from prefect.states import Failed
+from prefect.states import Completed, Failed, State
 
 from flows.benchmark import benchmark
 from submission import plan as plans
+from submission import runs
+from submission.checker import CheckReport
+from submission.errors import PodiumError
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from tasks.ops import notifications
 from tasks.ops.preflight import preflight
 from tasks.reporting import artifacts as reporting
 from tasks.reporting import expectations as validation
+from tasks.reporting import progress
 from tasks.reporting.expectations import validate_results
 from tasks.reporting.gate_inputs import acceptance_gates
 from tasks.storage import objects as storage
@@ -52,59 +57,97 @@ def _keep_logs(records: list[RunRecord] | list[AuditRecord], folder: Path) -> No
         shutil.copytree(r.run_dir, dest, dirs_exist_ok=True)
 
 
-@flow(name="podium-submission", flow_run_name="{plan_path}")
-def submission(plan_path: str, workspace: str = ".podium") -> dict | Failed:
+def _run_name() -> str:
+    """`<plan name> on <systems>`, e.g. `smoke on cpu-smoke`; the plan file's stem when the plan does not load (the
+    run then fails saying why)."""
+    from prefect.runtime import flow_run
+
+    path = flow_run.parameters["plan_path"]
+    try:
+        plan = plans.load(path)
+    except PodiumError:
+        return Path(path).stem
+    return f"{plan.name} on {', '.join(s.name for s in plan.systems)}"
+
+
+@dataclass
+class Finished:
+    """What the benchmark flows of a plan left: their records, audits, failures and engine launches."""
+
+    records: list[RunRecord] = field(default_factory=list)
+    audits: list[AuditRecord] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    launches: int = 0
+    tree: str = ""                       # the assembled tree
+    check: CheckReport | None = None     # the checker's report on it
+
+
+def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path) -> Finished:
+    """One benchmark flow per benchmark of the plan; every run's full logs kept in the run folder."""
+    done = Finished()
+    for bench in plan.benchmarks:
+        out = benchmark(plan_path, bench.key, str(ws.root), str(folder / "logs"))
+        done.records += [RunRecord.model_validate(r) for r in out["records"]]
+        done.audits += [AuditRecord.model_validate(a) for a in out.get("audits", [])]
+        done.failures += out["failures"]
+        done.launches += out["engine_launches"]
+    _keep_logs(done.records, folder)
+    _keep_logs(done.audits, folder)
+    return done
+
+
+def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, systems: dict[str, dict],
+                       cfg: storage.StorageConfig, ws: Workspace, folder: Path, tags: dict[str, str]) -> dict:
+    """The report (results, compliance, checker, plots, data checks, gates) into the run folder, the run folder
+    into object storage, the artifacts into Prefect; returns what the flow's result and outcome line need."""
+    run_id, records = tags["flow-run-id"], [r.model_dump(mode="json") for r in done.records]
+    key_prefix = f"{plan.name}/{run_id}"
+    s3 = f"s3://{cfg.bucket}/{storage.object_key(cfg, key_prefix)}/"
+    links = {name: storage.presign(cfg, storage.object_key(cfg, key_prefix, key)) for name, key in (
+        ("manifest", storage.MANIFEST), ("submission tarball", "submission.tar.gz"), ("report", "report.md"),
+        ("data checks", validation.RESULT_FILE))}
+    data_checks = validate_results(records, plan.round, str(folder))
+    notifications.emit_result_events(done.records, run_id, plan.name)   # INVALID -> the notification automation
+    notifications.emit_audit_events(done.audits, run_id, plan.name)
+    plots = {p.name: storage.presign(cfg, storage.object_key(cfg, key_prefix, "plots", p.name))
+             for p in reporting.plot_run(done.records, folder / "plots", plan.round)}
+    gate_report = acceptance_gates(plan, records, systems, cfg, run_id, str(ws.root))
+    line = reporting.outcome(plan.name, planned, done.records, done.audits, done.check, failures=len(done.failures),
+                             data_checks=data_checks["failed"], gates=gate_report["failed"], tree=done.tree, s3=s3)
+    rows = reporting.table(done.records, done.audits)
+    text = reporting.markdown(plan.name, plan.profile, rows, done.check, links, done.failures, done.audits,
+                              folder=str(folder), tree=done.tree, s3=s3)
+    text += reporting.plots_markdown(plots) + "\n" + data_checks["markdown"] + "\n" + gate_report["markdown"]
+    (folder / "gates.json").write_text(json.dumps(gate_report, indent=2, default=str))
+    reporting.write_run_files(folder, done.records, text, done.audits)
+    uploaded = publish(cfg, str(folder), key_prefix, tags)
+    reporting.publish_artifacts(rows, text, links, done.audits, outcome=line)
+    reporting.publish_images(plots)
+    return {"s3": s3, "objects": len(uploaded), "rows": rows, "data_checks": data_checks["failed"],
+            "gates_failed": gate_report["failed"], "outcome": line}
+
+
+@flow(name="podium-submission", flow_run_name=_run_name)
+def submission(plan_path: str, workspace: str = ".podium") -> State:
     plan = plans.load(plan_path)
     ws = Workspace.at(workspace)
     run_id = str(get_run_context().flow_run.id)
     folder = ws.run_folder(run_id)
-    logs = folder / "logs"
     commit = git_commit()
-    logger = get_run_logger()
-    logger.info("plan %s (%s profile), run folder %s", plan.name, plan.profile, folder)
-    with object_storage(plan, ws) as cfg:
+    planned = runs.planned(plan)
+    get_run_logger().info("plan %s (%s profile): %d runs planned; run folder %s", plan.name, plan.profile,
+                          planned.total, folder)
+    with progress.tracking(planned.total), object_storage(plan, ws) as cfg:
         systems = preflight(plan, cfg)
-        records, failures, launches, audits = [], [], 0, []
-        for bench in plan.benchmarks:
-            out = benchmark(plan_path, bench.key, str(ws.root), str(logs))
-            records += [RunRecord.model_validate(r) for r in out["records"]]
-            audits += [AuditRecord.model_validate(a) for a in out.get("audits", [])]
-            failures += out["failures"]
-            launches += out["engine_launches"]
-        _keep_logs(records, folder)
-        _keep_logs(audits, folder)
-        root = assemble_tree(plan, records, systems, str(folder), commit, audits)
-        report = check(root, plan.round, plan.profile, plan.inference_src)
-        key_prefix = f"{plan.name}/{run_id}"
-        links = {"manifest": storage.presign(cfg, storage.object_key(cfg, key_prefix, storage.MANIFEST)),
-                 "submission tarball": storage.presign(cfg, storage.object_key(cfg, key_prefix, "submission.tar.gz")),
-                 "report": storage.presign(cfg, storage.object_key(cfg, key_prefix, "report.md"))}
-        data_checks = validate_results([r.model_dump(mode="json") for r in records], plan.round, str(folder))
-        links["data checks"] = storage.presign(cfg, storage.object_key(cfg, key_prefix, validation.RESULT_FILE))
-        notifications.emit_result_events(records, run_id, plan.name)   # INVALID -> the notification automation
-        notifications.emit_audit_events(audits, run_id, plan.name)
-        plots = {p.name: storage.presign(cfg, storage.object_key(cfg, key_prefix, "plots", p.name))
-                 for p in reporting.plot_run(records, folder / "plots", plan.round)}
-        rows = reporting.table(records, audits)
-        text = reporting.markdown(plan.name, plan.profile, rows, report, links, failures, audits)
-        text += reporting.plots_markdown(plots) + "\n" + data_checks["markdown"]
-        gate_report = acceptance_gates(plan, [r.model_dump(mode="json") for r in records], systems, cfg, run_id,
-                                       str(ws.root))
-        text += "\n" + gate_report["markdown"]
-        (folder / "gates.json").write_text(json.dumps(gate_report, indent=2, default=str))
-        reporting.write_run_files(folder, records, text, audits)
-        uploaded = publish(cfg, str(folder), key_prefix,
-                           {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit})
-        reporting.publish_artifacts(rows, text, links, audits)
-        reporting.publish_images(plots)
-    result = {"run_id": run_id, "run_folder": str(folder), "tree": root, "s3": f"s3://{cfg.bucket}/"
-              f"{storage.object_key(cfg, key_prefix)}", "objects": len(uploaded), "rows": rows,
-              "check": report.summary(), "failures": failures, "engine_launches": launches,
-              "compliance": reporting.compliance_rows(audits), "data_checks": data_checks["failed"],
-              "gates_failed": gate_report["failed"]}
-    if failures or not report.ok or data_checks["failed"]:   # a Failed state: an expected outcome, no traceback
-        return Failed(message=f"{len(failures)} step(s) failed, the checker found {len(report.errors)} error(s) and "
-                      f"{data_checks['failed']} data check(s) failed; "
-                      f"everything finished is in {folder} and {result['s3']}; read {folder / 'report.md'}",
-                      data=result)
-    return result
+        done = run_benchmarks(plan_path, plan, ws, folder)
+        done.tree = assemble_tree(plan, done.records, systems, str(folder), commit, done.audits)
+        done.check = report = check(done.tree, plan.round, plan.profile, plan.inference_src)
+        tags = {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit}
+        out = report_and_publish(plan, planned, done, systems, cfg, ws, folder, tags)
+    result = {"run_id": run_id, "run_folder": str(folder), "tree": done.tree, "check": report.summary(),
+              "failures": done.failures, "engine_launches": done.launches,
+              "compliance": reporting.compliance_rows(done.audits), **out}
+    get_run_logger().info(out["outcome"])
+    if done.failures or not report.ok or out["data_checks"]:   # a Failed state: an expected outcome, no traceback
+        return Failed(message=out["outcome"], data=result)
+    return Completed(message=out["outcome"], data=result)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from submission import markdown as md
 from submission.schema import Strict
 
 
@@ -28,7 +29,7 @@ class Gate(Strict):
 
     @property
     def verdict(self) -> str:
-        return {True: "PASS", False: "FAIL", None: "-"}[self.passed]
+        return {True: "PASS", False: "FAIL", None: md.NONE}[self.passed]
 
 
 def _perf(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], Mapping[str, Any]]:
@@ -133,10 +134,10 @@ def scaling_gates(rows: Sequence[Mapping[str, Any]], floor: float, subject: str)
 def markdown(gates: Sequence[Gate]) -> str:
     if not gates:
         return ""
-    lines = ["## Acceptance gates", "", "| gate | subject | value | bound | verdict | detail |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {g.gate} | {g.subject} | {'-' if g.value is None else f'{g.value:g}'} | {g.bound} | {g.verdict} "
-              f"| {g.detail} |" for g in gates]
+    lines = ["## Acceptance gates", "", *md.table(
+        ("gate", "subject", "value", "bound", "verdict", "detail"),
+        [(g.gate, g.subject, None if g.value is None else f"{g.value:g}", g.bound, g.verdict, g.detail)
+         for g in gates])]
     failed = [g for g in gates if g.passed is False]
     lines += ["", f"{len(failed)} gate(s) failed." if failed else "Every gated value passed."]
     return "\n".join(lines) + "\n"

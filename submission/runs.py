@@ -11,7 +11,7 @@ import json
 from typing import Literal
 
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
-from submission.rules import Rules
+from submission.rules import Rules, load_rules
 from submission.schema import Strict
 
 Mode = Literal["performance", "accuracy"]
@@ -109,6 +109,32 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
                 harness_workers=bench.scenarios[scenario].harness_workers,
                 guided_decoding=bench.generation.guided_decoding))
     return runs
+
+
+class Planned(Strict):
+    """How many runs a plan makes: performance and accuracy runs, compliance audits (what progress counts against)."""
+
+    performance: int = 0
+    accuracy: int = 0
+    audits: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.performance + self.accuracy + self.audits
+
+    def __add__(self, other: Planned) -> Planned:
+        return Planned(performance=self.performance + other.performance, accuracy=self.accuracy + other.accuracy,
+                       audits=self.audits + other.audits)
+
+
+def planned(plan: Plan) -> Planned:
+    """The runs of every benchmark of the plan (`plan_runs`) and the audits each scenario runs when audits run."""
+    rules, out = load_rules(plan.round), Planned()
+    for bench in plan.benchmarks:
+        scenarios = sum(s in bench.scenarios for s in SCENARIOS)
+        tests = len(rules.benchmark(bench.benchmark).compliance_tests) if plan.audits_enabled else 0
+        out += Planned(performance=scenarios, accuracy=scenarios if bench.accuracy else 0, audits=scenarios * tests)
+    return out
 
 
 class RunRecord(Strict):

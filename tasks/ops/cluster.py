@@ -16,6 +16,7 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 
+from submission import markdown as md
 from submission.errors import PodiumError
 from submission.plan import Plan
 from tasks.staging import stage as staging
@@ -119,9 +120,8 @@ def all_checks(plan: Plan, stage_root: Path, access: staging.S3Access | None) ->
 
 
 def table(checks: list[Check]) -> str:
-    lines = ["| check | ok | detail | fix |", "|---|---|---|---|"]
-    lines += [f"| {c.name} | {'yes' if c.ok else '**NO**'} | {c.detail} | {c.fix or '-'} |" for c in checks]
-    return "\n".join(lines) + "\n"
+    return "\n".join(md.table(("check", "ok", "detail", "fix"),
+                              [(c.name, "yes" if c.ok else "**NO**", c.detail, c.fix) for c in checks])) + "\n"
 
 
 @task(name="cluster-checks", task_run_name="cluster-checks[{cluster}]")

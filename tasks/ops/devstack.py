@@ -62,6 +62,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The server streams flow-run logs to subscribers, so `prefect deployment run ... --watch` prints each run's log
+# lines (its progress, its final line) between the events, not only the events (off by default in Prefect 3).
+LOG_STREAMING = {"PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
+                 "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true"}
+
+
 def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
     """What every process of the stack (and every flow run the worker starts) sees."""
     return {**os.environ, "PREFECT_HOME": str(ws.prefect_home), "PREFECT_API_URL": api_url,
@@ -82,7 +88,7 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
     if api_url is None:
         port = port or free_port()
         api_url = f"http://{HOST}:{port}/api"
-        env = base_env(ws, api_url) | {"PREFECT_UI_API_URL": api_url}
+        env = base_env(ws, api_url) | {"PREFECT_UI_API_URL": api_url} | LOG_STREAMING
         state["server"] = _spawn([*registration.prefect_cli(), "server", "start", "--host", HOST, "--port", str(port)],
                                  env, folder / "server.log")
         state["api_url"] = api_url

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from uuid import UUID
 
+from submission import markdown as md
 from submission.checker import CheckReport
-from submission.runs import AuditRecord, RunRecord
+from submission.runs import AuditRecord, Planned, RunRecord
 from tasks.reporting.plots import plot_latency as plot_latency  # the PNG plots, re-exported (tasks/reporting/plots.py)
 from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
@@ -49,40 +51,56 @@ def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
         main = (a.failed_checks or [c for c in measured if c.measured is not None][-1:] or [None])[0]
         rows.append({"system": a.system, "benchmark": a.benchmark, "scenario": a.scenario, "test": a.test,
                      "verdict": "PASS" if a.passed else "FAIL",
-                     "measured": None if main is None else f"{main.name} {_cell(main.measured)}",
+                     "measured": None if main is None else f"{main.name} {md.cell(main.measured)}",
                      "bound": None if main is None else main.bound, "attempts": a.attempts,
                      "official": a.official + (f" ({a.disagreement})" if a.disagreement else "") if a.official
                      else None})
     return rows
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    return str(value)
-
-
 def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, links: dict[str, str],
-             failures: list[str], audits: Sequence[AuditRecord] = ()) -> str:
+             failures: list[str], audits: Sequence[AuditRecord] = (), *, folder: str | None = None,
+             tree: str | None = None, s3: str | None = None) -> str:
     lines = [f"# Podium run of `{plan_name}`", ""]
     if profile == "smoke":
         lines += ["> **SMOKE RUN**: a CPU run of a tiny model with shortened durations. Its tree is not, and does not",
                   "> claim to be, a valid MLPerf submission.", ""]
-    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
+    lines += md.table(COLUMNS, rows)
     if audits:
-        lines += ["", "## Compliance", "", "| " + " | ".join(AUDIT_COLUMNS) + " |", "|" + "---|" * len(AUDIT_COLUMNS)]
-        lines += ["| " + " | ".join(_cell(row[c]) for c in AUDIT_COLUMNS) + " |" for row in compliance_rows(audits)]
+        lines += ["", "## Compliance", "", *md.table(AUDIT_COLUMNS, compliance_rows(audits))]
     if failures:
         lines += ["", "## Failed steps", ""] + [f"- {f}" for f in failures]
     if check is not None:
         lines += ["", "## Checker", "", check.summary(), ""]
         lines += [f"- `{f.severity}` **{f.rule}** `{f.path}`: {f.message}" for f in check.findings]
+    return "\n".join(lines) + "\n" + where_markdown(folder, tree, s3, links)
+
+
+def where_markdown(folder: str | None, tree: str | None, s3: str | None, links: dict[str, str]) -> str:
+    """`## Where everything went`: the run folder, the tree, the object storage prefix, and short links."""
+    places = (("run folder", folder), ("submission tree", tree), ("object storage", s3))
+    lines = [f"- {name}: `{value}`" for name, value in places if value]
     if links:
-        lines += ["", "## Where everything went", ""] + [f"- {name}: {url}" for name, url in links.items()]
-    return "\n".join(lines) + "\n"
+        lines.append("- " + ", ".join(f"[{name}]({url})" for name, url in links.items())
+                     + " (presigned links, valid 7 days)")
+    return "\n## Where everything went\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def outcome(plan_name: str, planned: Planned, records: Sequence[RunRecord], audits: Sequence[AuditRecord],
+            check: CheckReport | None, *, failures: int = 0, data_checks: int = 0, gates: int = 0,
+            tree: str | None = None, s3: str | None = None) -> str:
+    """The run in one line, counted against what the plan planned: the final state's message, the summary's
+    description, what `podium run` prints last."""
+    counts = [(planned.performance, sum(r.mode == "performance" and r.valid is True for r in records), "runs VALID"),
+              (planned.accuracy, sum(r.mode == "accuracy" and r.accuracy_pass is True for r in records),
+               "accuracy PASS"),
+              (planned.audits, sum(a.passed for a in audits), "audits PASS")]
+    parts = [f"{done}/{total} {what}" for total, done, what in counts if total]
+    if check is not None:
+        parts.append(f"checker {len(check.errors)} errors, {len(check.deviations)} deviations")
+    parts += [f"{n} {what}" for n, what in ((failures, "step(s) failed"), (data_checks, "data check(s) failed"),
+                                            (gates, "gate(s) failed")) if n]
+    return "; ".join([f"{plan_name}: {', '.join(parts)}", *([f"tree {tree}"] if tree else []), *([s3] if s3 else [])])
 
 
 def write_run_files(run_folder: Path, records: list[RunRecord], report_md: str,
@@ -93,20 +111,52 @@ def write_run_files(run_folder: Path, records: list[RunRecord], report_md: str,
     (run_folder / "report.md").write_text(report_md)
 
 
+def artifact_tables(rows: list[dict], audits: Sequence[AuditRecord] = ()) -> dict[str, list[dict[str, str]]]:
+    """The table artifacts by key: `results`, and `compliance` when audits ran; every cell as `submission.markdown`
+    writes it (the UI renders each cell as Markdown)."""
+    tables = {"results": rows, "compliance": compliance_rows(audits)} if audits else {"results": rows}
+    return {key: [{k: md.cell(v) for k, v in row.items()} for row in table] for key, table in tables.items()}
+
+
 def publish_artifacts(rows: list[dict], report_md: str, links: dict[str, str],
-                      audits: Sequence[AuditRecord] = ()) -> None:
-    """Create the Prefect artifacts of the run (inside a flow run)."""
+                      audits: Sequence[AuditRecord] = (), outcome: str | None = None) -> None:
+    """Create the Prefect artifacts of the run (inside a flow run); the summary goes on the top-level run too, when
+    this one is a subflow (of a bring-up), with the run's outcome line as its description."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-    create_table_artifact(key="results", table=[{k: _cell(v) for k, v in row.items()} for row in rows],
-                          description="One row per system, benchmark and scenario")
-    create_markdown_artifact(key="summary", markdown=report_md, description="Podium run summary")
-    if audits:
-        create_table_artifact(key="compliance", table=[{k: _cell(v) for k, v in row.items()}
-                                                       for row in compliance_rows(audits)],
-                              description="One row per compliance audit: verdict, measured value and bound")
+    descriptions = {"results": "One row per system, benchmark and scenario",
+                    "compliance": "One row per compliance audit: verdict, measured value and bound"}
+    for key, table in artifact_tables(rows, audits).items():
+        create_table_artifact(key=key, table=table, description=descriptions[key])
+    create_markdown_artifact(key="summary", markdown=report_md, description=outcome or "Podium run summary")
+    top = top_run_id()
+    if top and top != current_run_id():
+        create_on(top, "markdown", report_md, key="summary", description=outcome or "Podium run summary")
     for name, url in links.items():
         create_link_artifact(key=name.lower().replace(" ", "-").replace("_", "-"), link=url, link_text=name)
+
+
+def current_run_id() -> str | None:
+    from prefect.runtime import flow_run
+
+    return flow_run.id
+
+
+def top_run_id() -> str | None:
+    """The flow run a person started (the root of this run's subflows); None outside a flow run."""
+    from prefect.runtime import flow_run
+
+    return flow_run.root_flow_run_id if flow_run.id else None
+
+
+def create_on(flow_run_id: str, kind: str, data: object, *, key: str | None, description: str) -> UUID:
+    """An artifact of `kind` (markdown, progress, ...) on the flow run `flow_run_id`, whichever run makes it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import ArtifactCreate
+
+    with get_client(sync_client=True) as client:
+        return client.create_artifact(ArtifactCreate(type=kind, key=key, description=description, data=data,
+                                                     flow_run_id=UUID(flow_run_id))).id
 
 
 def publish_images(images: dict[str, str]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from prefect import task
 
 from submission import gates
+from submission import markdown as md
 from submission.errors import StorageError
 from submission.plan import Plan
 from submission.rules import load_rules
@@ -93,18 +94,17 @@ def evaluate(plan: Plan, records: list[dict], systems: dict[str, dict[str, Any]]
     found += scaling_results(workspace, plan)
     per_gpu = gates.per_gpu(rows, accelerators(systems))
     text = gates.markdown(found) or "## Acceptance gates\n\nNothing to gate.\n"
-    text += "\n| system | benchmark | scenario | metric | accelerators | per accelerator |\n|---|---|---|---|---|---|\n"
-    text += "".join(_per_gpu_line(r) for r in per_gpu if r.get("metric") is not None)
+    text += "\n" + "\n".join(md.table(("system", "benchmark", "scenario", "metric", "accelerators", "per accelerator"),
+                                     [_per_gpu_cells(r) for r in per_gpu if r.get("metric") is not None])) + "\n"
     if previous is None:
         text += "\nNo earlier run of this plan in object storage: nothing to compare with.\n"
     return {"gates": [g.model_dump() for g in found], "per_gpu": per_gpu, "markdown": text,
             "failed": sum(g.passed is False for g in found), "previous_run": previous[0] if previous else None}
 
 
-def _per_gpu_line(r: dict[str, Any]) -> str:
-    per = "-" if r["per_gpu"] is None else f"{r['per_gpu']:,.2f}"
-    return (f"| {r['system']} | {r['benchmark']} | {r['scenario']} | {r['metric']:,.2f} {r.get('unit') or ''} "
-            f"| {r['gpus'] or '-'} | {per} |\n")
+def _per_gpu_cells(r: dict[str, Any]) -> tuple[object, ...]:
+    return (r["system"], r["benchmark"], r["scenario"], f"{r['metric']:,.2f} {r.get('unit') or ''}".rstrip(),
+            r["gpus"], r["per_gpu"])
 
 
 @task(name="acceptance-gates")

@@ -26,6 +26,7 @@ from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.harness import runner
+from tasks.reporting import progress
 from tasks.serving.session import EngineSession
 from tasks.steps import retry_transient, run_logger
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, round_qps
@@ -163,10 +164,11 @@ class Prober:
         return self._run(spec, "offline")
 
     def _run(self, spec: RunSpec, stage: Stage) -> Probe:
-        found = self.cache.get(spec)
-        if found is not None:
-            return found
-        probe = self.run(spec, stage, target_qps(spec), self.engine, self.work_dir)
-        self.cache.put(spec, probe)
-        self.ran += 1
+        probe = self.cache.get(spec)
+        if probe is None:
+            probe = self.run(spec, stage, target_qps(spec), self.engine, self.work_dir)
+            self.cache.put(spec, probe)
+            self.ran += 1
+        progress.finished(f"{spec.label} {stage} at {target_qps(spec):g} q/s: {probe.verdict}"
+                          + (" (cached)" if probe.cached else ""))
         return probe

@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -97,6 +98,8 @@ def test_a_planted_secret_appears_nowhere(prefect_server: None, smoke_store: Pat
         result = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "run", str(plan),
                                  "--workspace", str(ws)], capture_output=True, env=env, cwd=REPO, timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        last = result.stdout.decode().strip().splitlines()[-1]   # `podium run` ends with its final state's line
+        assert re.fullmatch(r"[\w-]+: 1/1 runs VALID, .*checker 0 errors, .*; s3://podium/runs/\S+/", last), last
 
         cfg = storage.StorageConfig(server.endpoint_url, "podium", "", "us-east-1", access_key, secret)
         s3 = storage.client(cfg)

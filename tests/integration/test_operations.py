@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -116,7 +117,8 @@ def stack(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         up = podium("dev", "up", "--workspace", str(ws), "--port", "0", "--webhook", hook.url, "--node", NODE)
         assert up.returncode == 0, up.stdout + up.stderr
         api = json.loads((ws / "dev" / "state.json").read_text())["api_url"]
-        env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(ws / "prefect")}
+        env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(ws / "prefect"),
+               "PREFECT_CLI_WRAP_LINES": "false"}   # `--watch` prints each log line whole
         yield Stack(ws, api, env, hook, plan, broken, up.stdout)
     finally:
         podium("dev", "down", "--workspace", str(ws))
@@ -201,6 +203,22 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert "## Plots" in report and "## Data checks" in report and plot.name in report
     artifacts = post(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}})
     assert any(a["key"] == "bringup-preflight" and "GPUs and driver" in a["data"] for a in artifacts)
+    # what the bring-up run itself shows (issue 14): its outcome line, the summary, live progress, named subflows
+    line, tree = flow_run["state"]["message"], re.escape(str(folder / "submission"))
+    assert re.fullmatch(rf"bring-up of ci: (\d+)/\1 preflight checks passed \| full plan smoke: 1/1 runs VALID, "
+                        rf"1/1 accuracy PASS, checker 0 errors, \d+ deviations; tree {tree}; "
+                        rf"s3://podium/runs/smoke/{folder.name}/", line), line
+    assert line in run.stdout and "2 of 2 runs done; last: cpu-smoke/gpt-oss-120b/Offline/accuracy: " in run.stdout
+    summary = next(a for a in artifacts if a["key"] == "summary")
+    assert summary["description"] in line and f"object storage: `s3://podium/runs/smoke/{folder.name}/`" in \
+        summary["data"] and "[manifest](http" in summary["data"]
+    assert [(a["data"], a["description"]) for a in artifacts if a["type"] == "progress"] == [
+        (100, "2 of 2 runs done: finished")]
+    children = post(stack, "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run["id"]]}}})
+    assert [r["name"] for r in children] == ["smoke on cpu-smoke"]
+    grandchildren = post(stack, "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {
+        "any_": [children[0]["id"]]}}})
+    assert [r["name"] for r in grandchildren] == ["gpt-oss-120b on cpu-smoke"]
     everything = post(stack, "/artifacts/filter", {"limit": 200})
     assert any(a["type"] == "progress" and a["data"] == 100 and "staging" in a["description"] for a in everything)
     assert any(a["key"] == "validation" and "podium-results passed" in a["data"] for a in everything)

@@ -108,7 +108,10 @@ def test_search_finds_the_known_peak_and_a_rerun_probes_nothing(prefect_server: 
 
     plan = sim_plan(tmp_path, SEARCH_ENGINE, server_queries=1024)
     settings = {"precision": 0.06, "probe_queries": 640, "probe_duration_ms": 1000}
-    out = search_peak_qps(str(plan), scenario="Server", workspace=str(tmp_path / "ws"), settings=settings)
+    state = search_peak_qps(str(plan), scenario="Server", workspace=str(tmp_path / "ws"), settings=settings,
+                            return_state=True)
+    out = state.result()
+    assert state.message == out["summary"].splitlines()[0] and " q/s confirmed by a full-length run" in state.message
     peak = known(SEARCH_ENGINE, 1024)
     trace = out["trace"]
     assert out["confirmed"], out["summary"]
@@ -134,8 +137,11 @@ def test_sweep_picks_the_known_best_split(prefect_server: None, tmp_path: Path) 
                   "chunk_tokens": 5}
     plan = sim_plan(tmp_path, per_worker, server_queries=480, name="sweep")   # confirmations are probe-length here
     settings = {"precision": 0.2, "probe_queries": 480, "probe_duration_ms": 1000}
-    out = sweep_prefill_decode(str(plan), scenario="Server", workspace=str(tmp_path / "ws"), gpus=3,
-                               settings=settings)
+    state = sweep_prefill_decode(str(plan), scenario="Server", workspace=str(tmp_path / "ws"), gpus=3,
+                                 settings=settings, return_state=True)
+    out = state.result()
+    assert state.message.startswith("prefill:decode sweep of cpu-sim/gpt-oss-120b Server on 3 GPUs: best 33:67 (1P")
+    assert _progress(state) == (100, f"{sum(r['runs'] for r in out['rows'])} of at most 70 runs done: finished")
     rows = {r["ratio"]: r for r in out["rows"]}
     assert set(rows) == {"67:33", "33:67"}
     for ratio, row in rows.items():
@@ -147,6 +153,19 @@ def test_sweep_picks_the_known_best_split(prefect_server: None, tmp_path: Path) 
     assert winner["engine"]["options"]["decode_workers"] == 2 and winner["engine"]["options"]["prefill_workers"] == 1
     assert winner["scenarios"]["Server"]["target_qps"] == out["best"]["qps"]
     assert Path(out["plot"]).is_file()
+
+
+def _progress(state: object) -> tuple[float, str]:
+    """The progress artifact of the flow run that ended in `state`: (percent, description)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),   # type: ignore[attr-defined]
+            type=ArtifactFilterType(any_=["progress"])))
+    assert len(found) == 1, found
+    return found[0].data, found[0].description
 
 
 def test_podium_scale_gates_efficiency(prefect_server: None, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +103,27 @@ def test_artifacts_in_prefect(smoke: dict) -> None:
     assert summary is not None and "SMOKE RUN" in summary.data
     manifest_link = Artifact.get("manifest")
     assert manifest_link is not None and "manifest.json" in manifest_link.data
+
+
+def test_the_run_itself_says_how_it_went(smoke: dict) -> None:
+    """Issue 14: the final state's one line, the live progress and the tables on the run the user started."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    state, result = smoke["first"], smoke["first"].result()
+    assert re.fullmatch(rf"smoke: 3/3 runs VALID, 3/3 accuracy PASS, 6/6 audits PASS, checker 0 errors, \d+ "
+                        rf"deviations; tree {re.escape(result['run_folder'])}/submission; s3://podium/runs/smoke/"
+                        rf"{result['run_id']}/", state.message), state.message
+    assert smoke["second"].message.startswith("smoke: 3/3 runs VALID, 3/3 accuracy PASS, 6/6 audits PASS")
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    artifacts = {a.key: a for a in found}
+    assert (artifacts["progress"].data, artifacts["progress"].description) == (100, "12 of 12 runs done: finished")
+    assert artifacts["summary"].description == state.message
+    compliance = json.loads(artifacts["compliance"].data)
+    assert {row["bound"][:2] for row in compliance if row["test"] == "TEST07"} == {"≥ "}   # not a blockquote
+    assert "## Where everything went" in artifacts["summary"].data and "[report](http" in artifacts["summary"].data
 
 
 def test_rerun_skips_every_finished_step(smoke: dict) -> None:

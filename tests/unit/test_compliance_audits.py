@@ -242,6 +242,6 @@ def test_testxx_folders_go_into_the_tree_and_the_report(runner: dict, runs: dict
     text = reporting.markdown("smoke", "smoke", rows, None, {}, [], [record, failed])
     row = "| cpu-smoke | gpt-oss-120b | Offline | TEST09 | PASS | mean output tokens 8.00 | in [7.2, 8.8] | 1 |"
     assert row in text
-    assert "| cpu-smoke | gpt-oss-120b | Offline | TEST07 | FAIL | samples logged 16.00 | > 0 | 2 |" in text
+    assert "| cpu-smoke | gpt-oss-120b | Offline | TEST07 | FAIL | samples logged 16.00 | \\> 0 | 2 |" in text
     reporting.write_run_files(tmp_path, records, text, [record])
     assert AuditRecord.model_validate(json.loads((tmp_path / "compliance.json").read_text())[0]) == record

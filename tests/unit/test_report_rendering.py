@@ -1,0 +1,78 @@
+"""What a run shows in the Prefect UI renders as written: every table-artifact cell (each one a Markdown document
+of its own there), the pipe tables of the summary, its links; and the one line the run's final state carries."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from markdown_it import MarkdownIt
+
+from submission import gates
+from submission.checker import CheckReport, Finding
+from submission.runs import AuditCheck, AuditRecord, Planned, RunRecord
+from tasks.reporting import artifacts as reporting
+
+MD = MarkdownIt("commonmark").enable("table")
+BASE = {"system": "cpu-smoke", "benchmark": "gpt-oss-120b", "scenario": "Offline"}
+URL = "http://127.0.0.1:8333/podium/runs/smoke/r1/manifest.json?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab"
+
+
+def _records() -> tuple[list[RunRecord], list[AuditRecord]]:
+    records = [RunRecord(**BASE, key="p", mode="performance", run_dir="/r", valid=True, validity="VALID",
+                         metric=1735.56, unit="Tokens/s"),
+               RunRecord(**BASE, key="a", mode="accuracy", run_dir="/a", valid=None, validity=None,
+                         accuracy_metric="exact_match", accuracy=100.0, accuracy_pass=True)]
+    audits = [AuditRecord(**BASE, key="t7", test="TEST07", run_dir="/t", folder="/f", passed=True,
+                          checks=(AuditCheck(name="accuracy", passed=True, measured=100.0, bound=">= 60.698"),)),
+              AuditRecord(**BASE, key="t9", test="TEST09", run_dir="/t", folder="/f", passed=False,
+                          checks=(AuditCheck(name="samples logged", passed=False, measured=0, bound="> 0"),)),
+              AuditRecord(**BASE, key="t1", test="TEST01", run_dir="/t", folder="/f", passed=True, checks=())]
+    return records, audits
+
+
+def _text(document: str) -> str:
+    """What a reader sees of a Markdown document: its HTML, tags removed, entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", "", MD.render(document))).strip()
+
+
+def test_every_table_artifact_cell_renders_as_written() -> None:
+    records, audits = _records()
+    tables = reporting.artifact_tables(reporting.table(records, audits), audits)
+    for rows in tables.values():
+        for row in rows:
+            for value in row.values():
+                rendered = MD.render(value)
+                assert not re.search(r"<(blockquote|ul|ol|h\d|pre|hr)", rendered), (value, rendered)
+    compliance = {row["test"]: row for row in tables["compliance"]}
+    assert _text(compliance["TEST07"]["bound"]) == "≥ 60.698"        # the bound is not lost to a blockquote
+    assert _text(compliance["TEST09"]["bound"]) == "> 0"
+    assert _text(compliance["TEST01"]["measured"]) == "—"            # an empty cell is not a bullet
+    assert _text(tables["results"][0]["ttft_p99_ms"]) == "—"
+
+
+def test_summary_tables_and_links_render_as_written() -> None:
+    records, audits = _records()
+    rows = reporting.table(records, audits)
+    gate = gates.Gate(gate="regression", subject="cpu-smoke/gpt-oss-120b/Offline", value=-1.5, bound=">= -5 %",
+                      passed=True, detail="a | b")
+    text = reporting.markdown("smoke", "smoke", rows, None, {"manifest": URL}, [], audits, folder="/ws/runs/r1",
+                              tree="/ws/runs/r1/submission", s3="s3://podium/runs/smoke/r1/") + gates.markdown([gate])
+    cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", MD.render(text))]
+    assert "≥ 60.698" in cells and "≥ -5 %" in cells and "a | b" in cells and "—" in cells
+    link = re.search(r'<a href="([^"]+)">([^<]+)</a>', MD.render(text))
+    assert link and link.group(2) == "manifest" and html.unescape(link.group(1)) == URL   # a short label
+    assert "`/ws/runs/r1`" in text and "`s3://podium/runs/smoke/r1/`" in text and "/ws/runs/r1/submission" in text
+
+
+def test_the_outcome_line_counts_against_the_plan() -> None:
+    records, audits = _records()
+    check = CheckReport(round="v6.1", profile="smoke", scenarios_checked=1,
+                        findings=[Finding(rule="min-duration", severity="deviation", path="p", message="m")])
+    where = {"tree": "/ws/runs/r1/submission", "s3": "s3://podium/runs/smoke/r1/"}
+    line = reporting.outcome("smoke", Planned(performance=2, accuracy=1, audits=3), records, audits, check, **where)
+    assert line == ("smoke: 1/2 runs VALID, 1/1 accuracy PASS, 2/3 audits PASS, checker 0 errors, 1 deviations; "
+                    "tree /ws/runs/r1/submission; s3://podium/runs/smoke/r1/")
+    failed = reporting.outcome("smoke", Planned(performance=2), records[:1], [], None, failures=1, data_checks=2,
+                               **where)
+    assert failed.startswith("smoke: 1/2 runs VALID, 1 step(s) failed, 2 data check(s) failed; tree ")
