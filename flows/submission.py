@@ -21,6 +21,7 @@ from submission import plan as plans
 from submission import runs
 from submission.checker import CheckReport
 from submission.errors import PodiumError
+from submission.files import write_atomic
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from tasks.ops import notifications
@@ -118,7 +119,7 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, links, done.failures, done.audits,
                               folder=str(folder), tree=done.tree, s3=s3)
     text += reporting.plots_markdown(plots) + "\n" + data_checks["markdown"] + "\n" + gate_report["markdown"]
-    (folder / "gates.json").write_text(json.dumps(gate_report, indent=2, default=str))
+    write_atomic(folder / "gates.json", json.dumps(gate_report, indent=2, default=str))
     reporting.write_run_files(folder, done.records, text, done.audits)
     uploaded = publish(cfg, str(folder), key_prefix, tags)
     reporting.publish_artifacts(rows, text, links, done.audits, outcome=line)

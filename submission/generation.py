@@ -26,7 +26,6 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "min_tokens", "repe
 GREEDY_IGNORED = ("top_p", "top_k", "min_p")
 
 
-
 class Sampling(Strict):
     max_tokens: int
     temperature: float | None = None

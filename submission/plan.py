@@ -40,7 +40,6 @@ def check_name(value: str) -> str:
 SafeName = Annotated[str, AfterValidator(check_name)]
 
 
-
 class SystemSpec(Strict):
     name: SafeName
     nodes: int = Field(1, ge=1)
@@ -48,7 +47,6 @@ class SystemSpec(Strict):
     system_type: Literal["datacenter", "edge", "datacenter,edge", "edge,datacenter"] = "datacenter"
     description: dict[str, str] = Field(default_factory=dict,
                                         description="system-description fields that override host detection")
-
 
 
 class ModelSpec(Strict):
@@ -62,7 +60,6 @@ class ModelSpec(Strict):
     input_data_types: str = "int32"
     weight_transformations: str = "none"
     starting_weights_filename: str = ""
-
 
 
 class EngineSpec(Strict):

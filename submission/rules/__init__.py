@@ -47,7 +47,6 @@ def _named(value: object) -> object:
     return value
 
 
-
 class Seeds(Strict):
     qsl_rng_seed: int
     sample_index_rng_seed: int

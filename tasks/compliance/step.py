@@ -50,7 +50,6 @@ class AuditFailed(RunFailed):
         self.record = record
 
 
-
 def _set_aside(run_dir: Path) -> None:
     """A previous attempt's folder is kept beside the new one, never reused."""
     if not run_dir.exists():
@@ -104,7 +103,6 @@ def run_audit(job: AuditJob, engine: EndpointSource, work_dir: Path, attempts: i
     raise AuditFailed(f"{job.label}: {record.summary()} (after {attempts} attempts)", record)
 
 
-
 def _cache_key(context, parameters: dict) -> str:
     return f"audit-{parameters['job'].key()}-{folder_key(parameters['work_dir'])}"
 
@@ -115,7 +113,7 @@ def _cache_key(context, parameters: dict) -> str:
 def audit_task(job: AuditJob, engine: EngineSession, work_dir: str) -> AuditRecord:
     record = run_audit(job, engine, Path(work_dir))
     run_logger("audits").info("%s: %s%s", job.label, record.summary(),
-                          f" (official: {record.official})" if job.inference_src else "")
+                              f" (official: {record.official})" if job.inference_src else "")
     return record
 
 

@@ -9,7 +9,6 @@ failed attempt are moved aside and never reach the tree.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ class RunRejected(RunFailed):
     def __init__(self, message: str, record: RunRecord, fix: str | None = None) -> None:
         super().__init__(message, fix=fix or "see the run's mlperf_log_summary.txt; adjust the plan and run it again")
         self.record = record
-
 
 
 def _cache_key(context, parameters: dict) -> str:
@@ -80,26 +78,19 @@ def engine_gone(label: str, code: int, engine: EngineSession, aside: Path) -> La
                        fix="read the engine log; the step is retried once on a relaunched engine")
 
 
-def set_aside(run_dir: Path) -> Path:
-    """Move a failed attempt's run folder to `<key>.failed-<time>`, where no later step reads it."""
-    aside = run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
-    run_dir.rename(aside)
-    return aside
-
-
 def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: str | None,
              tokenizer: str | None) -> RunRecord:
     """Run, parse, score and judge one loadgen run (plain function; the task below wraps it)."""
     run_dir = work_dir / "runs" / spec.key()
     if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
-        set_aside(run_dir)
+        runner.set_aside(run_dir)
     endpoint = engine.endpoint()
     try:
         stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
     except CommandError as e:
         if e.returncode not in liveness.ENGINE_GONE:
             raise
-        raise engine_gone(spec.label, e.returncode, engine, set_aside(run_dir)) from None
+        raise engine_gone(spec.label, e.returncode, engine, runner.set_aside(run_dir)) from None
     run = load_run(run_dir)
     metrics = passed = None
     if spec.mode == "accuracy":

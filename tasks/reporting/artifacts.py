@@ -11,6 +11,7 @@ from uuid import UUID
 
 from submission import markdown as md
 from submission.checker import CheckReport
+from submission.files import write_atomic
 from submission.runs import AuditRecord, Planned, RunRecord
 from tasks.reporting.plots import plot_latency as plot_latency  # the PNG plots, re-exported (tasks/reporting/plots.py)
 from tasks.reporting.plots import plot_run as plot_run
@@ -105,10 +106,10 @@ def outcome(plan_name: str, planned: Planned, records: Sequence[RunRecord], audi
 
 def write_run_files(run_folder: Path, records: list[RunRecord], report_md: str,
                     audits: Sequence[AuditRecord] = ()) -> None:
-    (run_folder / "results.json").write_text(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+    write_atomic(run_folder / "results.json", json.dumps([r.model_dump(mode="json") for r in records], indent=2))
     if audits:
-        (run_folder / "compliance.json").write_text(json.dumps([a.model_dump(mode="json") for a in audits], indent=2))
-    (run_folder / "report.md").write_text(report_md)
+        write_atomic(run_folder / "compliance.json", json.dumps([a.model_dump(mode="json") for a in audits], indent=2))
+    write_atomic(run_folder / "report.md", report_md)
 
 
 def artifact_tables(rows: list[dict], audits: Sequence[AuditRecord] = ()) -> dict[str, list[dict[str, str]]]:
@@ -133,7 +134,7 @@ def publish_artifacts(rows: list[dict], report_md: str, links: dict[str, str],
     if top and top != current_run_id():
         create_on(top, "markdown", report_md, key="summary", description=outcome or "Podium run summary")
     for name, url in links.items():
-        create_link_artifact(key=name.lower().replace(" ", "-").replace("_", "-"), link=url, link_text=name)
+        create_link_artifact(key=_key(name), link=url, link_text=name)
 
 
 def current_run_id() -> str | None:
@@ -164,8 +165,12 @@ def publish_images(images: dict[str, str]) -> None:
     from prefect.artifacts import create_image_artifact
 
     for name, url in images.items():
-        key = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
-        create_image_artifact(image_url=url, key=key, description=name)
+        create_image_artifact(image_url=url, key=_key(name), description=name)
+
+
+def _key(name: str) -> str:
+    """An artifact key from a name (Prefect takes lower-case letters, digits and dashes)."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
 
 
 def plots_markdown(plots: dict[str, str]) -> str:

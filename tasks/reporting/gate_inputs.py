@@ -119,6 +119,6 @@ def acceptance_gates(plan: Plan, records: list[dict], systems: dict[str, dict[st
     out = evaluate(plan, records, systems, previous, Path(workspace))
     for g in out["gates"]:
         if g["passed"] is False:
-            run_logger("gates").warning("gate %s failed for %s: %s (bound %s) %s", g["gate"], g["subject"], g["value"],
-                              g["bound"], g["detail"])
+            run_logger("gates").warning("gate %s failed for %s: %s (bound %s) %s", g["gate"], g["subject"],
+                                        g["value"], g["bound"], g["detail"])
     return out

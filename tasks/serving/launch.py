@@ -204,7 +204,6 @@ def render(items: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-
 @contextlib.contextmanager
 def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
             logger: logging.Logger | logging.LoggerAdapter) -> Iterator[Endpoint]:

@@ -88,8 +88,8 @@ class EngineSession:
             yield
         except CommandError as e:
             if e.returncode == liveness.ENGINE_STALLED:
-                run_logger("engine").warning("the engine hung (nothing for %s s with requests in flight); stopping it",
-                                  self.stall_s)
+                run_logger("engine").warning("the engine hung (nothing for %s s with requests in flight); "
+                                             "stopping it", self.stall_s)
                 self.close()
             raise
 

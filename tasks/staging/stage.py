@@ -251,7 +251,6 @@ class ProgressArtifact:
             self.last = now
 
 
-
 @task(name="stage", task_run_name="stage[{source}]", retries=2, retry_delay_seconds=5,
       retry_condition_fn=retry_transient)
 def stage_task(source: str, stage_root: str, access: dict | None = None) -> dict:

@@ -109,7 +109,7 @@ def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path, stall_s: fl
     qps = target_qps(spec)
     run_dir = Path(work_dir) / "search-runs" / spec.key()
     if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
-        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}"))
+        runner.set_aside(run_dir)
     started = time.monotonic()
     stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
     duration = time.monotonic() - started
@@ -132,7 +132,6 @@ def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path, stall_s: fl
                  duration_s=round(duration, 3), run_dir=str(run_dir))
 
 
-
 @task(name="probe", task_run_name="{stage}[{spec.scenario}@{qps}]", cache_policy=NO_CACHE, retries=1,
       retry_delay_seconds=2, retry_condition_fn=retry_transient)
 def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str) -> Probe:
@@ -140,9 +139,9 @@ def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, w
     engine (the harness's stall watchdog) is stopped first, so the retry gets a fresh one."""
     with engine.stopped_if_hung():
         probe = run_probe(spec, stage, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s)
-    run_logger("probes").info("%s %s q/s: %s (TTFT p99 %s ms, TPOT p99 %s ms) in %.1f s%s", stage, qps, probe.verdict,
-                          probe.ttft_p99_ms, probe.tpot_p99_ms, probe.duration_s,
-                          f": {'; '.join(probe.reasons)}" if probe.reasons else "")
+    run_logger("probes").info("%s %s q/s: %s (TTFT p99 %s ms, TPOT p99 %s ms) in %.1f s%s", stage, qps,
+                              probe.verdict, probe.ttft_p99_ms, probe.tpot_p99_ms, probe.duration_s,
+                              f": {'; '.join(probe.reasons)}" if probe.reasons else "")
     return probe
 
 
