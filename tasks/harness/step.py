@@ -9,10 +9,12 @@ failed attempt are moved aside and never reach the tree.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from prefect import task
+from prefect.runtime import flow_run
 
 from submission.errors import CommandError, LaunchError, RunFailed
 from submission.logs import load_run
@@ -78,6 +80,11 @@ def engine_gone(label: str, code: int, engine: EngineSession, aside: Path) -> La
                        fix="read the engine log; the step is retried once on a relaunched engine")
 
 
+def utc_now() -> str:
+    """ISO 8601 in UTC to the millisecond: `2026-12-01T18:30:00.123+00:00`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
 def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: str | None,
              tokenizer: str | None) -> RunRecord:
     """Run, parse, score and judge one loadgen run (plain function; the task below wraps it)."""
@@ -85,19 +92,22 @@ def run_once(spec: RunSpec, engine: EngineSession, work_dir: Path, evaluator: st
     if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
         runner.set_aside(run_dir)
     endpoint = engine.endpoint()
+    started_at = utc_now()
     try:
         stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
     except CommandError as e:
         if e.returncode not in liveness.ENGINE_GONE:
             raise
         raise engine_gone(spec.label, e.returncode, engine, runner.set_aside(run_dir)) from None
+    ended_at = utc_now()
     run = load_run(run_dir)
     metrics = passed = None
     if spec.mode == "accuracy":
         result = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer),
                        benchmark=spec.benchmark, scenario=spec.scenario, round=spec.round)
         metrics, passed = result.metrics, result.verdict is not None and result.verdict.passed
-    rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed)
+    rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed,
+                 flow_run_id=flow_run.get_id(), started_at=started_at, ended_at=ended_at)
     found = problems(rec)
     if found:
         raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec, fix=offline_resize(spec, run))
