@@ -37,9 +37,13 @@ def _run_name() -> str:
 
 @flow(name="benchmark", flow_run_name=_run_name)
 def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
-    plan = plans.load(plan_path)
+    return measure(plans.load(plan_path), key, Workspace.at(workspace), Path(log_dir))
+
+
+def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path) -> dict:
+    """Stage, build, serve and run every loadgen run and audit of benchmark `key` (inside a benchmark flow run: here,
+    or a fleet member on its own cluster, flows/fleet.py). Returns the records, audits, failures and launches."""
     bench = plan.benchmark(key)
-    ws = Workspace.at(workspace)
     logger = get_run_logger()
     access = asdict(S3Access.for_plan(plan.storage, ws.s3))   # for s3:// sources (no secrets in it)
     model = stage_task(bench.model.source, str(ws.stage / "models"), access)
@@ -53,23 +57,11 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     specs = [s.model_copy(update={"dataset": staged[s.dataset]}) for s in specs]
     tokenizer = str(Path(model["path"]) / "tokenizer.json")
     built = build_engine(bench.engine.name, bench.engine.config(), model["path"], model["sha256"], str(ws.builds))
-    records, failures = [], []
     with EngineSession(bench.engine.name, bench.engine.config(), str(model_dir_for(bench.engine, Path(model["path"]))),
-                       str(ws.pids), str(Path(log_dir) / "engine" / key.replace("/", "-")),
+                       str(ws.pids), str(log_dir / "engine" / key.replace("/", "-")),
                        timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
                        build_dir=built["path"], stall_s=bench.engine.stall_timeout_s) as engine:
-        for spec in specs:
-            state = run_loadgen(spec, engine, str(ws.work), bench.evaluator, tokenizer, return_state=True)
-            if state.is_completed():
-                records.append(state.result())
-                progress.finished(f"{spec.label}: {summary(records[-1])}")
-                continue
-            error = state.result(raise_on_failure=False)
-            if isinstance(error, RunRejected):
-                records.append(error.record)
-            failures.append(f"{spec.label}: {error}")
-            progress.finished(f"{spec.label}: failed: {_first_line(error)}")
-            logger.error("%s failed: %s", spec.label, error)
+        records, failures = _runs(specs, engine, ws, bench.evaluator, tokenizer)
         audits, failures = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine, ws,
                                    failures)
         launches = engine.launches
@@ -77,6 +69,25 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
                 launches)
     return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches,
             "audits": [a.model_dump(mode="json") for a in audits]}
+
+
+def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator: str | None,
+          tokenizer: str) -> tuple[list[RunRecord], list[str]]:
+    """The performance and accuracy runs, in order, on the (lazily launched) engine."""
+    records, failures = [], []
+    for spec in specs:
+        state = run_loadgen(spec, engine, str(ws.work), evaluator, tokenizer, return_state=True)
+        if state.is_completed():
+            records.append(state.result())
+            progress.finished(f"{spec.label}: {summary(records[-1])}")
+            continue
+        error = state.result(raise_on_failure=False)
+        if isinstance(error, RunRejected):
+            records.append(error.record)
+        failures.append(f"{spec.label}: {error}")
+        progress.finished(f"{spec.label}: failed: {_first_line(error)}")
+        get_run_logger().error("%s failed: %s", spec.label, error)
+    return records, failures
 
 
 def _first_line(error: object) -> str:

@@ -20,7 +20,7 @@ import yaml
 from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 
-from flows.submission import object_storage, submission
+from flows.submission import submission
 from submission import plan as plans
 from submission.errors import PlanError
 from submission.plan import check_name
@@ -29,6 +29,7 @@ from tasks.ops.cluster import cluster_checks
 from tasks.ops.preflight import preflight
 from tasks.reporting import progress
 from tasks.staging.stage import S3Access
+from tasks.storage import s3server
 from tasks.workspace import Workspace
 
 SMOKE_PLAN = "deployments/plans/smoke.yaml"
@@ -62,7 +63,7 @@ def bringup(plan: str, cluster: str, systems: list[str] | None = None, smoke_pla
     target = cluster_plan(plan, systems, cluster, ws)
     loaded = plans.load(target)
     access = asdict(S3Access.for_plan(loaded.storage, ws.s3))
-    with object_storage(loaded, ws) as cfg:
+    with s3server.plan_storage(loaded.storage, ws.s3) as cfg:
         preflight(loaded, cfg)                  # the plan against the rules, engines, sources, S3, system descriptions
     checks = cluster_checks(loaded, cluster, str(ws.stage), access)
     runs: dict[str, dict] = {}

@@ -28,9 +28,15 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     from tasks.ops.inputs import check_capacity, check_inputs
 
     loaded = plans.load(plan)
-    check_inputs(loaded, str(plan))   # sources exist, storage credentials found: before anything starts
-    check_capacity(loaded)            # engines fit their GPUs, runs their sequence budgets
+    here = loaded.only({s.name for s in loaded.systems if not s.work_pool})   # a pooled system checks on its cluster
+    check_inputs(here, str(plan))     # sources exist, storage credentials found: before anything starts
+    check_capacity(here)              # engines fit their GPUs, runs their sequence budgets
     prefect_env(workspace)
+    if loaded.pools():                # the fleet: a server whose workers run the pooled systems, each online
+        from tasks.ops.preflight import require_pools
+
+        with prefect_server():
+            require_pools(loaded)
     from flows.submission import submission
 
     if loaded.profile == "smoke":
@@ -196,6 +202,9 @@ def dev_up(workspace: Workspace = Path(".podium"),
            schedules: Annotated[bool | None, typer.Option(
                "--schedules/--no-schedules", help="turn every deployment schedule (the nightly run) on or off; "
                "default: each stays as it is on the server, a new one paused")] = None,
+           pool: Annotated[list[str] | None, typer.Option(
+               help="a work pool standing for a cluster of its own, with its own process worker (repeatable; "
+                    "a plan's systems[].work_pool names it: docs/fleet.md)")] = None,
            s3_only: Annotated[bool, typer.Option("--s3-only", help="start only the S3 server")] = False) -> None:
     """Start a local Prefect server with its UI, a process worker and the S3 server (all on 127.0.0.1); register
     the work pools, the S3 result storage, the gpu-<node> limits and the notifications; deploy the deployments."""
@@ -209,9 +218,11 @@ def dev_up(workspace: Workspace = Path(".podium"),
                    f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
         return
     stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy,
-                        schedules=schedules)
+                        schedules=schedules, pools=pool or ())
     typer.echo(f"Prefect UI   {stack.ui_url}  (export PREFECT_API_URL={stack.api_url})")
     typer.echo(f"worker       pid {stack.worker_pid} on pool {devstack.POOL}; S3 at {stack.s3_endpoint}")
+    for name, pid in stack.pool_workers.items():
+        typer.echo(f"worker       pid {pid} on pool {name}")
     for name in stack.deployed:
         typer.echo(f"deployed     {name}")
     for reason in stack.skipped:

@@ -5,10 +5,8 @@ failed; the flow then ends Failed and a re-run resumes from the cached steps.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.states import Completed, Failed, State
 
+from flows import fleet
 from flows.benchmark import benchmark
 from submission import plan as plans
 from submission import runs
@@ -36,19 +35,6 @@ from tasks.storage import s3server
 from tasks.storage.publish import publish
 from tasks.tree import assemble_tree, check
 from tasks.workspace import Workspace, git_commit
-
-
-@contextlib.contextmanager
-def object_storage(plan: Plan, ws: Workspace) -> Iterator[storage.StorageConfig]:
-    """The plan's storage. Credentials come from boto3's own chain (environment, profile, instance role), never
-    from flow parameters; the embedded SeaweedFS is reused when running, else started for the flow's duration."""
-    s = plan.storage
-    if not s.embedded:
-        yield storage.StorageConfig(s.endpoint_url, s.bucket, s.prefix, s.region)
-        return
-    with s3server.serving(ws.s3) as server:
-        yield storage.StorageConfig(server.endpoint_url, s.bucket, s.prefix, s.region,
-                                    server.credentials.access_key, server.credentials.secret_key)
 
 
 def _keep_logs(records: list[RunRecord] | list[AuditRecord], folder: Path) -> None:
@@ -79,21 +65,30 @@ class Finished:
     audits: list[AuditRecord] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     launches: int = 0
+    systems: dict[str, dict] = field(default_factory=dict)   # descriptions the fleet's members made on their hosts
     tree: str = ""                       # the assembled tree
     check: CheckReport | None = None     # the checker's report on it
 
+    def add(self, out: dict) -> None:
+        """One benchmark flow's (or fleet member's) result."""
+        self.records += [RunRecord.model_validate(r) for r in out["records"]]
+        self.audits += [AuditRecord.model_validate(a) for a in out.get("audits", [])]
+        self.failures += out["failures"]
+        self.launches += out["engine_launches"]
+        self.systems |= out.get("systems", {})
 
-def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path) -> Finished:
-    """One benchmark flow per benchmark of the plan; every run's full logs kept in the run folder."""
-    done = Finished()
-    for bench in plan.benchmarks:
-        out = benchmark(plan_path, bench.key, str(ws.root), str(folder / "logs"))
-        done.records += [RunRecord.model_validate(r) for r in out["records"]]
-        done.audits += [AuditRecord.model_validate(a) for a in out.get("audits", [])]
-        done.failures += out["failures"]
-        done.launches += out["engine_launches"]
-    _keep_logs(done.records, folder)
-    _keep_logs(done.audits, folder)
+
+def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path, cfg: storage.StorageConfig) -> Finished:
+    """The pooled systems' benchmarks started on their clusters (flows.fleet), meanwhile the others here, one
+    benchmark flow each; then the members' results gathered. Every run's full logs end up in the run folder."""
+    done, run_id = Finished(), folder.name
+    started = fleet.start(plan, run_id) if plan.pools() else []
+    for bench in (b for b in plan.benchmarks if b.system not in plan.pools()):
+        done.add(benchmark(plan_path, bench.key, str(ws.root), str(folder / "logs")))
+    for member, state in fleet.wait(started):
+        done.add(fleet.gather(member, state, cfg, folder))
+    _keep_logs([r for r in done.records if not Path(r.run_dir).is_relative_to(folder)], folder)
+    _keep_logs([a for a in done.audits if not Path(a.run_dir).is_relative_to(folder)], folder)
     return done
 
 
@@ -138,9 +133,10 @@ def submission(plan_path: str, workspace: str = ".podium") -> State:
     planned = runs.planned(plan)
     get_run_logger().info("plan %s (%s profile): %d runs planned; run folder %s", plan.name, plan.profile,
                           planned.total, folder)
-    with progress.tracking(planned.total), object_storage(plan, ws) as cfg:
+    with progress.tracking(planned.total), s3server.plan_storage(plan.storage, ws.s3) as cfg:
         systems = preflight(plan, cfg)
-        done = run_benchmarks(plan_path, plan, ws, folder)
+        done = run_benchmarks(plan_path, plan, ws, folder, cfg)
+        systems |= done.systems
         done.tree = assemble_tree(plan, done.records, systems, str(folder), commit, done.audits)
         done.check = report = check(done.tree, plan.round, plan.profile, plan.inference_src)
         tags = {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -47,6 +48,9 @@ class SystemSpec(Strict):
     system_type: Literal["datacenter", "edge", "datacenter,edge", "edge,datacenter"] = "datacenter"
     description: dict[str, str] = Field(default_factory=dict,
                                         description="system-description fields that override host detection")
+    work_pool: SafeName | None = Field(None, description="the Prefect work pool whose worker runs on this system's "
+                                       "cluster: its benchmarks run there as deployment runs (docs/fleet.md); "
+                                       "unset: in the process that runs the plan")
 
 
 class ModelSpec(Strict):
@@ -341,6 +345,20 @@ class Plan(Strict):
 
     def system(self, name: str) -> SystemSpec:
         return next(s for s in self.systems if s.name == name)
+
+    def pools(self) -> dict[str, str]:
+        """system -> the work pool it runs on, for the systems that name one (docs/fleet.md)."""
+        return {s.name: s.work_pool for s in self.systems if s.work_pool}
+
+    def only(self, systems: Collection[str]) -> Plan:
+        """This plan cut to the named systems and their benchmarks: what one cluster checks and runs."""
+        return self.model_copy(update={"systems": [s for s in self.systems if s.name in systems],
+                                       "benchmarks": [b for b in self.benchmarks if b.system in systems]})
+
+    def as_member(self, system: str) -> Plan:
+        """The plan as the fleet member of `system` runs it on that system's cluster: that system alone, run here."""
+        cut = self.only({system})
+        return cut.model_copy(update={"systems": [s.model_copy(update={"work_pool": None}) for s in cut.systems]})
 
     def fingerprint(self) -> str:
         """sha256 of the validated plan: what tags every uploaded object."""

@@ -50,16 +50,24 @@ class Workspace:
 
     @property
     def pids(self) -> Path:
-        return self.root / "pids"
+        """The engine processes and `gpu-<node>` leases of this node's flows, `pids/<node>/` (tasks.ops.nodes
+        `this_node`): one engine runs per node, so what an earlier run left here is stale and may be ended. Two
+        pools on one host (the local fleet) share a workspace, never this folder."""
+        from tasks.ops.nodes import this_node
 
-    def run_folder(self, run_id: str) -> Path:
+        return self.root / "pids" / this_node()
+
+    def run_folder(self, run_id: str, *, latest: bool = True) -> Path:
+        """`runs/<run id>/`, and `runs/latest` pointing at it (not for a fleet member's folder: `latest` is the
+        plan's run a person started)."""
         folder = self.runs / run_id
         folder.mkdir(parents=True, exist_ok=True)
-        latest = self.runs / "latest"
+        if not latest:
+            return folder
         tmp = self.runs / ".latest.tmp"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(run_id)
-        tmp.replace(latest)
+        tmp.replace(self.runs / "latest")
         return folder
 
 

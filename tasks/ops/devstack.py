@@ -20,7 +20,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -50,6 +50,7 @@ class Stack:
     deployed: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     schedules: tuple[str, ...] = ()   # "nightly (schedule nightly): paused", one per deployed schedule
+    pool_workers: dict[str, int] = field(default_factory=dict)   # `--pool` name -> its worker's pid
 
 
 def dev_dir(ws: Workspace) -> Path:
@@ -68,6 +69,11 @@ LOG_STREAMING = {"PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
                  "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true"}
 
 
+# A flow run sends a heartbeat event this often (Prefect's minimum): what the crashed-member automation watches
+# (tasks.ops.notifications) to mark a member Crashed whose worker died with it.
+HEARTBEAT = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
+
+
 def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
     """What every process of the stack (and every flow run the worker starts) sees."""
     return {**os.environ, "PREFECT_HOME": str(ws.prefect_home), "PREFECT_API_URL": api_url,
@@ -76,9 +82,11 @@ def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
 
 
 def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, nodes: Sequence[str] = (),
-       deploy: bool = True, worker: bool = True, query_seconds: float = 2.0, schedules: bool | None = None) -> Stack:
+       deploy: bool = True, worker: bool = True, query_seconds: float = 2.0, schedules: bool | None = None,
+       pools: Sequence[str] = ()) -> Stack:
     """Start (or find running) the S3 server, the Prefect server and a worker; register and deploy. `schedules`:
-    turn every deployment schedule on (True) or off (False); None keeps each as it is, a new one paused."""
+    turn every deployment schedule on (True) or off (False); None keeps each as it is, a new one paused. `pools`:
+    a process pool and its worker each, standing for a cluster of its own (docs/fleet.md)."""
     folder = dev_dir(ws)
     folder.mkdir(parents=True, exist_ok=True)
     ws.prefect_home.mkdir(parents=True, exist_ok=True)
@@ -99,22 +107,24 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
                                 s3.credentials.secret_key)
     deployed, skipped, scheduled = register(api_url, cfg, webhook=webhook, nodes=nodes or [socket.gethostname()],
                                             deploy=deploy, env=env, schedules=schedules,
-                                            prefect_file=folder / "prefect.yaml")
+                                            prefect_file=folder / "prefect.yaml", pools=pools)
+    env |= {"PREFECT_WORKER_QUERY_SECONDS": f"{query_seconds:g}"}
     if worker and not _alive(state.get("worker")):
-        state["worker"] = _spawn([*registration.prefect_cli(), "worker", "start", "--pool", POOL, "--type", "process",
-                                  "--name", f"podium-{socket.gethostname()}"],
-                                 env | {"PREFECT_WORKER_QUERY_SECONDS": f"{query_seconds:g}"}, folder / "worker.log")
+        state["worker"] = _spawn(_worker_argv(POOL), env, folder / "worker.log")
         _write(folder, state)
-        _wait_worker(api_url, state["worker"], folder / "worker.log")
+        _wait_worker(api_url, POOL, state["worker"], folder / "worker.log")
+    for pool in pools:
+        _pool_worker(ws, state, pool, env, api_url)
     return Stack(api_url=api_url, ui_url=api_url.removesuffix("/api"), s3_endpoint=s3.endpoint_url,
                  server_pid=state["server"]["pid"], worker_pid=(state.get("worker") or {}).get("pid"),
+                 pool_workers={name: r["pid"] for name, r in state.get("pools", {}).items() if _alive(r)},
                  deployed=tuple(deployed), skipped=tuple(f"{k}: {v}" for k, v in skipped.items()),
                  schedules=tuple(f"{name} (schedule {slug}): {'active' if on else 'paused'}"
                                  for (name, slug), on in scheduled.items()))
 
 
 def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, nodes: Sequence[str], deploy: bool,
-             env: dict[str, str], schedules: bool | None, prefect_file: Path,
+             env: dict[str, str], schedules: bool | None, prefect_file: Path, pools: Sequence[str] = (),
              ) -> tuple[list[str], dict[str, str], dict[tuple[str, str], bool]]:
     """Pools, the bucket and result-storage block, the gpu-<node> limits, the automations, the deployments (from a
     copy of prefect.yaml at `prefect_file` whose schedules say active or paused: `registration.with_schedules`).
@@ -128,6 +138,7 @@ def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, n
     ready, skipped = registration.deployable() if deploy else ([], {})
     with temporary_settings(updates={PREFECT_API_URL: api_url}):
         registration.create_pools()
+        registration.create_pools({pool: "process" for pool in pools})
         registration.save_result_storage(cfg)
         gpu_nodes.ensure_limits(nodes)
         if webhook:
@@ -140,19 +151,43 @@ def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, n
     return ready, skipped, {key: on for key, on in chosen.items() if key[0] in ready}
 
 
+def _worker_argv(pool: str, name: str | None = None) -> list[str]:
+    return [*registration.prefect_cli(), "worker", "start", "--pool", pool, "--type", "process",
+            "--name", name or f"podium-{socket.gethostname()}"]
+
+
+def _pool_worker(ws: Workspace, state: dict, pool: str, env: dict[str, str], api_url: str) -> None:
+    """The worker of a `--pool`: one more process worker on this host, standing for a cluster of its own. Its flow
+    runs use this workspace (PODIUM_WORKSPACE) and take the `gpu-<host>-<pool>` limit (PODIUM_NODE), not the host's,
+    so two pools' members run at once as two clusters' would; they send heartbeats, so that a member whose worker
+    dies is marked Crashed (tasks.ops.notifications)."""
+    workers = state.setdefault("pools", {})
+    if _alive(workers.get(pool)):
+        return
+    log = dev_dir(ws) / f"worker-{pool}.log"
+    node = f"{socket.gethostname()}-{pool}"
+    workers[pool] = _spawn(_worker_argv(pool, f"podium-{node}"),
+                           env | {"PODIUM_NODE": node, "PODIUM_WORKSPACE": str(ws.root)} | HEARTBEAT, log)
+    _write(dev_dir(ws), state)
+    _wait_worker(api_url, pool, workers[pool], log)
+
+
 def down(ws: Workspace) -> list[str]:
     """Stop what up() started: worker, server, S3 server. Returns what it stopped."""
     folder = dev_dir(ws)
     state = _read(folder)
     stopped = []
-    if _alive(state.get("worker")):
+    for pool, record in state.get("pools", {}).items():
+        if _alive(record):
+            _stop(record, [(signal.SIGTERM, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)])
+            stopped.append(f"worker of pool {pool} (pid {record['pid']})")
         _stop(state["worker"], [(signal.SIGTERM, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)])
         stopped.append(f"worker (pid {state['worker']['pid']})")
     if _alive(state.get("server")):
         _stop(state["server"], [(signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)])
         stopped.append(f"Prefect server (pid {state['server']['pid']})")
     if folder.is_dir():
-        _write(folder, {k: v for k, v in state.items() if k not in ("server", "worker")})
+        _write(folder, {k: v for k, v in state.items() if k not in ("server", "worker", "pools")})
     server = s3server.running(ws.s3)
     if server is not None:
         s3server.stop(server)
@@ -163,7 +198,8 @@ def down(ws: Workspace) -> list[str]:
 def status(ws: Workspace) -> dict[str, object]:
     state = _read(dev_dir(ws))
     return {"api_url": state.get("api_url"), "server": _alive(state.get("server")),
-            "worker": _alive(state.get("worker")), "s3": s3server.running(ws.s3) is not None}
+            "worker": _alive(state.get("worker")), "s3": s3server.running(ws.s3) is not None,
+            "pools": {pool: _alive(record) for pool, record in state.get("pools", {}).items()}}
 
 
 # ----- processes -----------------------------------------------------------------------------------------------
@@ -225,14 +261,14 @@ def _wait_healthy(api_url: str, record: dict, log: Path) -> None:
                       fix="read the log; a slow machine may need more time")
 
 
-def _wait_worker(api_url: str, record: dict, log: Path) -> None:
-    """Until the worker has polled the pool once (it then shows in the pool's workers)."""
+def _wait_worker(api_url: str, pool: str, record: dict, log: Path) -> None:
+    """Until the worker has polled its pool once (it then shows in the pool's workers)."""
     deadline = time.monotonic() + WORKER_START_S
     while time.monotonic() < deadline:
         if not _alive(record):
             raise LaunchError(f"the Prefect worker exited while starting; see {log}:\n{tail(log)}")
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            workers = httpx.post(f"{api_url}/work_pools/{POOL}/workers/filter", json={}, timeout=5).json()
+            workers = httpx.post(f"{api_url}/work_pools/{pool}/workers/filter", json={}, timeout=5).json()
             if any(w.get("name") == record["argv"][-1] and w.get("status") == "ONLINE" for w in workers):
                 return
         time.sleep(0.5)

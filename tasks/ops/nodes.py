@@ -35,6 +35,12 @@ LOCKED = 423
 log = logging.getLogger("podium.nodes")
 
 
+def this_node() -> str:
+    """The node this process runs on, as its `gpu-<node>` limit names it: PODIUM_NODE when the worker sets it (the
+    local stack's pools stand for clusters of their own on one host, docs/fleet.md), else the host name."""
+    return os.environ.get("PODIUM_NODE") or socket.gethostname()
+
+
 def limit_name(node: str) -> str:
     """`gpu-<node>` with anything but letters, digits, '.', '_' and '-' replaced by '-'."""
     return PREFIX + re.sub(r"[^A-Za-z0-9._-]", "-", node)

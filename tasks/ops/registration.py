@@ -148,3 +148,48 @@ def deploy(names: Sequence[str], env: dict[str, str] | None = None, prefect_yaml
         raise CommandError(argv, done.returncode, (done.stdout + done.stderr)[-3000:],
                            fix="read the output above; the work pool must exist before `prefect deploy`")
     return done.stdout
+
+
+# ----- the fleet (docs/fleet.md) --------------------------------------------------------------------------------
+
+PULL_STEPS = [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $PODIUM_REPO }}"}}]
+
+
+def deploy_member(pool: str, flow_name: str, entrypoint: str, schema: dict) -> str:
+    """Create or update the deployment `<flow_name>/<pool>` that runs a fleet member on `pool`'s workers, from each
+    worker's own checkout (PODIUM_REPO), as prefect.yaml's deployments do. Returns its full name."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        flow_id = client.create_flow_from_name(flow_name)
+        client.create_deployment(flow_id=flow_id, name=pool, work_pool_name=pool, work_queue_name="default",
+                                 entrypoint=entrypoint, pull_steps=PULL_STEPS, parameter_openapi_schema=schema,
+                                 tags=["podium", "fleet"],
+                                 description=f"One benchmark of a plan on the cluster of work pool {pool}")
+    return f"{flow_name}/{pool}"
+
+
+def pool_problems(pools: dict[str, str]) -> list[str]:
+    """What keeps each system's work pool (system -> pool) from running a member now: the pool missing on the
+    server, paused, or without a worker online. Each problem names the system, the pool and the fix."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import WorkPoolStatus
+    from prefect.exceptions import ObjectNotFound
+
+    start = "start a worker on the cluster: `prefect worker start --pool {p} --type process` (locally: " \
+            "`podium dev up --pool {p}`)"
+    problems = []
+    with get_client(sync_client=True) as client:
+        for system, pool in pools.items():
+            where = f"systems[{system}].work_pool: {pool}"
+            try:
+                found = client.read_work_pool(pool)
+            except ObjectNotFound:
+                problems.append(f"{where}: no such work pool on the Prefect server; create it and "
+                                + start.format(p=pool))
+                continue
+            if found.is_paused:
+                problems.append(f"{where}: the pool is paused; resume it: `prefect work-pool resume {pool}`")
+            elif found.status != WorkPoolStatus.READY:
+                problems.append(f"{where}: no worker of the pool is online; " + start.format(p=pool))
+    return problems

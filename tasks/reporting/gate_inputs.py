@@ -25,9 +25,10 @@ def previous_results(cfg: storage.StorageConfig, plan_name: str, run_id: str) ->
     finished when its manifest (written last) is there."""
     s3 = storage.client(cfg)
     newest: tuple[Any, str] | None = None
+    top = storage.object_key(cfg, plan_name)
     for key in storage.list_keys(cfg, plan_name):
-        parts = key.split("/")
-        if parts[-1] != storage.MANIFEST or parts[-2] == run_id:
+        parts = key[len(top):].strip("/").split("/")   # <run id>/manifest.json; a fleet member's is deeper
+        if parts[1:] != [storage.MANIFEST] or parts[0] == run_id:
             continue
         try:
             stamp = s3.head_object(Bucket=cfg.bucket, Key=key)["LastModified"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from submission.errors import CommandError
 from tasks.engines import Endpoint, backend
 from tasks.harness import liveness
 from tasks.launchers import start_ready
-from tasks.ops.nodes import NodeSlot
+from tasks.ops.nodes import NodeSlot, this_node
 from tasks.serving.launch import launcher_for
 from tasks.steps import run_logger
 
@@ -53,7 +52,7 @@ class EngineSession:
         self.deployment: Any = None
         self._endpoint: Endpoint | None = None
         self.launches = 0
-        self.slot = NodeSlot([socket.gethostname()],   # gpu-<node>: one engine per node across flows
+        self.slot = NodeSlot([this_node()],   # gpu-<node>: one engine per node across flows
                              record_dir=Path(state_dir) / "leases")   # a killed flow's lease: released by the next
 
     def alive(self) -> bool:

@@ -32,6 +32,8 @@ from botocore.config import Config
 
 from submission.errors import PodiumError, StorageError
 from submission.files import replace_atomic, tail, temporary
+from submission.plan import StorageSpec
+from tasks.storage.objects import StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,18 @@ def serving(data_dir: Path) -> Iterator[S3Server]:
     finally:
         if started:
             stop(server)
+
+
+@contextlib.contextmanager
+def plan_storage(spec: StorageSpec, data_dir: Path) -> Iterator[StorageConfig]:
+    """A plan's object storage. Credentials come from boto3's own chain (environment, profile, instance role), never
+    from flow parameters; the embedded server on `data_dir` is reused when running, else started for the block."""
+    if not spec.embedded:
+        yield StorageConfig(spec.endpoint_url, spec.bucket, spec.prefix, spec.region)
+        return
+    with serving(data_dir) as server:
+        yield StorageConfig(server.endpoint_url, spec.bucket, spec.prefix, spec.region,
+                            server.credentials.access_key, server.credentials.secret_key)
 
 
 def _launch(data_dir: Path, port: int | None, startup_timeout_s: float) -> S3Server:

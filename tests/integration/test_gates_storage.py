@@ -53,6 +53,7 @@ def test_gates_compare_with_the_newest_finished_run(cfg: storage.StorageConfig, 
     time.sleep(1.1)
     upload(cfg, tmp_path, "smoke", "run-3", [record("Offline", 1.0)], manifest=False)   # never finished
     upload(cfg, tmp_path, "other-plan", "run-9", [record("Offline", 5.0)])
+    upload(cfg, tmp_path, "smoke", "run-3/members/cpu-smoke-a--gpt-oss-120b", [])   # a fleet member's: not a run
     assert previous_results(cfg, "smoke", "run-now")[0] == "run-2"
     assert previous_results(cfg, "smoke", "run-2")[0] == "run-1"      # the current run is never its own baseline
     assert previous_results(cfg, "nothing-yet", "run-now") is None

@@ -1,0 +1,159 @@
+"""A plan's systems on clusters of their own, at once (docs/fleet.md).
+
+A system that names a Prefect work pool (`systems[].work_pool`) runs each of its benchmarks as a *member*: a
+deployment run of `member` on that pool, whose worker runs on the system's cluster. The parent (the submission flow)
+starts every member at once, runs the other systems' benchmarks in its own process meanwhile, then waits for the
+members and gathers what they left. What crosses between them: the plan and where to write (the member's
+parameters), and the member's run folder (object storage, under the parent's run prefix). A member's records name
+files on its own cluster; the parent reads them from the copy it downloads. A member re-run on the same cluster
+finds its finished runs in its workspace's cache, so a re-run of the parent measures nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+from prefect.states import Completed, Failed, State
+
+from flows.benchmark import _run_name, measure
+from submission import plan as plans
+from submission.files import write_atomic
+from submission.plan import Plan
+from submission.runs import AuditRecord, RunRecord
+from tasks.harness.step import summary
+from tasks.ops import registration
+from tasks.ops.preflight import preflight
+from tasks.reporting import progress
+from tasks.storage import objects as storage
+from tasks.storage import s3server
+from tasks.storage.publish import publish
+from tasks.workspace import Workspace
+
+FLOW = "benchmark"                  # a member is a benchmark flow run; its deployment is benchmark/<pool>
+ENTRYPOINT = "flows.fleet:member"
+MEMBER_FILE = "member.json"         # in a member's folder: its records, audits, failures, system description
+FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+POLL_S = 3.0
+
+
+@flow(name=FLOW, flow_run_name=_run_name)
+def member(plan: dict, key: str, key_prefix: str, workspace: str | None = None) -> State:
+    """Benchmark `key` of `plan` on this worker's cluster: preflight of its system here, every run and audit
+    (flows.benchmark.measure), then its run folder to object storage under `key_prefix`. The workspace is this
+    host's: `workspace`, else PODIUM_WORKSPACE, else `.podium` in the worker's checkout."""
+    loaded = plans.parse(plan, f"plan {plan.get('name')!r} from the fleet's parent run")
+    bench = loaded.benchmark(key)
+    ws = Workspace.at(workspace or os.environ.get("PODIUM_WORKSPACE") or ".podium")
+    run_id = str(flow_run.get_id())
+    folder = ws.run_folder(run_id, latest=False)
+    with s3server.plan_storage(loaded.storage, ws.s3) as cfg:
+        systems = preflight(loaded.as_member(bench.system), cfg)
+        out = measure(loaded, key, ws, folder / "logs")
+        records = [RunRecord.model_validate(r) for r in out["records"]]
+        audits = [AuditRecord.model_validate(a) for a in out["audits"]]
+        write_atomic(folder / MEMBER_FILE, json.dumps({
+            "key": key, "flow_run_id": run_id, "systems": systems, "failures": out["failures"],
+            "engine_launches": out["engine_launches"], "records": carry(records, folder),
+            "audits": carry(audits, folder)}, indent=2))
+        publish(cfg, str(folder), key_prefix, {"flow-run-id": run_id, "plan-sha256": loaded.fingerprint()})
+    line = (f"{key}: {len(records)} run(s), {len(audits)} audit(s), {len(out['failures'])} failed, engine launched "
+            f"{out['engine_launches']} time(s); s3://{cfg.bucket}/{storage.object_key(cfg, key_prefix)}/")
+    get_run_logger().info(line)
+    return Failed(message=line) if out["failures"] else Completed(message=line)
+
+
+def carry(records: list[RunRecord] | list[AuditRecord], folder: Path) -> list[dict]:
+    """Copy each run's folder (and an audit's TESTxx folder) into `folder`; the records then name the copies
+    relative to it, so that they mean the same wherever the folder is downloaded (`landed`)."""
+    out = []
+    for r in records:
+        name = r.label.replace("/", "-")
+        moved = {"run_dir": f"logs/runs/{name}"} | ({"folder": f"logs/audits/{name}"}
+                                                    if isinstance(r, AuditRecord) else {})
+        for field, rel in moved.items():
+            shutil.copytree(getattr(r, field), folder / rel, dirs_exist_ok=True)
+        out.append(r.model_copy(update=moved).model_dump(mode="json"))
+    return out
+
+
+def landed(rows: list[dict], folder: Path, kind: type[RunRecord] | type[AuditRecord]) -> list[Any]:
+    """`carry`'s records with their paths under `folder`, where the member's folder was downloaded."""
+    return [kind.model_validate(row | {f: str(folder / row[f]) for f in ("run_dir", "folder") if f in row})
+            for row in rows]
+
+
+@dataclass
+class Started:
+    """A member the parent started: which benchmark, on which pool, as which flow run."""
+
+    key: str
+    pool: str
+    flow_run_id: Any
+    name: str
+    key_prefix: str
+
+
+def start(plan: Plan, parent_run_id: str) -> list[Started]:
+    """One deployment run per benchmark of every pooled system, all at once, each a subflow of the calling run.
+    The idempotency key makes a retry of the parent find the members it already started."""
+    from prefect.deployments import run_deployment
+    from prefect.utilities.callables import parameter_schema
+
+    pools = plan.pools()
+    deployments = {pool: registration.deploy_member(pool, FLOW, ENTRYPOINT, parameter_schema(member).model_dump())
+                   for pool in sorted(set(pools.values()))}
+    started = []
+    for bench in (b for b in plan.benchmarks if b.system in pools):
+        prefix = f"{plan.name}/{parent_run_id}/members/{bench.key.replace('/', '--')}"
+        run = run_deployment(deployments[pools[bench.system]], timeout=0, as_subflow=True,
+                             idempotency_key=f"{parent_run_id}:{bench.key}",
+                             parameters={"plan": plan.model_dump(mode="json"), "key": bench.key, "key_prefix": prefix})
+        started.append(Started(bench.key, pools[bench.system], run.id, run.name, prefix))
+        get_run_logger().info("%s: started on work pool %s as flow run %r", bench.key, pools[bench.system], run.name)
+    return started
+
+
+def wait(started: list[Started], poll_s: float = POLL_S) -> list[tuple[Started, Any]]:
+    """Until every member has ended (Completed, Failed, Crashed or Cancelled); each with its final state."""
+    from prefect.client.orchestration import get_client
+
+    ended: dict[str, Any] = {}
+    with get_client(sync_client=True) as client:
+        while len(ended) < len(started):
+            for s in (s for s in started if s.key not in ended):
+                state = client.read_flow_run(s.flow_run_id).state
+                if state is not None and state.type.value in FINAL:
+                    ended[s.key] = state
+            if len(ended) < len(started):
+                time.sleep(poll_s)
+    return [(s, ended[s.key]) for s in started]
+
+
+def gather(s: Started, state: Any, cfg: storage.StorageConfig, folder: Path) -> dict:
+    """What a member left, from object storage into `folder/members/<name>/`: its records, audits, failures and
+    system description; a member that ended without publishing is one failure naming its flow run and state."""
+    here = folder / "members" / s.key_prefix.rsplit("/", 1)[-1]
+    says = f"{s.key}: fleet member {s.name!r} on work pool {s.pool} ended {state.name}"
+    if storage.MANIFEST not in {k.rsplit("/", 1)[-1] for k in storage.list_keys(cfg, s.key_prefix)}:
+        return {"records": [], "audits": [], "failures": [f"{says}: {state.message or 'no message'}; nothing it "
+                                                          "measured was published (a re-run reuses what it "
+                                                          "finished on its cluster)"],
+                "engine_launches": 0, "systems": {}}
+    storage.get_tree(cfg, s.key_prefix, here)
+    data = json.loads((here / MEMBER_FILE).read_text())
+    records, audits = landed(data["records"], here, RunRecord), landed(data["audits"], here, AuditRecord)
+    for line in [f"{r.label}: {summary(r)}" for r in records] + [f"{a.label}: {a.summary()}" for a in audits]:
+        progress.finished(f"{line} (on work pool {s.pool})")
+    failures = list(data["failures"]) + ([] if state.type.value == "COMPLETED" or data["failures"]
+                                         else [f"{says}: {state.message}"])
+    return {"records": [r.model_dump(mode="json") for r in records],
+            "audits": [a.model_dump(mode="json") for a in audits], "failures": failures,
+            "engine_launches": data["engine_launches"], "systems": data["systems"]}
