@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import search_cli
+from flows import curation_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 
@@ -293,7 +293,8 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
             typer.echo("stopping")
 
 
-for command in (search_cli.search, search_cli.sweep, search_cli.scale):   # the tuning commands
+for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
+                curation_cli.assemble):                                  # and curation
     app.command()(command)
 
 

@@ -145,11 +145,11 @@ def write(result: Curation, out: Path) -> Path:
 
 
 def table(result: Curation) -> list[str]:
-    """The choices as a Markdown table, then one line per scenario left out."""
+    """The choices as a Markdown table."""
     rows = [{"system": c.bench.system, "benchmark": c.bench.benchmark, "scenario": c.scenario,
              "division": c.division, "run": c.source.run_id[:8], "plan": c.source.plan.name,
              "metric": f"{c.performance.metric:,.1f} {c.performance.unit or ''}".strip()
              if c.performance.metric is not None else None, "why": ch.why}
             for ch in result.chosen for c in [ch.candidate]]
     columns = ("system", "benchmark", "scenario", "division", "run", "plan", "metric", "why")
-    return md_table(columns, rows) + [f"warning: {w}" for w in result.warnings]
+    return md_table(columns, rows)
