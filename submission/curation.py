@@ -310,7 +310,7 @@ def _one_division(chosen: list[Choice]) -> None:
             raise CurationError(
                 f"{c.bench.system}/{c.bench.benchmark} would be submitted in two divisions: {first.division} from "
                 f"{first.describe()}, {c.division} from {c.describe()}; a result is submitted in one division",
-                fix="leave one of them out (--from), or name one run with --pick")
+                fix="leave the runs of one of the two divisions out (--from)")
 
 
 def curate(sources: list[Source], pick: str = "best") -> Curation:

@@ -32,6 +32,9 @@ def make_plan(name: str = "smoke", system: str = "cpu-smoke", scenarios: tuple[s
     data["systems"][0]["name"] = data["benchmarks"][0]["system"] = system
     bench = data["benchmarks"][0]
     bench["scenarios"] = {s: bench["scenarios"].get(s, {"target_qps": 5}) for s in scenarios}
+    if "benchmark" in top:   # another benchmark, closed, without audits
+        bench |= {"benchmark": top.pop("benchmark"), "evaluator": None}
+        data["compliance"] = {"run": "never"}
     if top.get("division") == "closed":
         bench["model"]["name"] = bench["benchmark"]
     if top.get("profile") == "submission":
@@ -203,3 +206,138 @@ def test_a_named_runs_incomplete_scenario_is_left_out_not_replaced(tmp_path: Pat
                                "incomplete: performance INVALID (min duration not met); no other run stands in"]
     left = {(lo.candidate.scenario, lo.candidate.source.run_id): lo.reason for lo in result.left_out}
     assert left[("Server", "other")] == "run named was named by --pick"
+
+
+def test_nothing_complete_leaves_the_scenario_out_with_the_reasons(tmp_path: Path) -> None:
+    plan = make_plan(scenarios=("Offline", "Server"))
+    invalid = make_run(tmp_path, "invalid", plan, {"Offline": 100.0, "Server": 5.0}, invalid=("Server",))
+    wrong = make_run(tmp_path, "wrong", plan, {"Server": 9.0}, accuracy=False)
+    unaudited = make_run(tmp_path, "unaudited", plan, {"Server": 7.0}, audits={"TEST07": True})
+    result = curate([load_source(f) for f in (invalid, wrong, unaudited)], "best")
+    assert [c.candidate.scenario for c in result.chosen] == ["Offline"]
+    [warning] = result.warnings
+    assert warning.startswith("cpu-smoke/gpt-oss-120b/Server left out: nothing complete to pick: ")
+    for reason in (f"{invalid} (run invalid): performance INVALID (min duration not met)",
+                   f"{wrong} (run wrong): accuracy failed (exact_match 40.0)",
+                   f"{unaudited} (run unaudited): audit TEST09 missing (the plan ran audits)"):
+        assert reason in warning
+    with pytest.raises(CurationError, match="nothing complete to pick from the sources") as error:
+        curate([load_source(wrong)], "best")
+    assert "accuracy failed" in str(error.value) and error.value.fix
+
+
+def _refused(sources: list[Path], *phrases: str) -> CurationError:
+    with pytest.raises(CurationError) as error:
+        curate([load_source(s) for s in sources], "best")
+    text = str(error.value)
+    for phrase in (*phrases, *map(str, sources)):   # the message names both sources
+        assert phrase in text, text
+    assert error.value.fix and error.value.exit_code == 2
+    return error.value
+
+
+def test_refuses_two_rounds_submitters_and_profiles(tmp_path: Path) -> None:
+    base = make_run(tmp_path, "base", make_plan(), {"Offline": 1.0})
+    _refused([base, make_run(tmp_path, "r60", make_plan(round="v6.0"), {"Offline": 1.0})],
+             "two rounds", "'v6.1'", "'v6.0'")
+    _refused([base, make_run(tmp_path, "acme", make_plan(submitter="Acme"), {"Offline": 1.0})],
+             "two submitters", "'Podium'", "'Acme'")
+    real = make_run(tmp_path, "real", make_plan("real", "sut-b", ("Offline", "Server"), profile="submission"),
+                    {"Offline": 1.0}, audits={})
+    _refused([base, real], "two profiles", "'smoke'", "'submission'")
+
+
+def test_refuses_two_descriptions_of_one_system(tmp_path: Path) -> None:
+    a = make_run(tmp_path, "a", make_plan("one"), {"Offline": 1.0})
+    b = make_run(tmp_path, "b", make_plan("two", scenarios=("Server",)), {"Server": 1.0},
+                 description={"hw_notes": "8x accelerator"})
+    _refused([a, b], "system 'cpu-smoke' is described differently", "hw_notes 'CPU only' vs '8x accelerator'")
+
+
+def test_one_division_per_system_and_benchmark(tmp_path: Path) -> None:
+    """The same system in open and closed: its descriptions may differ in `division` only; one benchmark's
+    scenarios picked in both divisions are refused."""
+    open_run = make_run(tmp_path, "open", make_plan("o"), {"Offline": 1.0})
+    closed_run = make_run(tmp_path, "closed", make_plan("c", scenarios=("Server",), division="closed"),
+                          {"Server": 1.0})
+    _refused([open_run, closed_run], "cpu-smoke/gpt-oss-120b would be submitted in two divisions", "open from",
+             "closed from")
+    llama = make_run(tmp_path, "llama", make_plan("l", benchmark="llama3.1-8b", division="closed"), {"Offline": 1.0},
+                     audits={})
+    write(curate([load_source(open_run), load_source(llama)], "best"), tmp_path / "out")   # two benchmarks: fine
+    assert _from(_scenario(tmp_path / "out", "Offline")) == {"open"}
+    assert _from(_scenario(tmp_path / "out", "Offline", folder="llama3.1-8b", division=("closed", "Podium"))) == {
+        "llama"}
+    closed_org = tmp_path / "out" / "submission" / "closed" / "Podium"
+    assert json.loads((closed_org / "systems" / "cpu-smoke.json").read_text())["division"] == "closed"
+    assert (closed_org / "documentation" / "calibration.md").read_text().startswith("# Calibration\n\n- llama3.1-8b")
+    other = make_run(tmp_path, "other", make_plan("c", scenarios=("Server",), division="closed"), {"Server": 1.0},
+                     description={"hw_notes": "else"})
+    _refused([open_run, other], "described differently", "hw_notes")   # `division` aside, they must agree
+
+
+def test_the_curated_tree(tmp_path: Path) -> None:
+    """Systems, merged model mapping, each plan under its own name (the READMEs name it), the smoke marker."""
+    one, two = make_plan("alpha", "sys-a"), make_plan("beta", "sys-b")
+    a = make_run(tmp_path, "run-a", one, {"Offline": 1.0})
+    b = make_run(tmp_path, "run-b", two, {"Offline": 2.0})
+    (b / "submission" / "open" / "Podium" / "model_mapping.json").write_text('{"tiny-llama": "gpt-oss-120b"}')
+    write(curate([load_source(a), load_source(b)], "best"), tmp_path / "out")
+    org = tmp_path / "out" / "submission" / "open" / "Podium"
+    assert sorted(p.name for p in (org / "systems").iterdir()) == ["sys-a.json", "sys-b.json"]
+    assert json.loads((org / "model_mapping.json").read_text()) == {"tiny-llama": "gpt-oss-120b"}
+    assert sorted(p.name for p in (org / "src" / "podium" / "plans").iterdir()) == sorted(
+        Path(plan_file(p)).name for p in (one, two))
+    for plan, system in ((one, "sys-a"), (two, "sys-b")):
+        assert plans.load(org / plan_file(plan)).fingerprint() == plan.fingerprint()
+        readme = (_scenario(tmp_path / "out", "Offline", system) / "README.md").read_text()
+        assert f"the plan is in {plan_file(plan)}" in readme
+    assert "run-a" in (org / "src" / "podium" / "README.md").read_text()
+    assert (tmp_path / "out" / "submission" / "SMOKE-NOT-A-SUBMISSION.md").is_file()
+    assert not (tmp_path / "out" / "submission" / "closed").exists()
+
+
+def test_an_older_tree_with_src_podium_plan_yaml(tmp_path: Path) -> None:
+    plan = make_plan()
+    run = make_run(tmp_path, "old", plan, {"Offline": 1.0})
+    org = run / "submission" / "open" / "Podium"
+    (org / plan_file(plan)).rename(org / "src" / "podium" / "plan.yaml")
+    readme = _scenario(run.parent / "old", "Offline").parent.parent.parent.parent / "results" / "cpu-smoke"
+    readme = readme / "tiny-llama" / "Offline" / "README.md"
+    readme.write_text(readme.read_text().replace(plan_file(plan), "src/podium/plan.yaml"))
+    write(curate([load_source(run)], "best"), tmp_path / "out")
+    curated = _scenario(tmp_path / "out", "Offline") / "README.md"
+    assert f"the plan is in {plan_file(plan)}" in curated.read_text()
+    assert (tmp_path / "out" / "submission" / "open" / "Podium" / plan_file(plan)).is_file()
+
+
+def test_the_same_run_twice_counts_once(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r1", make_plan(), {"Offline": 1.0})
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    os.symlink(run, copy / "r1")
+    result = curate([load_source(run), load_source(copy / "r1")], "best")
+    assert len(result.sources) == 1 and "is run r1 again" in result.warnings[0]
+
+
+def test_cli_refusal_exits_2_naming_both_sources(tmp_path: Path) -> None:
+    a = make_run(tmp_path, "a", make_plan(), {"Offline": 1.0})
+    b = make_run(tmp_path, "b", make_plan(round="v6.0"), {"Offline": 1.0})
+    result = CliRunner().invoke(app, ["assemble", "--from", str(a), "--from", str(b), "--out", str(tmp_path / "o"),
+                                      "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: two rounds") and str(a) in result.output and str(b) in result.output
+    assert "fix:" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+    missing = CliRunner().invoke(app, ["assemble", "--from", str(tmp_path / "nope" / "x"), "--out", str(tmp_path)])
+    assert missing.exit_code == 2 and "is not a run folder" in missing.output
+
+
+def test_assemble_keeps_the_plan_under_its_name_and_fingerprint(tmp_path: Path) -> None:
+    plan = make_plan("my-plan")
+    run = make_run(tmp_path, "r", plan, {"Offline": 1.0})
+    org = run / "submission" / "open" / "Podium"
+    assert plan_file(plan) == f"src/podium/plans/my-plan-{plan.fingerprint()[:8]}.yaml"
+    assert (org / plan_file(plan)).is_file() and not (org / "src" / "podium" / "plan.yaml").exists()
+    readme = (org / "results" / "cpu-smoke" / "tiny-llama" / "Offline" / "README.md").read_text()
+    assert f"podium run my-plan-{plan.fingerprint()[:8]}.yaml   # the plan is in {plan_file(plan)}" in readme
