@@ -41,9 +41,10 @@ from submission.tree import Tree
 PICKS = ("best", "latest")   # anything else is a run id
 RESULTS, COMPLIANCE, TREE = "results.json", "compliance.json", "submission"
 LEGACY_PLAN = "src/podium/plan.yaml"   # where trees assembled before plan_file() kept their one plan
-# A result is submitted in one division: the fields of a picked scenario that may carry only one division between
-# them. A system may appear in closed for one benchmark and open for another (MLPerf Inference submission rules,
-# "Divisions"; Podium's curation policy, issue 15); the official checker does not look across divisions.
+# A result is submitted in one division: chosen scenarios that share these fields (of their plan's benchmark entry)
+# must come from one division; a system may still be in closed for one benchmark and open for another. Source: issue 15
+# (the MLPerf practice of one division per result); Podium's curation policy, which the official checker, reading
+# one tree folder at a time, does not check across divisions.
 ONE_DIVISION_PER = ("system", "benchmark")
 
 Key = tuple[str, str, str]   # (system, benchmark, scenario)
@@ -281,8 +282,8 @@ def _best(complete: list[Candidate], pick: str) -> tuple[Candidate, str]:
         chosen = max(complete, key=lambda c: (c.time, c.metric))
         return chosen, f"latest complete: ended {chosen.time}, of {len(complete)} candidate(s)"
     chosen = max(complete, key=lambda c: (c.metric, c.time))
-    return chosen, (f"best VALID: {chosen.metric:.1f} {chosen.performance.unit or ''} of {len(complete)} "
-                    f"candidate(s)").replace("  ", " ")
+    unit = f" {chosen.performance.unit}" if chosen.performance.unit else ""
+    return chosen, f"best VALID: {chosen.metric:.1f}{unit} of {len(complete)} candidate(s)"
 
 
 def _choose(group: list[Candidate], pick: str, named: str | None) -> tuple[Candidate | None, str]:
@@ -291,7 +292,7 @@ def _choose(group: list[Candidate], pick: str, named: str | None) -> tuple[Candi
     if mine:
         if mine[0].problem:
             return None, f"run {named} (named by --pick) has it incomplete: {mine[0].problem}; no other run stands in"
-        return mine[0], f"named run {named}"
+        return mine[0], f"named run {named}" + _smoke_note(mine[0])
     complete = [c for c in group if c.problem is None]
     if not complete:
         return None, "nothing complete to pick: " + "; ".join(f"{c.describe()}: {c.problem}" for c in group)
@@ -304,8 +305,7 @@ def _one_division(chosen: list[Choice]) -> None:
     seen: dict[tuple[str, ...], Candidate] = {}
     for choice in chosen:
         c = choice.candidate
-        fields = {"system": c.bench.system, "benchmark": c.bench.benchmark}
-        first = seen.setdefault(tuple(fields[f] for f in ONE_DIVISION_PER), c)
+        first = seen.setdefault(tuple(getattr(c.bench, name) for name in ONE_DIVISION_PER), c)
         if first.division != c.division:
             raise CurationError(
                 f"{c.bench.system}/{c.bench.benchmark} would be submitted in two divisions: {first.division} from "
@@ -315,14 +315,16 @@ def _one_division(chosen: list[Choice]) -> None:
 
 def curate(sources: list[Source], pick: str = "best") -> Curation:
     """Refuse what cannot go together, then choose per (system, benchmark, scenario); see the module's docstring."""
-    unique = list({s.run_id: s for s in reversed(sources)}.values())[::-1]   # the first of each run id
-    result = Curation(sources=unique, pick=pick, warnings=[
-        f"{s.label} is run {s.run_id} again; {next(u.label for u in unique if u.run_id == s.run_id)} is used"
-        for s in sources if s not in unique])
-    check_sources(unique)
-    named = None if pick in PICKS else _run(unique, pick)
+    unique: dict[str, Source] = {}
+    for source in sources:
+        unique.setdefault(source.run_id, source)   # a run given twice (its folder and its prefix) counts once
+    result = Curation(sources=list(unique.values()), pick=pick, warnings=[
+        f"{s.label} is run {s.run_id} again; {unique[s.run_id].label} is used"
+        for s in sources if unique[s.run_id] is not s])
+    check_sources(result.sources)
+    named = None if pick in PICKS else _run(result.sources, pick)
     groups: dict[Key, list[Candidate]] = {}
-    for candidate in (c for s in unique for c in candidates(s)):
+    for candidate in (c for s in result.sources for c in candidates(s)):
         groups.setdefault(candidate.key, []).append(candidate)
     order = {name: i for i, name in enumerate(SCENARIOS)}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], len(order)))):

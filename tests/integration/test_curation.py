@@ -66,7 +66,8 @@ def test_two_runs_of_two_plans_make_one_tree(runs: dict, monkeypatch: pytest.Mon
     assert sorted(p.name for p in (org / "systems").iterdir()) == ["cpu-smoke-b.json", "cpu-smoke.json"]
     for system in ("cpu-smoke", "cpu-smoke-b"):
         assert (org / "results" / system / "tiny-llama" / "Offline" / "performance" / "run_1").is_dir()
-    assert {"TEST07", "TEST09"} <= {p.name for p in (org / "results" / "cpu-smoke" / "tiny-llama" / "Offline").iterdir()}
+    offline = org / "results" / "cpu-smoke" / "tiny-llama" / "Offline"
+    assert {"TEST07", "TEST09"} <= {p.name for p in offline.iterdir()}
     assert len(list((org / "src" / "podium" / "plans").glob("*.yaml"))) == 2
     record = json.loads((out / "curation.json").read_text())
     assert {(c["system"], c["source"], c["run_id"]) for c in record["chosen"]} == {

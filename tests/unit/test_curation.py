@@ -187,7 +187,7 @@ def test_a_named_run_gives_what_it_has_and_best_the_rest(tmp_path: Path) -> None
     weaker = make_run(tmp_path, "77c0-weaker", plan, {"Server": 10.0})
     result = curate([load_source(f) for f in (named, other, weaker)], "3f2a")   # a unique prefix
     picks = {c.candidate.scenario: (c.candidate.source.run_id, c.why) for c in result.chosen}
-    assert picks["Offline"] == ("3f2a9c-named", "named run 3f2a9c-named")
+    assert picks["Offline"] == ("3f2a9c-named", "named run 3f2a9c-named (SMOKE run: not a valid MLPerf result)")
     assert picks["Server"][0] == "77b1-other"
     assert picks["Server"][1].startswith("best VALID: 20.0 Tokens/s of 2 candidate(s) (run 3f2a9c-named does not")
     with pytest.raises(CurationError, match="'77' matches 2 runs"):
