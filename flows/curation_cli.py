@@ -45,6 +45,8 @@ def assemble(
     for line in result.warnings:
         warn(line)
     typer.echo("\n".join(curated_tree.table(result)))
+    if result.left_out:
+        typer.echo(f"{len(result.left_out)} other candidate(s) not chosen; each, and why, in curation.json")
     checked = check_all(root, result.round, csv_file=out / "summary.csv", inference_src=inference_src)
     typer.echo(checked.text(), nl=False)
     typer.echo(f"tree {root}; choices in {out / curated_tree.CURATION_FILE}"
