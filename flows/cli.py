@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import search_cli
+from flows import curation_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 
@@ -67,31 +67,11 @@ def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/,
               "--inference-src", help="a checkout of mlcommons/inference: run its checker too and compare")] = None,
           ) -> None:
     """Check a submission tree. Exit 0 clean, 1 errors (Podium's or the official checker's), 2 could not run."""
-    import tempfile
+    from submission.official_checker import check_all
 
-    from submission import official_checker as official
-    from submission.checker import check_tree
-
-    theirs, differences = None, []
-    report = check_tree(tree, round, profile=profile)
-    if csv_file:
-        report.write_csv(csv_file)
-    if inference_src:
-        with tempfile.TemporaryDirectory(prefix="podium-official-") as scratch:
-            out = csv_file.with_suffix(".official.csv") if csv_file else Path(scratch) / "summary.csv"
-            theirs = official.run_official(tree, inference_src, round, out)
-        differences = official.compare(report, theirs)
-    if as_json:
-        extra = {} if theirs is None else {"official": theirs.model_dump(mode="json") | {"ok": theirs.ok},
-                                           "differences": [d.model_dump(mode="json") for d in differences]}
-        typer.echo(json.dumps(report.to_json() | extra, indent=2))
-    else:
-        typer.echo(report.text(), nl=False)
-        if theirs is not None:
-            typer.echo(f"official checker: {theirs.verdict()}, {len(theirs.rows)} result row(s)")
-            for difference in differences:
-                typer.echo(difference.line())
-    raise typer.Exit(0 if report.ok and (theirs is None or theirs.ok) else 1)
+    checked = check_all(tree, round, profile=profile, csv_file=csv_file, inference_src=inference_src)
+    typer.echo(json.dumps(checked.to_json(), indent=2) if as_json else checked.text(), nl=as_json)
+    raise typer.Exit(0 if checked.ok else 1)
 
 
 @app.command()
@@ -324,7 +304,8 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
             typer.echo("stopping")
 
 
-for command in (search_cli.search, search_cli.sweep, search_cli.scale):   # the tuning commands
+for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
+                curation_cli.assemble):                                  # and curation
     app.command()(command)
 
 

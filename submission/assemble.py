@@ -33,6 +33,17 @@ def _copy(files: tuple[str, ...], src: Path, dst: Path) -> None:
         shutil.copy2(src / name, dst / name)
 
 
+def plan_file(plan: Plan) -> str:
+    """Where the tree keeps the plan, relative to `<division>/<submitter>/`: one file per plan, named by the plan and
+    its fingerprint, so that the plans of several runs (a curated tree, `submission.curation`) never collide."""
+    return f"src/podium/plans/{plan.name}-{plan.fingerprint()[:8]}.yaml"
+
+
+def write_plan(tree: Tree, plan: Plan) -> Path:
+    """The plan as the tree keeps it (`plan_file`), as validated YAML."""
+    return write_atomic(tree.org / plan_file(plan), yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
+
+
 def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: str) -> str:
     smoke = plan.profile == "smoke"
     lines = [f"# {bench.benchmark} {scenario} on {bench.system}", ""]
@@ -42,7 +53,7 @@ def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: st
     lines += [
         f"Produced by Podium (commit {commit}) from plan `{plan.name}` ({plan.profile} profile, round {plan.round}).",
         "", "## Reproduce", "",
-        "```", "podium run plan.yaml   # the plan is in src/podium/plan.yaml", "```", "",
+        "```", f"podium run {Path(plan_file(plan)).name}   # the plan is in {plan_file(plan)}", "```", "",
         f"- engine: `{bench.engine.name}` {json.dumps(bench.engine.options) if bench.engine.options else ''}",
         f"- model: `{bench.model.name}` from `{bench.model.source}`",
         "- loadgen settings: `user.conf` beside this file",
@@ -107,9 +118,10 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
                 shutil.copytree(audit.folder, tree.compliance(bench.system, folder, scenario, audit.test))
     if mapping:
         write_atomic(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
-    write_atomic(tree.src / "podium" / "plan.yaml", yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
+    write_plan(tree, plan)
     write_atomic(tree.src / "podium" / "README.md",
-                 f"Podium (commit {commit}) ran this submission from `plan.yaml`: `podium run plan.yaml`.\n"
+                 f"Podium (commit {commit}) ran this submission from `{plan_file(plan)}`: `podium run "
+                 f"{Path(plan_file(plan)).name}`.\n"
                  "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.\n")
     if plan.division == "closed":
         write_atomic(tree.calibration, "# Calibration\n\n" + "\n".join(

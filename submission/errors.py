@@ -78,6 +78,14 @@ class RunFailed(PodiumError):
     final = True
 
 
+class CurationError(PodiumError):
+    """Runs that cannot go into one submission tree together (`podium assemble`): two rounds, two submitters, two
+    descriptions of one system, one result in two divisions; the message names both sources."""
+
+    exit_code = 2
+    final = True
+
+
 def did_you_mean(value: str, valid: Iterable[str]) -> str:
     """A hint for an unknown name: the closest valid names, then the full list."""
     options = sorted(valid)

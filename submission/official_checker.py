@@ -16,12 +16,14 @@ import csv
 import re
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from submission.checker import CheckReport, ScenarioResult
+from submission.checker import CheckReport, ScenarioResult, check_tree
 from submission.errors import PodiumError
 
 MODULE = "submission_checker.main"
@@ -219,3 +221,44 @@ def _verdict(ours: CheckReport, theirs: OfficialReport) -> Difference:
             return Difference(kind="verdict", path=".", expected=True, message=f"{message}; the official errors are "
                               f"Podium's named deviation(s) only: {', '.join(sorted(named))}")
     return Difference(kind="verdict", path=".", message=message)
+
+
+@dataclass
+class Checked:
+    """Podium's verdict on a tree and, when asked, the official checker's with every place the two differ."""
+
+    report: CheckReport
+    official: OfficialReport | None = None
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and (self.official is None or self.official.ok)
+
+    def text(self) -> str:
+        lines = [self.report.text().rstrip("\n")]
+        if self.official is not None:
+            lines.append(f"official checker: {self.official.verdict()}, {len(self.official.rows)} result row(s)")
+            lines += [d.line() for d in self.differences]
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict:
+        extra = {} if self.official is None else {
+            "official": self.official.model_dump(mode="json") | {"ok": self.official.ok},
+            "differences": [d.model_dump(mode="json") for d in self.differences]}
+        return self.report.to_json() | extra
+
+
+def check_all(tree: Path, round: str, *, profile: str | None = None, csv_file: Path | None = None,
+              inference_src: str | Path | None = None) -> Checked:
+    """Podium's checker on `tree` (its CSV to `csv_file` when given) and, with a checkout of mlcommons/inference, the
+    official one too (its CSV beside ours, `<csv>.official.csv`): what `podium check` and `podium assemble` print."""
+    checked = Checked(check_tree(tree, round, profile=profile))
+    if csv_file:
+        checked.report.write_csv(csv_file)
+    if inference_src:
+        with tempfile.TemporaryDirectory(prefix="podium-official-") as scratch:
+            out = Path(csv_file).with_suffix(".official.csv") if csv_file else Path(scratch) / "summary.csv"
+            checked.official = run_official(tree, inference_src, round, out)
+        checked.differences = compare(checked.report, checked.official)
+    return checked

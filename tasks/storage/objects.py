@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -172,12 +172,16 @@ def list_keys(cfg: StorageConfig, key_prefix: str) -> list[str]:
     return keys
 
 
-def get_tree(cfg: StorageConfig, key_prefix: str, local_root: Path) -> list[Path]:
-    """Download every object under the prefix into `local_root` (same relative paths); return the files."""
+def get_tree(cfg: StorageConfig, key_prefix: str, local_root: Path,
+             include: Callable[[str], bool] | None = None) -> list[Path]:
+    """Download every object under the prefix (or those whose relative path `include` accepts) into `local_root`
+    (same relative paths); return the files."""
     prefix = object_key(cfg, key_prefix)
     written = []
     for key in list_keys(cfg, key_prefix):
         rel = PurePosixPath(key[len(prefix):].lstrip("/"))
+        if include is not None and not include(rel.as_posix()):
+            continue
         if rel.is_absolute() or ".." in rel.parts:
             raise StorageError(f"object key {key!r} would escape {local_root}", where=f"s3://{cfg.bucket}/{key}")
         target = Path(local_root, *rel.parts)
