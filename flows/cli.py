@@ -14,6 +14,7 @@ import typer
 from flows import curation_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
+from tasks.ops.registration import MEMBER_WATCH_S
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
 dev = typer.Typer(no_args_is_help=True, help="Local services and assets for development and the smoke run.")
@@ -185,6 +186,9 @@ def dev_up(workspace: Workspace = Path(".podium"),
            pool: Annotated[list[str] | None, typer.Option(
                help="a work pool standing for a cluster of its own, with its own process worker (repeatable; "
                     "a plan's systems[].work_pool names it: docs/fleet.md)")] = None,
+           member_watch: Annotated[float, typer.Option(
+               min=45, help="seconds a fleet member may send no heartbeat (every 30 s) before it is marked "
+                            "Crashed")] = MEMBER_WATCH_S,
            s3_only: Annotated[bool, typer.Option("--s3-only", help="start only the S3 server")] = False) -> None:
     """Start a local Prefect server with its UI, a process worker and the S3 server (all on 127.0.0.1); register
     the work pools, the S3 result storage, the gpu-<node> limits and the notifications; deploy the deployments."""
@@ -198,7 +202,7 @@ def dev_up(workspace: Workspace = Path(".podium"),
                    f"{workspace / 's3' / 'credentials.json'}; stop it with `podium dev down`")
         return
     stack = devstack.up(Ws.at(workspace), port=port, webhook=webhook, nodes=node or (), deploy=deploy,
-                        schedules=schedules, pools=pool or ())
+                        schedules=schedules, pools=pool or (), member_watch_s=member_watch)
     typer.echo(f"Prefect UI   {stack.ui_url}  (export PREFECT_API_URL={stack.api_url})")
     typer.echo(f"worker       pid {stack.worker_pid} on pool {devstack.POOL}; S3 at {stack.s3_endpoint}")
     for name, pid in stack.pool_workers.items():
@@ -230,15 +234,22 @@ def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification
           node: Annotated[list[str] | None, typer.Option(help="a GPU node's name (repeatable)")] = None,
           bucket: Annotated[str, typer.Option(help="bucket for Prefect's task results")] = "podium",
           endpoint_url: Annotated[str | None, typer.Option(help="S3 endpoint (default: AWS)")] = None,
-          region: Annotated[str, typer.Option(help="S3 region")] = "us-east-1") -> None:
+          region: Annotated[str, typer.Option(help="S3 region")] = "us-east-1",
+          pool: Annotated[list[str] | None, typer.Option(
+              help="a cluster's process work pool to create (repeatable; docs/fleet.md)")] = None,
+          member_watch: Annotated[float, typer.Option(
+              min=45, help="seconds a fleet member may send no heartbeat (every 30 s) before it is marked "
+                           "Crashed")] = MEMBER_WATCH_S) -> None:
     """Register on the Prefect server at PREFECT_API_URL what the deployments need: work pools, S3 result
-    storage (credentials from the workers' own AWS chain), gpu-<node> limits and the notification automations."""
+    storage (credentials from the workers' own AWS chain), gpu-<node> limits, the notification automations and the
+    watch that marks a fleet member Crashed when its cluster stops sending heartbeats."""
     from tasks.ops import nodes, notifications, registration
     from tasks.storage import objects as storage
 
     cfg = storage.StorageConfig(endpoint_url, bucket, "", region)
     with prefect_server():
-        pools = registration.create_pools()
+        pools = registration.create_pools() + registration.create_pools({p: "process" for p in pool or ()})
+        registration.watch_members(member_watch)
         slug = registration.save_result_storage(cfg)
         limits = nodes.ensure_limits(node or [])
         if webhook:

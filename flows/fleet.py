@@ -37,14 +37,13 @@ from tasks.storage import s3server
 from tasks.storage.publish import publish
 from tasks.workspace import Workspace
 
-FLOW = "benchmark"                  # a member is a benchmark flow run; its deployment is benchmark/<pool>
 ENTRYPOINT = "flows.fleet:member"
 MEMBER_FILE = "member.json"         # in a member's folder: its records, audits, failures, system description
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 POLL_S = 3.0
 
 
-@flow(name=FLOW, flow_run_name=_run_name)
+@flow(name=registration.MEMBER_FLOW, flow_run_name=_run_name)
 def member(plan: dict, key: str, key_prefix: str, workspace: str | None = None) -> State:
     """Benchmark `key` of `plan` on this worker's cluster: preflight of its system here, every run and audit
     (flows.benchmark.measure), then its run folder to object storage under `key_prefix`. The workspace is this
@@ -108,7 +107,7 @@ def start(plan: Plan, parent_run_id: str) -> list[Started]:
     from prefect.utilities.callables import parameter_schema
 
     pools = plan.pools()
-    deployments = {pool: registration.deploy_member(pool, FLOW, ENTRYPOINT, parameter_schema(member).model_dump())
+    deployments = {pool: registration.deploy_member(pool, ENTRYPOINT, parameter_schema(member).model_dump())
                    for pool in sorted(set(pools.values()))}
     started = []
     for bench in (b for b in plan.benchmarks if b.system in pools):

@@ -69,11 +69,6 @@ LOG_STREAMING = {"PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
                  "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true"}
 
 
-# A flow run sends a heartbeat event this often (Prefect's minimum): what the crashed-member automation watches
-# (tasks.ops.notifications) to mark a member Crashed whose worker died with it.
-HEARTBEAT = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
-
-
 def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
     """What every process of the stack (and every flow run the worker starts) sees."""
     return {**os.environ, "PREFECT_HOME": str(ws.prefect_home), "PREFECT_API_URL": api_url,
@@ -83,10 +78,11 @@ def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
 
 def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, nodes: Sequence[str] = (),
        deploy: bool = True, worker: bool = True, query_seconds: float = 2.0, schedules: bool | None = None,
-       pools: Sequence[str] = ()) -> Stack:
+       pools: Sequence[str] = (), member_watch_s: float = registration.MEMBER_WATCH_S) -> Stack:
     """Start (or find running) the S3 server, the Prefect server and a worker; register and deploy. `schedules`:
     turn every deployment schedule on (True) or off (False); None keeps each as it is, a new one paused. `pools`:
-    a process pool and its worker each, standing for a cluster of its own (docs/fleet.md)."""
+    a process pool and its worker each, standing for a cluster of its own (docs/fleet.md); `member_watch_s`: how
+    long a fleet member may send no heartbeat before it is marked Crashed."""
     folder = dev_dir(ws)
     folder.mkdir(parents=True, exist_ok=True)
     ws.prefect_home.mkdir(parents=True, exist_ok=True)
@@ -107,7 +103,8 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
                                 s3.credentials.secret_key)
     deployed, skipped, scheduled = register(api_url, cfg, webhook=webhook, nodes=nodes or [socket.gethostname()],
                                             deploy=deploy, env=env, schedules=schedules,
-                                            prefect_file=folder / "prefect.yaml", pools=pools)
+                                            prefect_file=folder / "prefect.yaml", pools=pools,
+                                            member_watch_s=member_watch_s)
     env |= {"PREFECT_WORKER_QUERY_SECONDS": f"{query_seconds:g}"}
     if worker and not _alive(state.get("worker")):
         state["worker"] = _spawn(_worker_argv(POOL), env, folder / "worker.log")
@@ -125,9 +122,11 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
 
 def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, nodes: Sequence[str], deploy: bool,
              env: dict[str, str], schedules: bool | None, prefect_file: Path, pools: Sequence[str] = (),
+             member_watch_s: float = registration.MEMBER_WATCH_S,
              ) -> tuple[list[str], dict[str, str], dict[tuple[str, str], bool]]:
-    """Pools, the bucket and result-storage block, the gpu-<node> limits, the automations, the deployments (from a
-    copy of prefect.yaml at `prefect_file` whose schedules say active or paused: `registration.with_schedules`).
+    """Pools, the bucket and result-storage block, the gpu-<node> limits, the automations (notifications, the fleet
+    members' watch), the deployments (from a copy of prefect.yaml at `prefect_file` whose schedules say active or
+    paused: `registration.with_schedules`).
     Returns what was deployed, what was left out and why, and whether each deployed schedule is active."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -139,6 +138,7 @@ def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, n
     with temporary_settings(updates={PREFECT_API_URL: api_url}):
         registration.create_pools()
         registration.create_pools({pool: "process" for pool in pools})
+        registration.watch_members(member_watch_s)
         registration.save_result_storage(cfg)
         gpu_nodes.ensure_limits(nodes)
         if webhook:
@@ -159,30 +159,28 @@ def _worker_argv(pool: str, name: str | None = None) -> list[str]:
 def _pool_worker(ws: Workspace, state: dict, pool: str, env: dict[str, str], api_url: str) -> None:
     """The worker of a `--pool`: one more process worker on this host, standing for a cluster of its own. Its flow
     runs use this workspace (PODIUM_WORKSPACE) and take the `gpu-<host>-<pool>` limit (PODIUM_NODE), not the host's,
-    so two pools' members run at once as two clusters' would; they send heartbeats, so that a member whose worker
-    dies is marked Crashed (tasks.ops.notifications)."""
+    so two pools' members run at once as two clusters' would."""
     workers = state.setdefault("pools", {})
     if _alive(workers.get(pool)):
         return
     log = dev_dir(ws) / f"worker-{pool}.log"
     node = f"{socket.gethostname()}-{pool}"
     workers[pool] = _spawn(_worker_argv(pool, f"podium-{node}"),
-                           env | {"PODIUM_NODE": node, "PODIUM_WORKSPACE": str(ws.root)} | HEARTBEAT, log)
+                           env | {"PODIUM_NODE": node, "PODIUM_WORKSPACE": str(ws.root)}, log)
     _write(dev_dir(ws), state)
     _wait_worker(api_url, pool, workers[pool], log)
 
 
 def down(ws: Workspace) -> list[str]:
-    """Stop what up() started: worker, server, S3 server. Returns what it stopped."""
+    """Stop what up() started: the workers, the server, the S3 server. Returns what it stopped."""
     folder = dev_dir(ws)
     state = _read(folder)
+    workers = [(f"worker of pool {pool}", r) for pool, r in state.get("pools", {}).items()]
     stopped = []
-    for pool, record in state.get("pools", {}).items():
+    for what, record in [("worker", state.get("worker")), *workers]:
         if _alive(record):
             _stop(record, [(signal.SIGTERM, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)])
-            stopped.append(f"worker of pool {pool} (pid {record['pid']})")
-        _stop(state["worker"], [(signal.SIGTERM, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)])
-        stopped.append(f"worker (pid {state['worker']['pid']})")
+            stopped.append(f"{what} (pid {record['pid']})")
     if _alive(state.get("server")):
         _stop(state["server"], [(signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)])
         stopped.append(f"Prefect server (pid {state['server']['pid']})")

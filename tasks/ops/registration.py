@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -155,18 +156,57 @@ def deploy(names: Sequence[str], env: dict[str, str] | None = None, prefect_yaml
 PULL_STEPS = [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $PODIUM_REPO }}"}}]
 
 
-def deploy_member(pool: str, flow_name: str, entrypoint: str, schema: dict) -> str:
-    """Create or update the deployment `<flow_name>/<pool>` that runs a fleet member on `pool`'s workers, from each
+# What every member's flow run gets, whichever worker runs it: a heartbeat every 30 s (Prefect's minimum; the
+# default is 180), which `watch_members` watches, Podium's log records in the run's logs, and no output piped to the
+# worker (a member keeps running when its worker restarts; a write to the pipe of a dead worker would end it).
+MEMBER_JOB = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30", "PREFECT_LOGGING_EXTRA_LOGGERS": "podium"},
+              "stream_output": False}
+MEMBER_FLOW = "fleet-member"   # the flow of flows/fleet.py: its deployments are fleet-member/<pool>
+MEMBER_WATCH = "podium: fleet member lost (no heartbeat)"
+MEMBER_WATCH_S = 90.0   # three missed heartbeats
+
+
+def deploy_member(pool: str, entrypoint: str, schema: dict) -> str:
+    """Create or update the deployment `fleet-member/<pool>` that runs a fleet member on `pool`'s workers, from each
     worker's own checkout (PODIUM_REPO), as prefect.yaml's deployments do. Returns its full name."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        flow_id = client.create_flow_from_name(flow_name)
+        flow_id = client.create_flow_from_name(MEMBER_FLOW)
         client.create_deployment(flow_id=flow_id, name=pool, work_pool_name=pool, work_queue_name="default",
                                  entrypoint=entrypoint, pull_steps=PULL_STEPS, parameter_openapi_schema=schema,
-                                 tags=["podium", "fleet"],
+                                 job_variables=MEMBER_JOB, tags=["podium", "fleet"],
                                  description=f"One benchmark of a plan on the cluster of work pool {pool}")
-    return f"{flow_name}/{pool}"
+    return f"{MEMBER_FLOW}/{pool}"
+
+
+def watch_members(within_s: float = MEMBER_WATCH_S) -> Any:
+    """The automation that marks a fleet member Crashed when its heartbeats stop for `within_s` seconds (its
+    cluster, or its process, died; a worker's death alone leaves its members running). Replaces an earlier copy.
+    A member that ended is never changed: the server refuses to move a final state (the action does not force)."""
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    ended = {f"prefect.flow-run.{state}" for state in ("Completed", "Failed", "Cancelled", "Crashed")}
+    automation = Automation(
+        name=MEMBER_WATCH, description=f"A {MEMBER_FLOW} flow run sent no heartbeat for {within_s:g} s",
+        trigger=EventTrigger(after={"prefect.flow-run.heartbeat"}, expect={"prefect.flow-run.heartbeat"} | ended,
+                             match={"prefect.resource.id": "prefect.flow-run.*"},
+                             match_related={"prefect.resource.role": "flow", "prefect.resource.name": MEMBER_FLOW},
+                             for_each={"prefect.resource.id"}, posture=Posture.Proactive, threshold=1,
+                             within=timedelta(seconds=within_s)),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message=f"no heartbeat for {within_s:g} s: its "
+                                    "cluster or its process died; re-run the plan to resume")])
+    try:
+        while True:   # names are not unique on the server: remove every earlier copy
+            Automation.read(name=MEMBER_WATCH).delete()
+    except ValueError:
+        pass
+    return automation.create()
 
 
 def pool_problems(pools: dict[str, str]) -> list[str]:
