@@ -41,6 +41,7 @@ ENTRYPOINT = "flows.fleet:member"
 MEMBER_FILE = "member.json"         # in a member's folder: its records, audits, failures, system description
 FINAL = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 POLL_S = 3.0
+UNATTENDED_S = 600.0   # a member not yet started while its pool has no worker online this long is cancelled
 
 
 @flow(name=registration.MEMBER_FLOW, flow_run_name=_run_name)
@@ -120,20 +121,45 @@ def start(plan: Plan, parent_run_id: str) -> list[Started]:
     return started
 
 
-def wait(started: list[Started], poll_s: float = POLL_S) -> list[tuple[Started, Any]]:
-    """Until every member has ended (Completed, Failed, Crashed or Cancelled); each with its final state."""
+def wait(started: list[Started], poll_s: float = POLL_S, unattended_s: float = UNATTENDED_S,
+         ) -> list[tuple[Started, Any]]:
+    """Until every member has ended (Completed, Failed, Crashed or Cancelled); each with its final state. A member
+    that no worker has picked up while its pool had no worker online for `unattended_s` is cancelled (its cluster
+    is gone; a re-run of the plan starts it again), so the parent never waits for ever."""
     from prefect.client.orchestration import get_client
 
     ended: dict[str, Any] = {}
+    unready: dict[str, float] = {}   # pool -> since when it has had no worker online
     with get_client(sync_client=True) as client:
-        while len(ended) < len(started):
+        while True:
             for s in (s for s in started if s.key not in ended):
-                state = client.read_flow_run(s.flow_run_id).state
-                if state is not None and state.type.value in FINAL:
+                state = _settled(client, s, unready, unattended_s)
+                if state is not None:
                     ended[s.key] = state
-            if len(ended) < len(started):
-                time.sleep(poll_s)
-    return [(s, ended[s.key]) for s in started]
+            if len(ended) == len(started):
+                return [(s, ended[s.key]) for s in started]
+            time.sleep(poll_s)
+
+
+def _settled(client: Any, s: Started, unready: dict[str, float], unattended_s: float) -> Any:
+    """The member's final state, or None while it may still end by itself (see `wait`)."""
+    from prefect.client.schemas.objects import WorkPoolStatus
+    from prefect.states import Cancelled
+
+    state = client.read_flow_run(s.flow_run_id).state
+    if state is not None and state.type.value in FINAL:
+        return state
+    if state is not None and state.type.value not in ("SCHEDULED", "PENDING"):
+        return None   # running: it ends by itself, or the watch marks it Crashed when its heartbeats stop
+    if client.read_work_pool(s.pool).status == WorkPoolStatus.READY:
+        unready.pop(s.pool, None)
+        return None
+    now = time.monotonic()
+    if now - unready.setdefault(s.pool, now) < unattended_s:
+        return None
+    message = f"no worker of work pool {s.pool} was online for {unattended_s:g} s to start it"
+    client.set_flow_run_state(s.flow_run_id, Cancelled(message=message), force=True)
+    return Cancelled(message=message)
 
 
 def gather(s: Started, state: Any, cfg: storage.StorageConfig, folder: Path) -> dict:
@@ -141,7 +167,7 @@ def gather(s: Started, state: Any, cfg: storage.StorageConfig, folder: Path) -> 
     system description; a member that ended without publishing is one failure naming its flow run and state."""
     here = folder / "members" / s.key_prefix.rsplit("/", 1)[-1]
     says = f"{s.key}: fleet member {s.name!r} on work pool {s.pool} ended {state.name}"
-    if storage.MANIFEST not in {k.rsplit("/", 1)[-1] for k in storage.list_keys(cfg, s.key_prefix)}:
+    if storage.object_key(cfg, s.key_prefix, storage.MANIFEST) not in storage.list_keys(cfg, s.key_prefix):
         return {"records": [], "audits": [], "failures": [f"{says}: {state.message or 'no message'}; nothing it "
                                                           "measured was published (a re-run reuses what it "
                                                           "finished on its cluster)"],
@@ -151,8 +177,8 @@ def gather(s: Started, state: Any, cfg: storage.StorageConfig, folder: Path) -> 
     records, audits = landed(data["records"], here, RunRecord), landed(data["audits"], here, AuditRecord)
     for line in [f"{r.label}: {summary(r)}" for r in records] + [f"{a.label}: {a.summary()}" for a in audits]:
         progress.finished(f"{line} (on work pool {s.pool})")
-    failures = list(data["failures"]) + ([] if state.type.value == "COMPLETED" or data["failures"]
-                                         else [f"{says}: {state.message}"])
+    said = state.type.value == "COMPLETED" or (state.type.value == "FAILED" and data["failures"])   # by its failures
+    failures = list(data["failures"]) + ([] if said else [f"{says}: {state.message}"])
     return {"records": [r.model_dump(mode="json") for r in records],
             "audits": [a.model_dump(mode="json") for a in audits], "failures": failures,
             "engine_launches": data["engine_launches"], "systems": data["systems"]}

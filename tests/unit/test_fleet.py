@@ -1,0 +1,177 @@
+"""The fleet's parts that need no server: the plan's pools and its cut for one member, the member's records carried
+into its run folder and landed where the parent downloads it, what the parent makes of a member that published or
+did not, the engine state kept per node, and the member's job variables against the pool's job template."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows import fleet
+from submission import plan as plans
+from submission.errors import PlanError
+from submission.runs import AuditCheck, AuditRecord, RunRecord
+from tasks.ops import registration
+from tasks.storage.objects import StorageConfig
+from tasks.workspace import Workspace
+
+REPO = Path(__file__).parents[2]
+FLEET = REPO / "deployments" / "plans" / "fleet-smoke.yaml"
+CFG = StorageConfig(None, "podium", "runs")
+
+
+def fleet_data() -> dict:
+    return yaml.safe_load(FLEET.read_text())
+
+
+def test_the_fleet_plan_names_a_pool_per_system_and_cuts_to_one_member() -> None:
+    plan = plans.parse(fleet_data())
+    assert plan.pools() == {"cpu-smoke-a": "cluster-a", "cpu-smoke-b": "cluster-b"}
+    member = plan.as_member("cpu-smoke-b")
+    assert [s.name for s in member.systems] == ["cpu-smoke-b"] and member.systems[0].work_pool is None
+    assert [b.key for b in member.benchmarks] == ["cpu-smoke-b/gpt-oss-120b"] and not member.pools()
+    assert plan.pools() == {"cpu-smoke-a": "cluster-a", "cpu-smoke-b": "cluster-b"}   # the plan itself unchanged
+    assert plans.parse(fleet_data()).only({"cpu-smoke-a"}).pools() == {"cpu-smoke-a": "cluster-a"}
+
+
+def test_a_work_pool_that_is_no_safe_name_is_refused_with_its_field() -> None:
+    data = fleet_data()
+    data["systems"][1]["work_pool"] = "cluster b/../x"
+    with pytest.raises(PlanError, match=r"systems\.1\.work_pool: 'cluster b/\.\./x' is not a safe folder name"):
+        plans.parse(data)
+
+
+def _run(tmp: Path, scenario: str, mode: str) -> RunRecord:
+    folder = tmp / "work" / f"{scenario}-{mode}"
+    folder.mkdir(parents=True)
+    (folder / "mlperf_log_summary.txt").write_text(f"{scenario} {mode}\n")
+    return RunRecord(key=f"k-{scenario}-{mode}", system="cpu-smoke-b", benchmark="gpt-oss-120b", scenario=scenario,
+                     mode=mode, run_dir=str(folder), valid=True if mode == "performance" else None, validity="VALID",
+                     metric=10.0, flow_run_id="member-1", started_at="2026-12-01T18:00:00.000+00:00",
+                     ended_at="2026-12-01T18:00:05.000+00:00")
+
+
+def _audit(tmp: Path) -> AuditRecord:
+    run, test = tmp / "work" / "audit-run", tmp / "work" / "audit-run" / "TEST07"
+    test.mkdir(parents=True)
+    (test / "verify_accuracy.txt").write_text("TEST PASS\n")
+    return AuditRecord(key="a", system="cpu-smoke-b", benchmark="gpt-oss-120b", scenario="Offline", test="TEST07",
+                       run_dir=str(run), folder=str(test), passed=True,
+                       checks=(AuditCheck(name="accuracy", passed=True, measured=100.0, bound=">= 99"),))
+
+
+def test_a_members_records_travel_with_its_run_folder(tmp_path: Path) -> None:
+    """carry -> (object storage) -> landed: the records name the copies, wherever the folder is downloaded."""
+    records, audits = [_run(tmp_path, "Offline", "performance"), _run(tmp_path, "Offline", "accuracy")], \
+        [_audit(tmp_path)]
+    member = tmp_path / "member"
+    carried, carried_audits = fleet.carry(records, member), fleet.carry(audits, member)
+    assert carried[0]["run_dir"] == "logs/runs/cpu-smoke-b-gpt-oss-120b-Offline-performance"
+    assert carried_audits[0]["folder"] == "logs/audits/cpu-smoke-b-gpt-oss-120b-Offline-TEST07"
+    shutil.rmtree(tmp_path / "work")   # the member's host is not the parent's: only the folder travels
+    parent = tmp_path / "parent" / "members" / "x"
+    shutil.copytree(member, parent)
+    landed = fleet.landed(carried, parent, RunRecord)
+    assert (Path(landed[0].run_dir) / "mlperf_log_summary.txt").read_text() == "Offline performance\n"
+    assert landed[0].model_dump(exclude={"run_dir"}) == records[0].model_dump(exclude={"run_dir"})
+    (audit,) = fleet.landed(carried_audits, parent, AuditRecord)
+    assert (Path(audit.folder) / "verify_accuracy.txt").read_text() == "TEST PASS\n" and audit.passed
+
+
+@dataclass
+class State:
+    name: str
+    message: str | None = None
+
+    @property
+    def type(self) -> object:
+        return type("T", (), {"value": self.name.upper()})()
+
+
+def test_the_parent_reports_a_member_that_published_nothing_by_name_and_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet.storage, "list_keys", lambda cfg, prefix: [f"runs/{prefix}/logs/x/manifest.json"])
+    started = fleet.Started("cpu-smoke-b/gpt-oss-120b", "cluster-b", "id-1", "gpt-oss-120b on cpu-smoke-b",
+                            "fleet-smoke/parent/members/cpu-smoke-b--gpt-oss-120b")
+    out = fleet.gather(started, State("Crashed", "no heartbeat for 90 s"), CFG, tmp_path)
+    assert out["records"] == [] and out["engine_launches"] == 0
+    assert out["failures"] == ["cpu-smoke-b/gpt-oss-120b: fleet member 'gpt-oss-120b on cpu-smoke-b' on work pool "
+                               "cluster-b ended Crashed: no heartbeat for 90 s; nothing it measured was published "
+                               "(a re-run reuses what it finished on its cluster)"]
+
+
+def test_the_parent_gathers_what_a_member_published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    member = tmp_path / "member"
+    records = [_run(tmp_path, "Offline", "performance")]
+    (member / fleet.MEMBER_FILE).parent.mkdir(parents=True)
+    (member / fleet.MEMBER_FILE).write_text(json.dumps({
+        "records": fleet.carry(records, member), "audits": [], "failures": ["cpu-smoke-b/x: one failed"],
+        "engine_launches": 1, "systems": {"cpu-smoke-b": {"system_name": "cpu-smoke-b"}}}))
+    monkeypatch.setattr(fleet.storage, "list_keys", lambda cfg, prefix: [f"runs/{prefix}/logs/manifest.json",
+                                                                         f"runs/{prefix}/manifest.json"])
+    monkeypatch.setattr(fleet.storage, "get_tree", lambda cfg, prefix, dest: shutil.copytree(member, dest))
+    monkeypatch.setattr(fleet.progress, "finished", lambda line: None)
+    started = fleet.Started("cpu-smoke-b/gpt-oss-120b", "cluster-b", "id-1", "m", "p/members/cpu-smoke-b--gpt-oss")
+    out = fleet.gather(started, State("Failed", "1 failed"), CFG, tmp_path / "parent")
+    (row,) = out["records"]
+    assert Path(row["run_dir"]).is_relative_to(tmp_path / "parent" / "members" / "cpu-smoke-b--gpt-oss")
+    assert out["failures"] == ["cpu-smoke-b/x: one failed"]   # its own failures say it; no second line for its state
+    assert out["systems"] == {"cpu-smoke-b": {"system_name": "cpu-smoke-b"}} and out["engine_launches"] == 1
+    crashed_after = fleet.gather(started, State("Crashed", "lost"), CFG, tmp_path / "again")
+    assert crashed_after["failures"][-1].endswith("ended Crashed: lost")
+
+
+def test_engine_state_is_kept_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pools on one host share a workspace; their engines' records must not (each run ends what it finds)."""
+    ws = Workspace.at(tmp_path)
+    monkeypatch.setenv("PODIUM_NODE", "box-cluster-a")
+    a = ws.pids
+    monkeypatch.setenv("PODIUM_NODE", "box-cluster-b")
+    assert a == tmp_path / "pids" / "box-cluster-a" and ws.pids == tmp_path / "pids" / "box-cluster-b"
+
+
+def test_the_members_job_variables_are_the_process_pools() -> None:
+    variables = registration.template("process")["variables"]["properties"]
+    assert set(registration.MEMBER_JOB) <= set(variables)
+    assert variables["stream_output"]["type"] == "boolean" and isinstance(registration.MEMBER_JOB["stream_output"],
+                                                                           bool)
+    assert int(registration.MEMBER_JOB["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]) * 2 < registration.MEMBER_WATCH_S
+
+
+class Client:
+    """What `fleet.wait` asks the Prefect API: a member's state, its pool's status; and the cancel it may send."""
+
+    def __init__(self, state: str, pool: str) -> None:
+        self.state, self.pool, self.cancelled = state, pool, []
+
+    def read_flow_run(self, run_id: object) -> object:
+        return type("Run", (), {"state": State(self.state.capitalize())})()
+
+    def read_work_pool(self, name: str) -> object:
+        from prefect.client.schemas.objects import WorkPoolStatus
+
+        return type("Pool", (), {"status": WorkPoolStatus(self.pool)})()
+
+    def set_flow_run_state(self, run_id: object, state: object, force: bool) -> None:
+        self.cancelled.append((run_id, state.message, force))
+
+
+def test_a_member_no_worker_can_start_is_cancelled_after_a_while_not_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    started = fleet.Started("cpu-smoke-b/gpt-oss-120b", "cluster-b", "id-1", "m", "p")
+    clock = iter([100.0, 400.0, 701.0])
+    monkeypatch.setattr(fleet.time, "monotonic", lambda: next(clock))
+    unready: dict[str, float] = {}
+    waiting = Client("scheduled", "NOT_READY")
+    assert fleet._settled(waiting, started, unready, 600) is None        # its pool lost its worker at t=100
+    assert fleet._settled(waiting, started, unready, 600) is None        # t=400: not long enough
+    gone = fleet._settled(waiting, started, unready, 600)                # t=701: cancelled, saying why
+    assert gone.type.value == "CANCELLED" and "no worker of work pool cluster-b was online for 600 s" in gone.message
+    assert waiting.cancelled == [("id-1", gone.message, True)]
+    for client in (Client("scheduled", "READY"), Client("running", "NOT_READY")):   # a worker will; or it started
+        assert fleet._settled(client, started, {"cluster-b": 0.0}, 600) is None and not client.cancelled
+    assert fleet._settled(Client("completed", "NOT_READY"), started, {}, 600).name == "Completed"
