@@ -7,8 +7,10 @@ unchanged plan repeats nothing. Returns the records of the finished runs and the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -74,20 +76,28 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path) -> dict:
 def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator: str | None,
           tokenizer: str) -> tuple[list[RunRecord], list[str]]:
     """The performance and accuracy runs, in order, on the (lazily launched) engine."""
-    records, failures = [], []
+    records: list[RunRecord] = []
+    failures: list[str] = []
     for spec in specs:
         state = run_loadgen(spec, engine, str(ws.work), evaluator, tokenizer, return_state=True)
-        if state.is_completed():
-            records.append(state.result())
-            progress.finished(f"{spec.label}: {summary(records[-1])}")
-            continue
-        error = state.result(raise_on_failure=False)
-        if isinstance(error, RunRejected):
-            records.append(error.record)
-        failures.append(f"{spec.label}: {error}")
-        progress.finished(f"{spec.label}: failed: {_first_line(error)}")
-        get_run_logger().error("%s failed: %s", spec.label, error)
+        _settle(state, spec.label, RunRejected, records, failures, summary)
     return records, failures
+
+
+def _settle(state: Any, label: str, rejected: type[Exception], done: list, failures: list[str],
+            says: Callable[[Any], str]) -> None:
+    """A run's or audit's final task state into `done` (its record, also when rejected: it is reported) or
+    `failures`, and one progress line on the run a person started."""
+    if state.is_completed():
+        done.append(state.result())
+        progress.finished(f"{label}: {says(done[-1])}")
+        return
+    error = state.result(raise_on_failure=False)
+    if isinstance(error, rejected):
+        done.append(error.record)
+    failures.append(f"{label}: {error}")
+    progress.finished(f"{label}: failed: {_first_line(error)}")
+    get_run_logger().error("%s failed: %s", label, error)
 
 
 def _first_line(error: object) -> str:
@@ -110,14 +120,5 @@ def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], 
         progress.finished(line)
     for job in jobs:
         state = run_audit_task(job, engine, str(ws.work), return_state=True)
-        if state.is_completed():
-            audits.append(state.result())
-            progress.finished(f"{job.label}: {audits[-1].summary()}")
-            continue
-        error = state.result(raise_on_failure=False)
-        if isinstance(error, AuditFailed):
-            audits.append(error.record)
-        failures.append(f"{job.label}: {error}")
-        progress.finished(f"{job.label}: failed: {_first_line(error)}")
-        get_run_logger().error("%s failed: %s", job.label, error)
+        _settle(state, job.label, AuditFailed, audits, failures, AuditRecord.summary)
     return audits, failures

@@ -29,9 +29,9 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     from tasks.ops.inputs import check_capacity, check_inputs
 
     loaded = plans.load(plan)
-    here = loaded.only({s.name for s in loaded.systems if not s.work_pool})   # a pooled system checks on its cluster
-    check_inputs(here, str(plan))     # sources exist, storage credentials found: before anything starts
-    check_capacity(here)              # engines fit their GPUs, runs their sequence budgets
+    check_inputs(loaded.local(), str(plan))   # sources exist, storage credentials found: before anything starts
+    check_capacity(loaded.local())            # engines fit their GPUs, runs their sequence budgets (a pooled
+                                              # system's member checks both on its own cluster)
     prefect_env(workspace)
     if loaded.pools():                # the fleet: a server whose workers run the pooled systems, each online
         from tasks.ops.preflight import require_pools

@@ -355,6 +355,10 @@ class Plan(Strict):
         return self.model_copy(update={"systems": [s for s in self.systems if s.name in systems],
                                        "benchmarks": [b for b in self.benchmarks if b.system in systems]})
 
+    def local(self) -> Plan:
+        """The systems that run in the process that runs the plan (no work pool), with their benchmarks."""
+        return self.only({s.name for s in self.systems if not s.work_pool})
+
     def as_member(self, system: str) -> Plan:
         """The plan as the fleet member of `system` runs it on that system's cluster: that system alone, run here."""
         cut = self.only({system})

@@ -25,7 +25,7 @@ def preflight(plan: Plan, cfg: storage.StorageConfig) -> dict[str, dict[str, str
     """Everything that can be checked before an engine starts. Returns the descriptions of the systems that run
     here (a pooled system's member describes its own)."""
     require_pools(plan)
-    here = plan.only({s.name for s in plan.systems if not s.work_pool})
+    here = plan.local()
     check_inputs(here)                                            # sources there, storage credentials found
     for b in here.benchmarks:
         engine_identity(b.engine.name, b.engine.config())          # engine known and installed

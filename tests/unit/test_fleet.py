@@ -37,6 +37,10 @@ def test_the_fleet_plan_names_a_pool_per_system_and_cuts_to_one_member() -> None
     assert [b.key for b in member.benchmarks] == ["cpu-smoke-b/gpt-oss-120b"] and not member.pools()
     assert plan.pools() == {"cpu-smoke-a": "cluster-a", "cpu-smoke-b": "cluster-b"}   # the plan itself unchanged
     assert plans.parse(fleet_data()).only({"cpu-smoke-a"}).pools() == {"cpu-smoke-a": "cluster-a"}
+    assert not plan.local().systems and not plan.local().benchmarks   # nothing of the fleet runs in the parent
+    data = fleet_data()
+    del data["systems"][0]["work_pool"]
+    assert [b.key for b in plans.parse(data).local().benchmarks] == ["cpu-smoke-a/gpt-oss-120b"]
 
 
 def test_a_work_pool_that_is_no_safe_name_is_refused_with_its_field() -> None:
