@@ -112,8 +112,7 @@ def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pa
             server = s3server.running(workspace / "s3")
             if server is None:
                 raise StorageError("the local S3 server is not running", fix="start it with `podium dev up`")
-            cfg = storage.StorageConfig(server.endpoint_url, bucket or "podium", prefix, region,
-                                        server.credentials.access_key, server.credentials.secret_key)
+            cfg = server.storage(bucket or "podium", prefix, region)
         else:
             cfg = storage.StorageConfig(endpoint_url, str(bucket), prefix, region)
         storage.ensure_bucket(cfg)

@@ -9,7 +9,7 @@ from pathlib import Path
 from prefect import task
 
 from submission.assemble import assemble
-from submission.checker import CheckReport, check_tree
+from submission.checker import CheckReport
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from tasks.steps import run_logger
@@ -28,23 +28,25 @@ def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: s
 @task(name="check")
 def check(root: str, round: str, profile: str, inference_src: str | None = None) -> CheckReport:
     """Podium's checker, writing summary.csv beside the tree; with a checkout of mlcommons/inference, the official
-    checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning."""
+    checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning. The two run as
+    `podium check` runs them (`official_checker.check_all`); an official checker that cannot run is logged, and the
+    tree and Podium's verdict stand."""
     from submission import official_checker as official
 
-    report = check_tree(Path(root), round, profile=profile)
-    report.write_csv(Path(root).parent / "summary.csv")
     logger = run_logger("check")
+    csv_file = Path(root).parent / "summary.csv"
+    try:
+        checked = official.check_all(Path(root), round, profile=profile, csv_file=csv_file,
+                                     inference_src=inference_src)
+    except official.OfficialCheckerUnavailable as error:
+        logger.error("the official checker did not run: %s", error)
+        checked = official.check_all(Path(root), round, profile=profile, csv_file=csv_file)
+    report = checked.report
     for finding in report.findings:
         (logger.error if finding.severity == "error" else logger.warning)(finding.line())
     logger.info(report.summary())
-    if inference_src:
-        try:
-            theirs = official.run_official(Path(root), inference_src, round,
-                                           Path(root).parent / "summary.official.csv")
-        except official.OfficialCheckerUnavailable as error:  # reported; the tree and Podium's verdict stand
-            logger.error("the official checker did not run: %s", error)
-            return report
-        logger.info("official checker: %s", theirs.verdict())
-        for difference in official.compare(report, theirs):
+    if checked.official is not None:
+        logger.info("official checker: %s", checked.official.verdict())
+        for difference in checked.differences:
             logger.warning(difference.line())
     return report

@@ -99,8 +99,7 @@ def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, n
         _write(folder, state)
         _wait_healthy(api_url, state["server"], folder / "server.log")
     env = base_env(ws, api_url)
-    cfg = storage.StorageConfig(s3.endpoint_url, "podium", "runs", "us-east-1", s3.credentials.access_key,
-                                s3.credentials.secret_key)
+    cfg = s3.storage("podium", "runs")
     deployed, skipped, scheduled = register(api_url, cfg, webhook=webhook, nodes=nodes or [socket.gethostname()],
                                             deploy=deploy, env=env, schedules=schedules,
                                             prefect_file=folder / "prefect.yaml", pools=pools,

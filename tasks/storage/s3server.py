@@ -65,6 +65,11 @@ class S3Server:
     pid: int
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
+    def storage(self, bucket: str, prefix: str = "", region: str = "us-east-1") -> StorageConfig:
+        """Where `bucket`/`prefix` is on this server, with its keys."""
+        return StorageConfig(self.endpoint_url, bucket, prefix, region, self.credentials.access_key,
+                             self.credentials.secret_key)
+
 
 def weed_binary() -> Path:
     """`weed` beside the running interpreter (the virtualenv), else on PATH."""
@@ -144,8 +149,7 @@ def plan_storage(spec: StorageSpec, data_dir: Path) -> Iterator[StorageConfig]:
         yield StorageConfig(spec.endpoint_url, spec.bucket, spec.prefix, spec.region)
         return
     with serving(data_dir) as server:
-        yield StorageConfig(server.endpoint_url, spec.bucket, spec.prefix, spec.region,
-                            server.credentials.access_key, server.credentials.secret_key)
+        yield server.storage(spec.bucket, spec.prefix, spec.region)
 
 
 def _launch(data_dir: Path, port: int | None, startup_timeout_s: float) -> S3Server:

@@ -32,8 +32,7 @@ def config(s3_dir: Path, endpoint_url: str | None, bucket: str, prefix: str) -> 
     server = None if endpoint_url else s3server.running(s3_dir)
     if server is None:
         return storage.StorageConfig(endpoint_url, bucket, prefix)
-    return storage.StorageConfig(server.endpoint_url, bucket, prefix, access_key=server.credentials.access_key,
-                                 secret_key=server.credentials.secret_key)
+    return server.storage(bucket, prefix)
 
 
 def _wanted(rel: str) -> bool:
