@@ -29,7 +29,7 @@ from tasks.staging.stage import S3Access, stage_task
 from tasks.workspace import Workspace
 
 
-def _run_name() -> str:
+def run_name() -> str:
     """`<benchmark> on <system>`, e.g. `gpt-oss-120b on cpu-smoke`."""
     from prefect.runtime import flow_run
 
@@ -37,7 +37,7 @@ def _run_name() -> str:
     return f"{benchmark} on {system}"
 
 
-@flow(name="benchmark", flow_run_name=_run_name)
+@flow(name="benchmark", flow_run_name=run_name)
 def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
     return measure(plans.load(plan_path), key, Workspace.at(workspace), Path(log_dir))
 

@@ -23,7 +23,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from flows.benchmark import _run_name, measure
+from flows.benchmark import measure, run_name
 from submission import plan as plans
 from submission.files import write_atomic
 from submission.plan import Plan
@@ -44,7 +44,7 @@ POLL_S = 3.0
 UNATTENDED_S = 600.0   # a member not yet started while its pool has no worker online this long is cancelled
 
 
-@flow(name=registration.MEMBER_FLOW, flow_run_name=_run_name)
+@flow(name=registration.MEMBER_FLOW, flow_run_name=run_name)
 def member(plan: dict, key: str, key_prefix: str, workspace: str | None = None) -> State:
     """Benchmark `key` of `plan` on this worker's cluster: preflight of its system here, every run and audit
     (flows.benchmark.measure), then its run folder to object storage under `key_prefix`. The workspace is this
