@@ -37,7 +37,7 @@ class Fleet:
     ws: Path
     api: str
     plan: Path          # fleet-smoke with its sources in the test's store
-    wider: Path         # the same with cluster-b's system running Server too (new runs for it alone)
+    wider: Path         # the same with cluster-b's Server at another rate (new runs for it alone)
     first: dict         # the first run: its exit code, output and results rows
 
 
@@ -49,16 +49,16 @@ def podium(*args: str, api: str | None = None, timeout: float = 600, wait: bool 
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
-def fleet_plan(path: Path, store: Path, *, server_on_b: bool = False, pool_b: str = "cluster-b") -> Path:
+def fleet_plan(path: Path, store: Path, *, rerate_b: bool = False, pool_b: str = "cluster-b") -> Path:
     data = yaml.safe_load(FLEET.read_text())
     for bench in data["benchmarks"]:
         bench["model"] = {**bench["model"], "source": str(store / "models" / "tiny-llama")}
         bench["dataset"] = {"performance": str(store / "datasets" / "smoke" / "perf_eval_ref.parquet"),
                             "accuracy": str(store / "datasets" / "smoke" / "acc_eval_inputs.parquet")}
     data["systems"][1]["work_pool"] = pool_b
-    if server_on_b:
-        data["benchmarks"][1]["scenarios"] = {**data["benchmarks"][1]["scenarios"],
-                                              "Server": data["benchmarks"][0]["scenarios"]["Server"]}
+    if rerate_b:   # new dicts: the plan's systems share one `scenarios` mapping (a YAML alias)
+        scenarios = data["benchmarks"][1]["scenarios"]
+        data["benchmarks"][1]["scenarios"] = {**scenarios, "Server": {**scenarios["Server"], "target_qps": 19}}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -83,7 +83,7 @@ def fleet(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     base = tmp_path_factory.mktemp("fleet")
     ws = base / "ws"
     plan, wider = fleet_plan(base / "fleet.yaml", smoke_store), fleet_plan(base / "wider.yaml", smoke_store,
-                                                                             server_on_b=True)
+                                                                             rerate_b=True)
     pools = [arg for pool in POOLS for arg in ("--pool", pool)]
     try:
         up = podium("dev", "up", "--workspace", str(ws), "--port", "0", "--no-deploy", *pools,
@@ -114,7 +114,7 @@ def test_two_systems_on_two_pools_run_at_once(fleet: Fleet) -> None:
     folder = run_folder(fleet.ws, fleet.first["output"])
     found = rows(folder)
     assert {r["system"] for r in found} == {"cpu-smoke-a", "cpu-smoke-b"}
-    assert all(r["valid"] for r in found if r["mode"] == "performance") and len(found) == 6
+    assert all(r["valid"] for r in found if r["mode"] == "performance") and len(found) == 8
     span = {s: (min(at(r["started_at"]) for r in found if r["system"] == s),
                 max(at(r["ended_at"]) for r in found if r["system"] == s)) for s in ("cpu-smoke-a", "cpu-smoke-b")}
     (a0, a1), (b0, b1) = span["cpu-smoke-a"], span["cpu-smoke-b"]
@@ -151,7 +151,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_a_dead_cluster_is_reported_and_a_rerun_measures_nothing_twice(fleet: Fleet) -> None:
-    first = {(r["system"], r["scenario"], r["mode"]): r for r in rows(run_folder(fleet.ws, fleet.first["output"]))}
+    first = {r["key"]: r for r in rows(run_folder(fleet.ws, fleet.first["output"]))}
     known = set((fleet.ws / "work" / "runs").iterdir())
     parent = podium("run", str(fleet.wider), "--workspace", str(fleet.ws), api=fleet.api, wait=False)
     deadline = time.monotonic() + 300
@@ -179,12 +179,14 @@ def test_a_dead_cluster_is_reported_and_a_rerun_measures_nothing_twice(fleet: Fl
     resumed = podium("run", str(fleet.wider), "--workspace", str(fleet.ws), api=fleet.api)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
     folder = run_folder(fleet.ws, resumed.stdout)
+    fresh = []
     for r in rows(folder):
-        key = (r["system"], r["scenario"], r["mode"])
-        if key in first:   # measured by the first run: reused, not measured again
-            assert r["started_at"] == first[key]["started_at"], key
-        else:              # cluster-b's Server runs: the killed one left nothing; measured once, now
-            assert at(r["started_at"]) > resumed_at > killed, key
+        if r["key"] in first:   # measured by the first run: reused, not measured again
+            assert r["started_at"] == first[r["key"]]["started_at"], r["key"]
+        else:                   # cluster-b's Server at its new rate: the killed run left nothing; measured once, now
+            assert at(r["started_at"]) > resumed_at > killed, r["key"]
+            fresh.append((r["system"], r["scenario"], r["mode"]))
+    assert ("cpu-smoke-b", "Server", "performance") in fresh and {s for s, _, _ in fresh} == {"cpu-smoke-b"}, fresh
     launches = {m.name: json.loads((m / "member.json").read_text())["engine_launches"]
                 for m in (folder / "members").iterdir()}
     assert launches == {"cpu-smoke-a--gpt-oss-120b": 0, "cpu-smoke-b--gpt-oss-120b": 1}
