@@ -19,12 +19,14 @@ from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit_task
-from tasks.harness.step import RunRejected, run_loadgen, summary
+from tasks.engines import engine_identity
+from tasks.harness.measure import RunRejected, summary
+from tasks.harness.step import run_loadgen
 from tasks.ops.inputs import require_fit
 from tasks.reporting import progress
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, sizing, where
-from tasks.serving.session import EngineSession, engine_identity
+from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.workspace import Workspace
 

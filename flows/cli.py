@@ -156,19 +156,10 @@ def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose tar
 @exits_on_error
 def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
     """Build the tiny model and the smoke data set into <workspace>/store (deterministic; skipped when present)."""
-    from tasks.engines.smoke import data as smoke_data
-    from tasks.engines.smoke import model as smoke_model
+    from tasks.engines.smoke import build_assets
 
-    store = workspace / "store"
-    model = store / "models" / smoke_model.MODEL_NAME
-    if not (model / "model.safetensors").is_file():
-        files = smoke_model.build(model)
-        typer.echo(f"built {model}: " + ", ".join(f"{k} {v[:12]}" for k, v in files.items()))
-    data = store / "datasets" / "smoke"
-    if not (data / smoke_data.ACC_FILE).is_file():
-        smoke_data.build(model, data)
-        typer.echo(f"built {data}")
-    typer.echo(f"smoke assets ready in {store}")
+    for line in build_assets(workspace / "store"):
+        typer.echo(line)
 
 
 @dev.command("up")

@@ -25,10 +25,11 @@ from submission.engine_options import EngineOptions, OptionsLike, parse_options
 from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
+from tasks.engines import engine_identity
 from tasks.reporting import plots, progress
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, where
-from tasks.serving.session import EngineSession, engine_identity
+from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.tuning import splits
 from tasks.tuning.bisection import Probe, SearchResult, SearchSettings, search

@@ -389,7 +389,10 @@ class ExternalOptions(EngineOptions):
 
 
 class SmokeOptions(EngineOptions):
-    """The CPU smoke engine takes no options."""
+    """The smoke engine (`transformers serve` over a tiny model): on the CPU unless a plan puts it on a GPU (the GPU
+    acceptance script's carried leg, deployments/gpu/smoke.yaml)."""
+
+    device: Literal["cpu", "cuda"] = Field("cpu", description="`transformers serve --device`: cpu, or cuda (GPU 0)")
 
 
 class SimulatedOptions(EngineOptions):

@@ -7,6 +7,7 @@ for its CLI. Look one up with `backend(name)`.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -174,3 +175,9 @@ def backend(name: str) -> EngineBackend:
     if name not in BACKENDS:
         raise PlanError(f"unknown engine {name!r}", fix=did_you_mean(name, BACKENDS))
     return importlib.import_module(BACKENDS[name]).BACKEND
+
+
+def engine_identity(name: str, options: OptionsLike) -> str:
+    """What identifies a deployment's behaviour: the engine, its version and its options."""
+    be = backend(name)
+    return f"{name} {be.version(options)} {json.dumps(be.options(options).as_plan(), sort_keys=True)}"

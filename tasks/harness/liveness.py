@@ -4,12 +4,12 @@ When an engine dies mid-run every remaining request fails within milliseconds (c
 those samples with no tokens makes loadgen log errors for the rest of the run, and a 0-token response can crash
 loadgen 6.0.17 outright. So after a failed request the SUT asks whether the endpoint still accepts a TCP
 connection; when it does not, the child writes one line to its log and exits with `ENDPOINT_DOWN` before that
-sample reaches loadgen. The parent (tasks.harness.runner, tasks.harness.step) turns that exit code into a LaunchError
+sample reaches loadgen. The parent (tasks.harness.runner, tasks.harness.measure) turns that exit code into a LaunchError
 naming the engine's log; the step is retried on a relaunched engine.
 
 A hung engine (a stuck collective, a deadlocked scheduler) keeps accepting connections and answers nothing. The
 SUT's watchdog (`tasks.harness.sut.SampleServer`) ends the run with `ENGINE_STALLED` when no byte arrived on any
-stream for the plan's `engine.stall_timeout_s` while requests were in flight; tasks.harness.step then stops the hung
+stream for the plan's `engine.stall_timeout_s` while requests were in flight; tasks.harness.measure then stops the hung
 engine, so the retry gets a fresh one.
 """
 

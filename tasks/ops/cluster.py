@@ -82,7 +82,7 @@ def cuda(required: bool) -> Check:
 
 
 def engines(plan: Plan) -> list[Check]:
-    from tasks.serving.session import engine_identity
+    from tasks.engines import engine_identity
 
     out = []
     for name, options in {b.engine.name: b.engine.config() for b in plan.benchmarks}.items():

@@ -13,9 +13,8 @@ from submission.errors import PlanError
 from submission.plan import Plan
 from submission.systems import describe, require_complete
 from tasks.accuracy import evaluator
-from tasks.engines import backend
+from tasks.engines import backend, engine_identity
 from tasks.ops.inputs import check_capacity, check_inputs
-from tasks.serving.session import engine_identity
 from tasks.steps import run_logger
 from tasks.storage import objects as storage
 

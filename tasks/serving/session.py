@@ -7,7 +7,6 @@ costs a retry, not the run) and relaunches it when a process has died. `close()`
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,6 @@ from tasks.launchers import start_ready
 from tasks.ops.nodes import NodeSlot, this_node
 from tasks.serving.launch import launcher_for
 from tasks.steps import run_logger
-
-
-def engine_identity(name: str, options: OptionsLike) -> str:
-    """What identifies a deployment's behaviour: the engine, its version and its options."""
-    be = backend(name)
-    return f"{name} {be.version(options)} {json.dumps(be.options(options).as_plan(), sort_keys=True)}"
 
 
 @task(name="launch", task_run_name="launch[{engine_name}]", retries=2, retry_delay_seconds=3, cache_policy=NO_CACHE)

@@ -26,7 +26,7 @@ from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit
 from tasks.engines import Endpoint, backend
 from tasks.harness.datasets import read_token_prompts
-from tasks.harness.step import RunRejected, run_once
+from tasks.harness.measure import RunRejected, run_once
 from tasks.launchers import launched, launcher
 from tests.fault_proxy import FaultProxy
 from tests.integration.conftest import write_plan

@@ -1,7 +1,7 @@
 """The one log line per loadgen run names only what the run measured."""
 
 from submission.runs import RunRecord
-from tasks.harness.step import summary
+from tasks.harness.measure import summary
 
 BASE = {"key": "k", "system": "cpu-smoke", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
 
@@ -22,7 +22,7 @@ def test_performance_and_accuracy_runs() -> None:
 def test_an_offline_run_shorter_than_its_minimum_names_the_target_qps_to_set(tmp_path) -> None:
     from submission.logs import load_run
     from submission.runs import RunSpec
-    from tasks.harness.step import offline_resize
+    from tasks.harness.measure import offline_resize
     from tests.loadgen_fake import run_fake
 
     run = load_run(run_fake(tmp_path / "short", scenario="Offline", latency_s=0.0))   # 16 samples at once: < 500 ms

@@ -1,2 +1,23 @@
 """The CPU smoke engines (a tiny Llama, a tiny LLaVA under `transformers serve`) and the models and data sets they
 serve, all built locally and deterministically. Smoke only: never a benchmark result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def build_assets(store: Path) -> list[str]:
+    """The tiny Llama into `<store>/models/tiny-llama` and the smoke data set into `<store>/datasets/smoke`, each only
+    when missing (deterministic: the same bytes on every machine). Returns what it did, a line each."""
+    from tasks.engines.smoke import data, model
+
+    done = []
+    folder = store / "models" / model.MODEL_NAME
+    if not (folder / "model.safetensors").is_file():
+        files = model.build(folder)
+        done.append(f"built {folder}: " + ", ".join(f"{k} {v[:12]}" for k, v in files.items()))
+    datasets = store / "datasets" / "smoke"
+    if not (datasets / data.ACC_FILE).is_file():
+        data.build(folder, datasets)
+        done.append(f"built {datasets}")
+    return [*done, f"smoke assets ready in {store}"]

@@ -45,9 +45,9 @@ class SmokeBackend(EngineBackend):
 
     name = "smoke"
     ports_needed = 1
-    # `transformers serve` flags between the model and --host: continuous batching with the fixed KV cache
-    serve_flags: tuple[str, ...] = ("--continuous-batching", "--device", "cpu", "--cb-block-size",
-                                    str(KV_BLOCK_TOKENS), "--cb-num-blocks", str(KV_BLOCKS))
+    # `transformers serve` flags between the model and --device: continuous batching with the fixed KV cache
+    serve_flags: tuple[str, ...] = ("--continuous-batching", "--cb-block-size", str(KV_BLOCK_TOKENS),
+                                    "--cb-num-blocks", str(KV_BLOCKS))
     # the request that answers once the model is loaded: its path and body (the model field is added)
     ready_path = "/v1/completions"
     ready_body: ClassVar[dict[str, Any]] = {"prompt": "the", "max_tokens": 1}
@@ -62,13 +62,15 @@ class SmokeBackend(EngineBackend):
 
     def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
-        self.options(options)   # SmokeOptions has no fields: any option is refused, by name
+        o = self.options(options)   # SmokeOptions: the device alone; any other option is refused, by name
         port, server = placement.ports[0], f"{self.name}-server"
-        argv = (_cli(), "serve", str(model_dir), *self.serve_flags,
+        argv = (_cli(), "serve", str(model_dir), *self.serve_flags, "--device", o.device,
                 "--host", placement.bind_host(0), "--port", str(port), "--log-level", "warning")
         ready = (HttpProbe("/health"), HttpProbe(self.ready_path, {"model": str(model_dir), **self.ready_body}))
-        return [ProcessSpec(role="server", name=server, argv=argv, env=dict(ENGINE_ENV),
-                            host=placement.address(0, server), port=port, probes=ready, bind=placement.bind)]
+        gpu = {"gpus": 1, "gpu_ids": (0,), "env": {**ENGINE_ENV, "CUDA_VISIBLE_DEVICES": "0"}} \
+            if o.device == "cuda" else {"env": dict(ENGINE_ENV)}
+        return [ProcessSpec(role="server", name=server, argv=argv, host=placement.address(0, server), port=port,
+                            probes=ready, bind=placement.bind, **gpu)]
 
     def endpoint(self, options: OptionsLike, model_dir: Path, processes: list[ProcessSpec]) -> Endpoint:
         server = processes[0]

@@ -15,7 +15,7 @@ from tasks.engines.smoke.llm import UNSUPPORTED_FIELDS, SmokeBackend
 
 class SmokeVlmBackend(SmokeBackend):
     name = "smoke-vlm"
-    serve_flags = ("--device", "cpu")
+    serve_flags = ()
     ready_path = "/v1/chat/completions"
     ready_body: ClassVar[dict[str, Any]] = {"max_tokens": 1, "messages": [{"role": "user", "content": "the"}]}
     drop_fields = UNSUPPORTED_FIELDS | {"presence_penalty", "frequency_penalty"}

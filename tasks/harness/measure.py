@@ -1,0 +1,131 @@
+"""One loadgen run measured, scored and judged: the plain function under the loadgen-run task (tasks.harness.step),
+free of Prefect so that a host without it (the GPU acceptance script's carried leg) measures the same way.
+
+A run that cannot change by retrying (INVALID, loadgen errors, accuracy under the target) raises `RunRejected`
+carrying its record. The partial logs of a failed attempt are moved aside and never reach the tree.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from submission.errors import CommandError, LaunchError, RunFailed
+from submission.logs import load_run
+from submission.rules import load_rules
+from submission.runs import RunRecord, RunSpec, record
+from tasks.accuracy import score
+from tasks.engines import Endpoint
+from tasks.harness import liveness, runner
+
+
+class Engine(Protocol):
+    """What a run needs of its engine (tasks.serving.session.EngineSession): its endpoint (launched on first use),
+    the stall watchdog's seconds, its logs for an error, whether it still runs, and a way to stop it."""
+
+    stall_s: float | None
+
+    def endpoint(self) -> Endpoint: ...
+
+    def alive(self) -> bool: ...
+
+    def log_report(self, lines: int = 20) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class RunRejected(RunFailed):
+    """A finished run whose result cannot be used; `record` is its results row."""
+
+    def __init__(self, message: str, record: RunRecord, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix or "see the run's mlperf_log_summary.txt; adjust the plan and run it again")
+        self.record = record
+
+
+def problems(rec: RunRecord) -> list[str]:
+    out = []
+    if rec.mode == "performance" and not rec.valid:
+        out.append(f"Result is {rec.validity}: {'; '.join(rec.invalid_reasons)}")
+    if rec.num_errors:
+        out.append(f"{rec.num_errors} loadgen error(s)")
+    if rec.sut_failures:
+        out.append(f"{rec.sut_failures} request(s) failed")
+    if rec.accuracy_pass is False:
+        out.append(f"accuracy misses a target or upper limit ({rec.accuracy_metric} {rec.accuracy}); "
+                   "see accuracy.txt")
+    return out
+
+
+def offline_resize(spec: RunSpec, run) -> str | None:
+    """The fix for an Offline run that ended before its minimum duration: loadgen issues one query of about
+    1.1 x target_qps x min_duration samples, so a faster engine than target_qps says finishes it too soon."""
+    if spec.loadgen_scenario != "Offline" or run.min_duration_met is not False or not run.samples_per_second:
+        return None
+    return (f"the engine did {run.samples_per_second:.1f} samples/s, more than the Offline target_qps sized the "
+            f"query for: set benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
+            f"{math.ceil(1.5 * run.samples_per_second)} and run the plan again")
+
+
+def engine_gone(label: str, code: int, engine: Engine, aside: Path) -> LaunchError:
+    """The error for a run the harness ended because the engine died (`ENDPOINT_DOWN`) or hung (`ENGINE_STALLED`).
+    Either way the engine is stopped here: a hung one still holds its port and accelerators, and of one that refuses
+    connections processes may be left (a remote step whose srun has not noticed yet, a worker whose frontend died);
+    the step's retry launches a fresh one (`EngineSession.endpoint`)."""
+    report = engine.log_report()
+    if code == liveness.ENGINE_STALLED:
+        what = (f"the engine hung during the run (nothing for {engine.stall_s:g} s with requests in flight, its "
+                f"port still open) and was stopped")
+    else:
+        state = "still running" if engine.alive() else "its process has exited"
+        what = f"the engine stopped accepting connections during the run ({state}); what was left of it was stopped"
+    engine.close()
+    return LaunchError(f"{label}: {what}; the run's partial logs are set aside in {aside}\n{report}",
+                       fix="read the engine log; the step is retried once on a relaunched engine")
+
+
+def utc_now() -> str:
+    """ISO 8601 in UTC to the millisecond: `2026-12-01T18:30:00.123+00:00`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | None, tokenizer: str | None,
+             flow_run_id: str | None = None) -> RunRecord:
+    """Run, parse, score and judge one loadgen run; `flow_run_id`: the Prefect flow run that measured it, if any."""
+    run_dir = work_dir / "runs" / spec.key()
+    if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
+        runner.set_aside(run_dir)
+    endpoint = engine.endpoint()
+    started_at = utc_now()
+    try:
+        stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
+    except CommandError as e:
+        if e.returncode not in liveness.ENGINE_GONE:
+            raise
+        raise engine_gone(spec.label, e.returncode, engine, runner.set_aside(run_dir)) from None
+    ended_at = utc_now()
+    run = load_run(run_dir)
+    metrics = passed = None
+    if spec.mode == "accuracy":
+        result = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer),
+                       benchmark=spec.benchmark, scenario=spec.scenario, round=spec.round)
+        metrics, passed = result.metrics, result.verdict is not None and result.verdict.passed
+    rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed,
+                 flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at)
+    found = problems(rec)
+    if found:
+        raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec, fix=offline_resize(spec, run))
+    return rec
+
+
+def summary(rec: RunRecord) -> str:
+    """One line of what a run measured, naming only what it has: `VALID, 1594.1 Tokens/s, TTFT p99 23.4 ms`."""
+    parts = [rec.validity or ""] if rec.valid is not None else []
+    if rec.metric is not None:
+        parts.append(f"{rec.metric:g} {rec.unit or ''}".strip())
+    parts += [f"{name} p99 {value:g} ms" for name, value in (("TTFT", rec.ttft_p99_ms), ("TPOT", rec.tpot_p99_ms))
+              if value is not None]
+    if rec.accuracy is not None:
+        parts.append(f"{rec.accuracy_metric} {rec.accuracy:g}")
+    return ", ".join(p for p in parts if p) or "no result"
