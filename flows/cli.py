@@ -210,7 +210,8 @@ def dev_up(workspace: Workspace = Path(".podium"),
 @dev.command("down")
 @exits_on_error
 def dev_down(workspace: Workspace = Path(".podium")) -> None:
-    """Stop what `podium dev up` started: the worker, the Prefect server, the S3 server."""
+    """Stop what `podium dev up` started (the worker, the Prefect server, the S3 server) and any engine a killed run
+    left in the workspace."""
     from tasks.ops import devstack
     from tasks.workspace import Workspace as Ws
 

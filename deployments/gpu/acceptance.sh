@@ -1,35 +1,36 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the step functions run through `bash -c` (exported), which shellcheck cannot follow
-# GPU acceptance (issue 12, item 7; docs/engines.md "GPU acceptance"). On a machine with one NVIDIA GPU and PyPI:
+# GPU acceptance (docs/engines.md "GPU acceptance"): one prepared script for a node with one NVIDIA GPU, in one of
+# two settings, chosen by whether a package index answers (or by PODIUM_GPU_SETTING=registry|carried):
 #
-#   1 gpu              the GPU, its driver (R580+ for the CUDA 13.0 wheels) and free disk
-#   2 uv               uv, the installer (into .podium/uv)
-#   3 install-engines  vLLM 0.31.0 + ai-dynamo 1.6.1 (its vLLM worker) + NIXL 1.4.1 into .venv-gpu, from the lock
-#                      deployments/gpu/engines.lock.txt; runs in the background beside steps 4-6
-#   4 install-podium   Podium into .venv (`-e .[smoke]`, as `make install`); an existing .venv with podium is reused
-#   5 assets           `podium dev smoke-assets`: the tiny seeded Llama and the smoke data set into .podium/store
-#   6 plans            `podium launch PLAN --dry-run --json` of deployments/gpu/{vllm,dynamo}.yaml
-#   7 argv             every engine command of those reviews through vLLM's and Dynamo's own argument parsers
-#   8 vllm             `podium run deployments/gpu/vllm.yaml`: vLLM on the GPU, Offline, Server and Interactive
-#                      performance runs and an accuracy run each, through the harness and the real loadgen
-#   9 dynamo           `podium run deployments/gpu/dynamo.yaml`: Dynamo frontend + one prefill and one decode vLLM
-#                      worker on the same GPU (NIXL), an Offline performance run and its accuracy run
+#   registry  the node reaches PyPI or a mirror (a cluster's GPU node at bring-up): vLLM 0.31.0, Dynamo 1.6.1 and
+#             NIXL are installed from deployments/gpu/engines.lock.txt, and Podium's smoke scenarios run on vLLM,
+#             then on Dynamo with a prefill and a decode worker on the GPU (NIXL)
+#   carried   it reaches no index and takes a small carry (a lent GPU machine): the node's own Python and torch,
+#             plus the wheels of deployments/gpu/carry.txt carried in deployments/gpu/wheels (`make gpu-carry`
+#             fetches them): the smoke engine on the GPU through Podium's harness and the real loadgen, without
+#             Prefect (deployments/gpu/smoke_leg.py); the vLLM and Dynamo legs are NOT RUN, and the table says why
 #
-# then prints one table (step, status, seconds, limit, key figures: tokens/s, VALID/INVALID, latencies, accuracy) and
-# leaves everything under one folder: $OUT when it is set (the device tool brings back what is written there; the
-# logs come as logs.tar.gz), else .podium/gpu-acceptance/<UTC time>/.
+#   registry: 1 gpu, 2 uv, 3 install-engines (in the background, beside 4 install-podium and 5 plans), then 6 assets
+#             beside 7 argv, 8 vllm, 9 dynamo
+#   carried:  1 gpu, 2 wheels, 3 assets, 4 review, 5 smoke; 8 vllm and 9 dynamo NOT RUN
+#
+# then one table (step, status, seconds, limit, key figures: tokens/s, VALID/INVALID, latencies, accuracy), and
+# everything under one folder: $OUT when it is set (the device tool brings back what is written there; the logs come
+# as logs.tar.gz), else .podium/gpu-acceptance/<UTC time>/.
 #
 #   deployments/gpu/acceptance.sh             the real thing
-#   deployments/gpu/acceptance.sh --dry-run   no installs and no launches: checks the plans (and, when .venv-gpu is
-#                                             there, the engine commands) and says what every other step would run
+#   deployments/gpu/acceptance.sh --dry-run   no installs and no GPU: checks the plans, says what every other step
+#                                             would run, and rehearses a leg killed at its limit and its clean-up
 #
 # Each step runs under its own `timeout`, and a deadline (PODIUM_GPU_DEADLINE_S, 570 s) caps every limit, so the
-# script ends within 10 minutes and a failed step still leaves the others' rows in the table. A step that needs a
-# failed one is SKIPped with the reason. Exit 0 only when every step passed. A mirror instead of PyPI: UV_INDEX_URL
+# script ends within 10 minutes and a failed step still leaves the others' rows in the table. After every leg,
+# finished or killed, its engines and S3 server are ended (tasks/ops/cleanup.py). A step that needs a failed one is
+# SKIPped with the reason. Exit 0 only when every step of the setting passed. A mirror instead of PyPI: UV_INDEX_URL
 # (or UV_FIND_LINKS with UV_OFFLINE=1 for a folder of wheels) and PIP_INDEX_URL (for uv itself).
 set -uo pipefail
 
-usage() { sed -n '3,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 2 && /^#/ {sub(/^# ?/, ""); print; next} NR > 2 {exit}' "${BASH_SOURCE[0]}"; }
 
 DRY=0
 case "${1:-}" in
@@ -42,25 +43,31 @@ esac
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 2
 HERE=deployments/gpu
-PYTHON=${PODIUM_GPU_PYTHON:-python3}   # 3.11 or newer: it makes both virtualenvs
+PYTHON=${PODIUM_GPU_PYTHON:-python3}   # 3.11 or newer: registry, it makes both virtualenvs; carried, it runs Podium
 GPU_VENV=.venv-gpu                     # deployments/gpu/dynamo.yaml names .venv-gpu/bin/python
 PODIUM_VENV=.venv
 WORKSPACE=.podium                      # the plans read the smoke assets from .podium/store
+WHEELS=${PODIUM_GPU_WHEELS:-$HERE/wheels}   # carried: the wheels of carry.txt, as `make gpu-carry` fetches them
+SITE=$ROOT/$WORKSPACE/gpu-site         # carried: where they are installed (pip --target), first on PYTHONPATH
 UV_VERSION=0.13.9
+MIN_PYTHON=3.11      # pyproject's requires-python; the lock resolves for 3.11 and newer
 MIN_DRIVER=580       # torch 2.13.0 (vLLM 0.31.0's pin) is built for CUDA 13.0 on PyPI, which needs driver R580+
 MIN_DISK_GB=30       # .venv-gpu is about 9 GB, the uv cache as much again (hard-linked where it can be)
 MIN_GLIBC=2.34       # the newest manylinux tag among the locked wheels (every one has a wheel: nothing is built)
 
-# Step limits in seconds. install-podium, assets and plans run beside install-engines, so the longest path is gpu +
-# uv + install-engines + argv + vllm + dynamo = 535 s; with what may follow the last step (STEP_RESERVE_S) that is the
-# deadline, and the table comes after it (tests/unit/test_gpu_acceptance.py checks the sums).
-declare -A LIMIT=([gpu]=15 [uv]=20 [install-engines]=150 [install-podium]=80 [assets]=40 [plans]=30 [argv]=40
-                  [vllm]=150 [dynamo]=160)
-BESIDE_ENGINES=(install-podium assets plans)
+# Step limits in seconds; the longest path of each setting, with what may follow the last step (STEP_RESERVE_S),
+# fits the deadline, and the table comes after it (tests/unit/test_gpu_acceptance.py checks the sums).
+# registry: install-podium and plans run beside install-engines, argv beside assets:
+#   gpu + uv + install-engines + max(assets, argv) + vllm + dynamo = 535 s
+# carried: gpu + wheels + assets + review + smoke = 255 s; rehearsal: the dry run's leg killed at its limit
+declare -A LIMIT=([gpu]=15 [uv]=20 [install-engines]=150 [install-podium]=80 [plans]=30 [assets]=40 [argv]=40
+                  [vllm]=150 [dynamo]=160 [wheels]=30 [review]=20 [smoke]=150 [rehearsal]=30)
+BESIDE_ENGINES=(install-podium plans)
+BESIDE_ASSETS=(argv)
 DEADLINE_S=${PODIUM_GPU_DEADLINE_S:-570}
 KILL_AFTER_S=10      # KILL this long after a step's TERM, if it is still running
 GRACE_S=5            # then TERM what is left of its process group, and KILL it after this long
-AFTER_S=20           # a leg's after_leg: engines ended, figures and reports copied
+AFTER_S=20           # a leg's after_leg: engines and S3 server ended, figures and reports copied
 STEP_RESERVE_S=$(( KILL_AFTER_S + GRACE_S + AFTER_S ))
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -71,7 +78,8 @@ RUN_WS=$ROOT/$WORKSPACE/gpu-acceptance/ws-$STAMP
 LOGS=$RESULTS/logs
 mkdir -p "$LOGS" || exit 2
 T0=$(date +%s)
-export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE RUN_WS UV_VERSION MIN_DRIVER MIN_DISK_GB MIN_GLIBC LOGS DRY
+export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE WHEELS SITE RUN_WS UV_VERSION MIN_PYTHON MIN_DRIVER MIN_DISK_GB \
+  MIN_GLIBC LOGS DRY
 export UV=$ROOT/$WORKSPACE/uv/bin/uv
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$ROOT/$WORKSPACE/uv-cache}   # beside the virtualenvs, so uv can hard-link
 export UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 PYTHONUNBUFFERED=1
@@ -86,19 +94,30 @@ record() {   # record ORDER NAME STATUS SECONDS LIMIT FIGURE NOTE
 
 status_of() { cat "$LOGS/$1.status" 2>/dev/null || echo MISSING; }
 passed() { [[ $(status_of "$1") == PASS ]]; }
+ready() { [[ $(status_of "$1") == PASS || $(status_of "$1") == DRY ]]; }   # passed, or said what it would run
 
 skip() {   # skip ORDER NAME REASON
   echo "== $2: SKIP ($3)"
   record "$1" "$2" SKIP 0 "${LIMIT[$2]}" "" "$3"
 }
 
-# step ORDER NAME FUNCTION [AFTER]: FUNCTION under `timeout` (the step's limit, or less when the deadline is nearer),
-# its output in logs/NAME.log. Whatever of its process group outlives it (a `podium run` still winding down after the
-# TERM) is ended by that group's id: TERM, GRACE_S, then KILL. Then AFTER (at most AFTER_S, outside the limit: what a
-# killed step left is collected too); record PASS, FAIL, TIMEOUT or DRY with the seconds and the figure FUNCTION or
-# AFTER wrote to logs/NAME.figure. Those extras reserve STEP_RESERVE_S of the deadline, so the last step ends by it.
+not_run() {   # not_run ORDER NAME REASON: a step this setting cannot run (named in the verdict, not a failure)
+  echo "== $2: NOT RUN ($3)"
+  record "$1" "$2" "NOT RUN" 0 "${LIMIT[$2]}" "" "$3"
+}
+
+last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-240; }
+
+# step ORDER NAME FUNCTION [AFTER [EXPECT]]: FUNCTION under `timeout` (the step's limit, or less when the deadline is
+# nearer), its output in logs/NAME.log. Whatever of its process group outlives it (a `podium run` still winding down
+# after the TERM) is ended by that group's id: TERM, GRACE_S, then KILL. Then AFTER (at most AFTER_S, outside the
+# limit, its output in logs/NAME.after.log: what a killed step left is ended too); a failed AFTER fails the step.
+# Record PASS, FAIL, TIMEOUT or DRY with the seconds and the figure FUNCTION or AFTER wrote to logs/NAME.figure; the
+# note is the step's own last line. EXPECT=timeout: the step is meant to be killed at its limit (the rehearsal: with
+# KILL, so that nothing of it can stop its own engines), and PASSes only then. Those extras reserve STEP_RESERVE_S of the deadline, so the last step ends by it.
 step() {
-  local order=$1 name=$2 fn=$3 after=${4:-} limit=${LIMIT[$2]} left start rc status note figure group waited
+  local order=$1 name=$2 fn=$3 after=${4:-} expect=${5:-} limit=${LIMIT[$2]} left start rc status note figure group
+  local waited after_rc=0
   left=$(( DEADLINE_S - ($(date +%s) - T0) - STEP_RESERVE_S ))
   if (( left < 5 )); then
     skip "$order" "$name" "no time left before the ${DEADLINE_S} s deadline"
@@ -108,8 +127,10 @@ step() {
   echo "== $name (limit ${limit} s, log $LOGS/$name.log)"
   start=$(date +%s.%N)
   # timeout makes its own process group (its pid) for everything the step starts; engines and the S3 server make
-  # their own groups and are ended by `podium run` itself, or by after_leg from their pid files
-  STEP=$name timeout --kill-after="$KILL_AFTER_S" "$limit" bash -euo pipefail -c "$fn" > "$LOGS/$name.log" 2>&1 &
+  # their own groups and are ended by `podium run` itself, or by AFTER from their pid files
+  # (the rehearsal's timeout sends KILL at once: the worst case, a run that cannot stop its own engines)
+  STEP=$name timeout --signal="$([[ $expect == timeout ]] && echo KILL || echo TERM)" --kill-after="$KILL_AFTER_S" \
+    "$limit" bash -euo pipefail -c "$fn" > "$LOGS/$name.log" 2>&1 &
   group=$!
   wait "$group"
   rc=$?
@@ -118,20 +139,30 @@ step() {
     kill -KILL -- "-$group" 2> /dev/null && echo "ended what was left of step $name (process group $group)" \
       >> "$LOGS/$name.log"
   fi
-  [[ -n $after ]] && STEP=$name timeout "$AFTER_S" bash -uo pipefail -c "$after" >> "$LOGS/$name.log" 2>&1
+  if [[ -n $after ]]; then
+    STEP=$name timeout --kill-after=2 "$AFTER_S" bash -uo pipefail -c "$after" > "$LOGS/$name.after.log" 2>&1
+    after_rc=$?
+  fi
   case $rc in
     0) status=PASS ;;
     124|137) status=TIMEOUT ;;
     *) status=FAIL ;;
   esac
   [[ $status == PASS && -f $LOGS/$name.dry ]] && status=DRY
-  note=$(grep -v '^[[:space:]]*$' "$LOGS/$name.log" | tail -n 1 | cut -c1-240)
+  note=$(last_line "$LOGS/$name.log")
   [[ $status == TIMEOUT ]] && note="killed after ${limit} s; last line: $note"
+  if [[ $expect == timeout ]]; then
+    if [[ $status == TIMEOUT ]]; then status=PASS; else status=FAIL note="meant to be killed at ${limit} s: $note"; fi
+  fi
+  if (( after_rc != 0 )); then
+    status=FAIL
+    note="clean-up: $(last_line "$LOGS/$name.after.log"); step: $note"
+  fi
   figure=$(cat "$LOGS/$name.figure" 2>/dev/null)
   record "$order" "$name" "$status" "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')" "$limit" \
     "$figure" "$note"
   echo "   $name: $status${figure:+: $figure}"
-  return $rc
+  [[ $status == PASS || $status == DRY ]]
 }
 
 figure() { printf '%s\n' "$*" > "$LOGS/$STEP.figure"; }
@@ -147,19 +178,27 @@ index_reachable() {   # index_reachable [URL]: the package index answers within 
   return 1
 }
 
-# ---- the steps ----------------------------------------------------------------------------------------------------
+# ---- the steps both settings share --------------------------------------------------------------------------------
 
 s_gpu() {
-  local free_gb query name driver glibc
+  local free_gb query name driver glibc version
+  version=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') || {
+    echo "no Python at $PYTHON (set PODIUM_GPU_PYTHON)"; return 1; }
+  if [[ $(printf '%s\n' "$MIN_PYTHON" "$version" | sort -V | head -n 1) != "$MIN_PYTHON" ]]; then
+    echo "$PYTHON is Python $version; Podium needs $MIN_PYTHON or newer (set PODIUM_GPU_PYTHON)"
+    return 1
+  fi
   free_gb=$(df -Pk "$ROOT" | awk 'NR == 2 {print int($4 / 1048576)}')
   glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
-  echo "free disk under $ROOT: ${free_gb} GB; glibc $glibc"
-  if [[ $(printf '%s\n' "$MIN_GLIBC" "$glibc" | sort -V | head -n 1) != "$MIN_GLIBC" ]]; then
+  echo "Python $version at $PYTHON; free disk under $ROOT: ${free_gb} GB; glibc $glibc; setting $SETTING"
+  if [[ $SETTING == registry && $(printf '%s\n' "$MIN_GLIBC" "$glibc" | sort -V | head -n 1) != "$MIN_GLIBC" ]]; then
     echo "glibc $glibc is older than $MIN_GLIBC: the locked engine wheels (llguidance, runai-model-streamer) need it"
     return 1
   fi
   if ! command -v nvidia-smi > /dev/null; then
-    if [[ $DRY == 1 ]]; then touch "$LOGS/$STEP.dry"; figure "no nvidia-smi here; ${free_gb} GB disk free"; return 0; fi
+    if [[ $DRY == 1 ]]; then
+      touch "$LOGS/$STEP.dry"; figure "no nvidia-smi here; Python $version; ${free_gb} GB disk free"; return 0
+    fi
     echo "no nvidia-smi: this host has no NVIDIA GPU (or no driver)"
     return 1
   fi
@@ -167,13 +206,53 @@ s_gpu() {
   query=$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader | head -n 1)
   name=${query%%,*}
   driver=$(echo "$query" | cut -d, -f2 | tr -d ' ')
-  figure "$query (GPU 0 of $(nvidia-smi -L | wc -l)); ${free_gb} GB disk free"
+  figure "$query (GPU 0 of $(nvidia-smi -L | wc -l)); Python $version; ${free_gb} GB disk free"
+  [[ $SETTING == carried ]] && return 0   # the node's own torch brings its CUDA; no wheel here asks for more
   if (( ${driver%%.*} < MIN_DRIVER )); then
     echo "driver $driver on $name is older than R$MIN_DRIVER, which the CUDA 13.0 wheels (torch 2.13.0) need"
     return 1
   fi
   if (( free_gb < MIN_DISK_GB )); then echo "only ${free_gb} GB free; the engines need about $MIN_DISK_GB GB"; return 1; fi
 }
+
+after_leg() {   # what a leg (finished or killed) left: its engines and S3 server ended, its figures and reports copied
+  local leg=$STEP run before dest=$LOGS/$STEP f
+  # Podium's own clean-up ends exactly what the leg's runs recorded (each pid checked to still be the process Podium
+  # started); it exits 1, failing the step, when anything is still alive after it
+  podium_python -m tasks.ops.cleanup "$RUN_WS" || return 1
+  command -v nvidia-smi > /dev/null && echo "GPU memory in use after the clean-up:" \
+    "$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+  before=$(cat "$LOGS/$leg.before" 2>/dev/null)
+  run=$(readlink -f "$RUN_WS/runs/latest" 2>/dev/null) || true
+  if [[ -z $run || $run == "$before" || ! -d $run ]]; then echo "$leg: no run folder"; return 0; fi
+  echo "run folder: $run" | tee "$LOGS/$leg.run"
+  mkdir -p "$dest"
+  for f in report.md results.json summary.csv gates.json validation.json; do
+    if [[ -f $run/$f ]]; then cp "$run/$f" "$dest/"; fi
+  done
+  # engine logs and loadgen summaries, each cut to its last 2 MB (the device tool brings back 16 MiB a file)
+  (cd "$run" && find logs -type f \( -path 'logs/engine/*' -o -name 'mlperf_log_summary.txt' \)) | while read -r f; do
+    mkdir -p "$dest/$(dirname "$f")"
+    tail -c 2000000 "$run/$f" > "$dest/$f"
+  done
+  if [[ -f $run/results.json ]]; then
+    "$PYTHON" "$ROOT/$HERE/report.py" leg "$run" "$LOGS/$leg.rows.json" > "$LOGS/$leg.figure"
+  fi
+}
+
+after_rehearsal() {   # the rehearsal's clean-up, and proof that it had something to end
+  after_leg || return 1
+  local log=$LOGS/$STEP.after.log ended
+  ended=$(grep -Eo 'ended [0-9]+ engine process group' "$log" | head -n 1)
+  if [[ -z $ended ]]; then echo "the rehearsal was killed before its engine started: nothing was rehearsed"; return 1; fi
+  if [[ $SETTING == registry ]] && ! grep -q 'stopped the S3 server' "$log"; then
+    echo "the killed podium run left no S3 server to stop: nothing of it was rehearsed"; return 1
+  fi
+  figure "killed at its limit mid-run; the clean-up $ended(s)$([[ $SETTING == registry ]] && echo \
+    ' and stopped the S3 server'); nothing left running"
+}
+
+# ---- registry: installs from the index, the vLLM and Dynamo legs ---------------------------------------------------
 
 s_uv() {
   if [[ -x $UV ]] && [[ $("$UV" --version) == "uv $UV_VERSION"* ]]; then figure "$("$UV" --version) (present)"; return 0; fi
@@ -195,32 +274,47 @@ s_install_engines() {
   stamp=$GPU_VENV/.installed-$(sha256sum "$lock" | cut -c1-12)
   if [[ -f $stamp ]]; then engines_figure " (present)"; return 0; fi
   if [[ $DRY == 1 ]]; then
-    dry "uv venv --python $PYTHON $GPU_VENV && uv pip install --python $GPU_VENV/bin/python --no-deps -r $lock"
+    dry "uv venv --allow-existing --python $PYTHON $GPU_VENV && uv pip install --python $GPU_VENV/bin/python" \
+        "--no-deps -r $lock"
     return 0
   fi
   index_reachable
-  [[ -x $GPU_VENV/bin/python ]] || "$UV" venv --seed --python "$PYTHON" "$GPU_VENV"
+  # --allow-existing: a re-run after a partial install goes on where it stopped
+  "$UV" venv --allow-existing --seed --python "$PYTHON" "$GPU_VENV"
   # --no-deps: the lock is the whole resolution (ai-dynamo[vllm]==1.6.1 without the aisimulate stub), nothing to solve
   "$UV" pip install --python "$GPU_VENV/bin/python" --no-deps -r "$lock"
   touch "$stamp"
   engines_figure ""
 }
 
+podium_present() { "$PODIUM_VENV/bin/python" -c 'import flows.cli, mlperf_loadgen' 2> /dev/null; }
+
 s_install_podium() {
-  if [[ -x $PODIUM_VENV/bin/podium ]]; then
+  if podium_present; then
     figure "$("$PODIUM_VENV/bin/python" -c 'import importlib.metadata as m; print("podium", m.version("podium"))') in $PODIUM_VENV (present, reused)"
     return 0
   fi
-  if [[ $DRY == 1 ]]; then dry "uv venv --seed $PODIUM_VENV && uv pip install -e '.[smoke]'"; return 0; fi
+  # torch left out (--excludes): the assets step links the engines' own torch 2.13.0 from the uv cache once their
+  # install has filled it, instead of a second cold download of its 2.8 GiB beside theirs
+  local install=(pip install --python "$PODIUM_VENV/bin/python" -e '.[smoke]' --excludes "$HERE/podium-excludes.txt")
+  if [[ $DRY == 1 ]]; then dry "uv venv --allow-existing --seed $PODIUM_VENV && uv ${install[*]}"; return 0; fi
   index_reachable
-  "$UV" venv --seed --python "$PYTHON" "$PODIUM_VENV"
-  "$UV" pip install --python "$PODIUM_VENV/bin/python" -e '.[smoke]'
+  "$UV" venv --allow-existing --seed --python "$PYTHON" "$PODIUM_VENV"
+  "$UV" "${install[@]}"
   figure "$("$PODIUM_VENV/bin/python" -c 'import importlib.metadata as m
-print(", ".join(f"{d} {m.version(d)}" for d in ("podium", "prefect", "mlcommons-loadgen", "torch")))')"
+print(", ".join(f"{d} {m.version(d)}" for d in ("podium", "prefect", "mlcommons-loadgen", "transformers")))')"
 }
 
-s_assets() {
+s_assets_registry() {
   local model=$WORKSPACE/store/models/tiny-llama
+  if ! "$PODIUM_VENV/bin/python" -c 'import torch' 2> /dev/null; then
+    if [[ $DRY == 1 ]]; then
+      dry "uv pip install -c $HERE/engines.lock.txt torch (into $PODIUM_VENV, from the uv cache) && podium dev" \
+          "smoke-assets"
+      return 0
+    fi
+    "$UV" pip install --python "$PODIUM_VENV/bin/python" -c "$HERE/engines.lock.txt" torch
+  fi
   "$PODIUM_VENV/bin/podium" dev smoke-assets --workspace "$WORKSPACE"
   figure "tiny-llama model.safetensors sha256 $(sha256sum "$model/model.safetensors" | cut -c1-16); smoke data set" \
          "$(find "$WORKSPACE/store/datasets/smoke" -name '*.parquet' -printf '%f ')"
@@ -234,13 +328,17 @@ s_plans() {
     PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" launch "$HERE/$leg.yaml" --dry-run --json --workspace "$RUN_WS" \
       > "$LOGS/dryrun-$leg.json"
   done
-  figure "$("$PYTHON" -c 'import json, sys
+  figure "$(processes_figure "$LOGS/dryrun-vllm.json" "$LOGS/dryrun-dynamo.json")"
+}
+
+processes_figure() {   # processes_figure REVIEW.json ...: which process gets which GPU, per reviewed engine
+  "$PYTHON" -c 'import json, sys
 out = []
 for path in sys.argv[1:]:
     for review in json.load(open(path)):
         procs = ", ".join(p["name"] + " GPU " + p["env"].get("CUDA_VISIBLE_DEVICES", "-") for p in review["processes"])
         out.append(review["engine"] + " " + review["version"] + ": " + procs)
-print("; ".join(out))' "$LOGS/dryrun-vllm.json" "$LOGS/dryrun-dynamo.json")"
+print("; ".join(out))' "$@"
 }
 
 s_argv() {
@@ -261,9 +359,9 @@ s_argv() {
     && echo ', vLLM engine configs resolved')"
 }
 
-s_leg() {   # run by s_vllm and s_dynamo
+s_leg() {   # the vllm and dynamo legs, and the registry's rehearsal: `podium run deployments/gpu/<leg>.yaml`
   local leg=$STEP
-  if [[ $DRY == 1 ]]; then
+  if [[ $DRY == 1 && $leg != rehearsal ]]; then
     dry "PATH=$PODIUM_VENV/bin:$GPU_VENV/bin:\$PATH $PODIUM_VENV/bin/podium run $HERE/$leg.yaml --workspace $RUN_WS"
     return 0
   fi
@@ -271,85 +369,137 @@ s_leg() {   # run by s_vllm and s_dynamo
   PATH=$ENGINE_PATH "$PODIUM_VENV/bin/podium" run "$HERE/$leg.yaml" --workspace "$RUN_WS"
 }
 
-after_leg() {   # what a leg (finished or killed) left: its engines ended, its run folder's figures and reports copied
-  local leg=$STEP run before dest=$LOGS/$STEP f
-  [[ $DRY == 1 ]] && return 0
-  # a killed `podium run` leaves its engines (their pid files) and its S3 server (its server.json): Podium's own
-  # helpers end exactly those, checking each recorded pid is still the process it started
-  "$PODIUM_VENV/bin/python" -c 'import json, logging, sys
-from pathlib import Path
-from tasks import s3server
-from tasks.launchers.local import reap_stale
-logging.basicConfig(level=logging.INFO)
-ws = Path(sys.argv[1])
-print("ended", reap_stale(ws / "pids", logging.getLogger("gpu-acceptance")), "engine process group(s) left")
-record = ws / "s3" / s3server.SERVER_FILE
-pid = json.loads(record.read_text()).get("pid") if record.is_file() else None
-if isinstance(pid, int):
-    s3server.stop(s3server.S3Server(endpoint_url="", credentials=None, data_dir=(ws / "s3").resolve(), pid=pid),
-                  grace_s=3)' "$RUN_WS"
-  command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=memory.used --format=csv,noheader
-  before=$(cat "$LOGS/$leg.before" 2>/dev/null)
-  run=$(readlink -f "$RUN_WS/runs/latest" 2>/dev/null) || true
-  if [[ -z $run || $run == "$before" || ! -d $run ]]; then echo "$leg: podium made no run folder"; return 0; fi
-  echo "run folder: $run" | tee "$LOGS/$leg.run"
-  mkdir -p "$dest"
-  for f in report.md results.json summary.csv gates.json validation.json; do
-    if [[ -f $run/$f ]]; then cp "$run/$f" "$dest/"; fi
-  done
-  # engine logs and loadgen summaries, each cut to its last 2 MB (the device tool brings back 16 MiB a file)
-  (cd "$run" && find logs -type f \( -path 'logs/engine/*' -o -name 'mlperf_log_summary.txt' \)) | while read -r f; do
-    mkdir -p "$dest/$(dirname "$f")"
-    tail -c 2000000 "$run/$f" > "$dest/$f"
-  done
-  if [[ -f $run/results.json ]]; then
-    "$PYTHON" "$ROOT/$HERE/report.py" leg "$run" "$LOGS/$leg.rows.json" > "$LOGS/$leg.figure"
+# ---- carried: the node's own Python and torch, the carried wheels, the smoke engine on the GPU ----------------------
+
+s_wheels() {
+  local count size
+  count=$( (find "$WHEELS" -maxdepth 1 -name '*.whl' 2> /dev/null || true) | wc -l)
+  if (( count == 0 )); then
+    if [[ $DRY == 1 ]]; then
+      dry "$PYTHON -m pip install --no-index --no-deps --target $SITE $WHEELS/*.whl, then smoke_leg.py check (no" \
+          "wheels here: \`make gpu-carry\` fetches them)"
+      return 0
+    fi
+    echo "no wheels in $WHEELS: run \`make gpu-carry\` where PyPI answers and carry that folder to this node"
+    return 1
   fi
+  size=$(du -sm "$WHEELS" | cut -f1)
+  rm -rf "$SITE"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
+    --target "$SITE" "$WHEELS"/*.whl
+  podium_python "$HERE/smoke_leg.py" check | tee "$LOGS/check.txt"
+  figure "$count wheels ($size MB) into $SITE; $(tail -n 1 "$LOGS/check.txt")"
 }
 
-export -f figure dry index_reachable engines_figure s_gpu s_uv s_install_engines s_install_podium s_assets s_plans \
-  s_argv s_leg after_leg
+s_assets_carried() {
+  local model=$WORKSPACE/store/models/tiny-llama
+  podium_python "$HERE/smoke_leg.py" assets --workspace "$WORKSPACE"
+  figure "tiny-llama model.safetensors sha256 $(sha256sum "$model/model.safetensors" | cut -c1-16); smoke data set" \
+         "$(find "$WORKSPACE/store/datasets/smoke" -name '*.parquet' -printf '%f ')"
+}
 
-# ---- the run ----------------------------------------------------------------------------------------------------
+s_review() {
+  podium_python "$HERE/smoke_leg.py" review "$HERE/smoke.yaml" --workspace "$RUN_WS"
+  cp "$RUN_WS/smoke-leg-review.json" "$LOGS/dryrun-smoke.json"
+  figure "$(processes_figure "$LOGS/dryrun-smoke.json")"
+}
 
-echo "GPU acceptance$([[ $DRY == 1 ]] && echo ' (dry run: no installs, no launches)'); everything goes to $RESULTS"
+s_smoke() {   # the carried leg, and the carried rehearsal: deployments/gpu/smoke_leg.py run <plan>
+  local leg=$STEP plan=$HERE/smoke.yaml
+  [[ $leg == rehearsal ]] && plan=$HERE/rehearsal.yaml
+  if [[ $DRY == 1 && $leg != rehearsal ]]; then
+    dry "$PYTHON $HERE/smoke_leg.py run $plan --workspace $RUN_WS (PYTHONPATH=$SITE)"
+    return 0
+  fi
+  readlink -f "$RUN_WS/runs/latest" > "$LOGS/$leg.before" 2>/dev/null || true
+  podium_python "$HERE/smoke_leg.py" run "$plan" --workspace "$RUN_WS"
+}
+
+export -f figure dry index_reachable last_line s_gpu after_leg after_rehearsal s_uv engines_figure s_install_engines \
+  podium_present s_install_podium s_assets_registry s_plans processes_figure s_argv s_leg s_wheels s_assets_carried \
+  s_review s_smoke
+
+# ---- the run ------------------------------------------------------------------------------------------------------
+
+SETTING=${PODIUM_GPU_SETTING:-auto}
+WHY="PODIUM_GPU_SETTING=$SETTING"
+if [[ $SETTING == auto ]]; then
+  if index_reachable > "$LOGS/index.log" 2>&1; then SETTING=registry; else SETTING=carried; fi
+  WHY=$(last_line "$LOGS/index.log")
+  [[ $SETTING == registry ]] && WHY="a package index answers"
+fi
+case $SETTING in
+  registry) podium_python() { "$ROOT/$PODIUM_VENV/bin/python" "$@"; } ;;
+  carried)  podium_python() { "$PYTHON" "$@"; }
+            export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH} PATH=$SITE/bin:$PATH ;;
+  *) echo "PODIUM_GPU_SETTING=$SETTING: use registry, carried or auto" >&2; exit 2 ;;
+esac
+export SETTING
+export -f podium_python
+NO_INDEX="carried setting ($WHY): vLLM 0.31.0, ai-dynamo 1.6.1 and NIXL with their CUDA libraries are about 9 GB, \
+far over what a carry holds (64 MiB with the working tree); run the script where PyPI or a mirror answers"
+
+echo "GPU acceptance, $SETTING setting ($WHY)$([[ $DRY == 1 ]] && echo '; dry run: no installs, no GPU');" \
+     "everything goes to $RESULTS"
 step 1 gpu s_gpu
-need_uv() { [[ ! -f $GPU_VENV/.installed-$(sha256sum "$HERE/engines.lock.txt" | cut -c1-12) || ! -x $PODIUM_VENV/bin/podium ]]; }
-if need_uv; then step 2 uv s_uv; else record 2 uv PASS 0 "${LIMIT[uv]}" "not needed: both virtualenvs present" ""; fi
 
-if passed uv || [[ $(status_of uv) == DRY ]]; then
-  echo "== install-engines runs in the background, beside ${BESIDE_ENGINES[*]}"
-  step 3 install-engines s_install_engines &
-  engines=$!
-else
-  skip 3 install-engines "uv did not install"
+if [[ $SETTING == registry ]]; then
+  need_uv() { [[ ! -f $GPU_VENV/.installed-$(sha256sum "$HERE/engines.lock.txt" | cut -c1-12) ]] || ! podium_present; }
+  if need_uv; then step 2 uv s_uv; else record 2 uv PASS 0 "${LIMIT[uv]}" "not needed: both virtualenvs present" ""; fi
   engines=
-fi
-if passed uv || [[ $(status_of uv) == DRY ]] || [[ -x $PODIUM_VENV/bin/podium ]]; then
-  step 4 install-podium s_install_podium
+  if ready uv; then
+    echo "== install-engines runs in the background, beside ${BESIDE_ENGINES[*]}"
+    step 3 install-engines s_install_engines &
+    engines=$!
+  else
+    skip 3 install-engines "uv did not install"
+  fi
+  if ready uv || podium_present; then step 4 install-podium s_install_podium
+  else skip 4 install-podium "uv did not install"; fi
+  if passed install-podium; then step 5 plans s_plans; else skip 5 plans "Podium is not installed"; fi
+  [[ -n $engines ]] && wait "$engines"
+
+  argv=
+  if [[ $(status_of plans) != PASS ]]; then skip 7 argv "no reviews (step plans)"
+  elif ready install-engines; then
+    echo "== ${BESIDE_ASSETS[*]} runs in the background, beside assets"
+    step 7 argv s_argv &
+    argv=$!
+  else skip 7 argv "the engines are not installed"; fi
+  if passed install-podium; then step 6 assets s_assets_registry; else skip 6 assets "Podium is not installed"; fi
+  [[ -n $argv ]] && wait "$argv"
+
+  leg_step() {   # leg_step ORDER NAME: `podium run deployments/gpu/NAME.yaml` as a step, when what it needs is there
+    if [[ $DRY == 1 ]]; then step "$1" "$2" s_leg after_leg
+    elif ! passed gpu; then skip "$1" "$2" "no usable GPU (step gpu)"
+    elif ! passed install-engines; then skip "$1" "$2" "the engines are not installed"
+    elif ! passed assets; then skip "$1" "$2" "no smoke model (step assets)"
+    else step "$1" "$2" s_leg after_leg; fi
+  }
+  leg_step 8 vllm
+  leg_step 9 dynamo   # runs whatever became of the vLLM leg: one failing step still reports the others
+  if [[ $DRY == 1 ]]; then
+    if passed assets; then step 10 rehearsal s_leg after_rehearsal timeout
+    else skip 10 rehearsal "no smoke data set (step assets)"; fi
+  fi
 else
-  skip 4 install-podium "uv did not install"
+  step 2 wheels s_wheels
+  if ready wheels; then step 3 assets s_assets_carried; else skip 3 assets "the carried wheels are not installed"; fi
+  if passed assets; then step 4 review s_review; else skip 4 review "no smoke model (step assets)"; fi
+  if [[ $DRY == 1 ]]; then step 5 smoke s_smoke after_leg
+  elif ! passed gpu; then skip 5 smoke "no usable GPU (step gpu)"
+  elif ! passed review; then skip 5 smoke "the plan was not reviewed (step review)"
+  else step 5 smoke s_smoke after_leg; fi
+  not_run 8 vllm "$NO_INDEX"
+  not_run 9 dynamo "$NO_INDEX"
+  if [[ $DRY == 1 ]]; then
+    if passed assets; then step 10 rehearsal s_smoke after_rehearsal timeout
+    else skip 10 rehearsal "no smoke data set (step assets)"; fi
+  fi
 fi
-if passed install-podium; then step 5 assets s_assets; else skip 5 assets "Podium is not installed"; fi
-if passed install-podium; then step 6 plans s_plans; else skip 6 plans "Podium is not installed"; fi
-[[ -n $engines ]] && wait "$engines"
-
-if [[ $(status_of plans) != PASS ]]; then skip 7 argv "no reviews (step plans)"
-elif [[ $(status_of install-engines) == PASS || $(status_of install-engines) == DRY ]]; then step 7 argv s_argv
-else skip 7 argv "the engines are not installed"; fi
-
-leg_step() {   # leg_step ORDER NAME: `podium run deployments/gpu/NAME.yaml` as a step, when what it needs is there
-  if [[ $DRY == 1 ]]; then step "$1" "$2" s_leg after_leg
-  elif ! passed gpu; then skip "$1" "$2" "no usable GPU (step gpu)"
-  elif ! passed install-engines; then skip "$1" "$2" "the engines are not installed"
-  elif ! passed assets; then skip "$1" "$2" "no smoke model (step assets)"
-  else step "$1" "$2" s_leg after_leg; fi
-}
-leg_step 8 vllm
-leg_step 9 dynamo   # runs whatever became of the vLLM leg: one failing step still reports the others
 
 echo
-"$PYTHON" "$HERE/report.py" table "$RESULTS" "$(( $(date +%s) - T0 ))"
+"$PYTHON" "$HERE/report.py" table "$RESULTS" "$(( $(date +%s) - T0 ))" "$SETTING ($WHY)"
 verdict=$?
 if [[ -n ${OUT:-} && $RESULTS == "$OUT" ]]; then   # the device tool brings back 8 files: the logs as one
   tar -czf "$RESULTS/logs.tar.gz" -C "$RESULTS" logs && rm -rf "$RESULTS/logs"

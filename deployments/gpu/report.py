@@ -2,7 +2,8 @@
 
     python3 deployments/gpu/report.py step STEPS.jsonl ORDER NAME STATUS SECONDS LIMIT FIGURE NOTE
     python3 deployments/gpu/report.py leg RUN_FOLDER ROWS.json   # prints the leg's figure, writes its rows
-    python3 deployments/gpu/report.py table RESULTS [WALL_S]     # prints the table; writes table.md and summary.json
+    python3 deployments/gpu/report.py table RESULTS [WALL_S [SETTING]]   # prints the table; writes table.md and
+                                                                         # summary.json
 
 RESULTS holds logs/steps.jsonl and logs/<leg>.rows.json (a leg's rows are shown under the step of the same name).
 
@@ -86,7 +87,10 @@ def leg(run_folder: Path, rows_file: Path) -> None:
     print(leg_figure(rows))
 
 
-def table(results: Path, wall_s: float | None = None) -> int:
+OK = ("PASS", "DRY", "NOT RUN")   # NOT RUN: a leg the setting cannot run; named in the verdict, not a failure
+
+
+def table(results: Path, wall_s: float | None = None, setting: str | None = None) -> int:
     """Print the table of every step (in the script's order) and write table.md and summary.json into RESULTS."""
     steps_file = results / "logs" / "steps.jsonl"
     steps = [json.loads(line) for line in steps_file.read_text().splitlines() if line.strip()] \
@@ -97,22 +101,26 @@ def table(results: Path, wall_s: float | None = None) -> int:
     lines = ["| step | status | seconds | limit | figure |", "|---|---|---|---|---|"]
     for s in steps:
         shown = s["figure"] or s["note"]
-        if s["note"] and s["figure"] and s["status"] not in ("PASS", "DRY"):
+        if s["note"] and s["figure"] and s["status"] not in OK:
             shown = f"{s['figure']} ({s['note']})"
         lines.append(f"| {s['step']} | {s['status']} | {s['seconds']:.0f} | {s['limit']} | {_cell(shown)} |")
         for row in legs.get(s["step"], []):
             lines.append(f"| {s['step']}/{row['scenario']} | "
                          f"{ {True: 'VALID', False: 'INVALID', None: '-'}[row['valid']] } | | | {_cell(figure(row))} |")
-    failed = [s["step"] for s in steps if s["status"] not in ("PASS", "DRY")]
+    failed = [s["step"] for s in steps if s["status"] not in OK]
     dry = [s["step"] for s in steps if s["status"] == "DRY"]
+    not_run = [s["step"] for s in steps if s["status"] == "NOT RUN"]
     verdict = "PASS" if steps and not failed else f"FAIL ({', '.join(failed) or 'no step ran'})"
     if verdict == "PASS" and dry:
         verdict = f"DRY RUN: every step that ran passed; {', '.join(dry)} only said what they would run"
+    if not_run and not failed:
+        verdict += f"; not run in this setting: {', '.join(not_run)}"
     wall = f" in {wall_s:.0f} s" if wall_s is not None else ""
-    text = "\n".join(lines) + f"\n\nresult: {verdict}{wall}\n"
+    head = f"setting: {setting}\n\n" if setting else ""
+    text = head + "\n".join(lines) + f"\n\nresult: {verdict}{wall}\n"
     (results / "table.md").write_text(text)
-    (results / "summary.json").write_text(json.dumps({"steps": steps, "legs": legs, "verdict": verdict,
-                                                      "wall_s": wall_s}, indent=2))
+    (results / "summary.json").write_text(json.dumps({"setting": setting, "steps": steps, "legs": legs,
+                                                      "verdict": verdict, "wall_s": wall_s}, indent=2))
     print(text, end="")
     return 0 if not failed else 1
 
@@ -128,6 +136,6 @@ if __name__ == "__main__":
     elif command == "leg":
         leg(Path(args[0]), Path(args[1]))
     elif command == "table":
-        sys.exit(table(Path(args[0]), float(args[1]) if len(args) > 1 else None))
+        sys.exit(table(Path(args[0]), float(args[1]) if len(args) > 1 else None, args[2] if len(args) > 2 else None))
     else:
         sys.exit(f"unknown command {command!r}; use step, leg or table")

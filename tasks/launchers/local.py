@@ -66,18 +66,44 @@ def _alive(pid: int, argv0: str) -> bool:
         return False
 
 
-def reap_stale(state_dir: Path, logger: logging.Logger) -> int:
-    """End the process groups recorded by runs that died without stopping them. Returns how many were ended."""
-    ended = 0
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies left out) of process group `pgid`, the leader's included."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def reap_stale(state_dir: Path, logger: logging.Logger, wait_s: float = 10.0) -> int:
+    """End the process groups recorded by runs that died without stopping them, and wait until they are gone.
+    A group is ended while its leader is still the process Podium started, or, once the leader has died, while
+    anything of the group lives on (an engine's worker processes: no new group can take that id while they do).
+    Returns how many groups were ended; raises LaunchError naming any process still alive after `wait_s`."""
+    ended: list[int] = []
     for pidfile in sorted(state_dir.glob("*.json")):
         record = json.loads(pidfile.read_text())
-        if _alive(record["pid"], record["argv0"]):
-            logger.warning("ending %s (pid %s) left behind by an earlier run", record["name"], record["pid"])
+        pid = record["pid"]
+        members = group_members(pid)
+        ours = _alive(pid, record["argv0"]) or (members and pid not in members)
+        if members and ours:
+            logger.warning("ending %s (pid %s, %d process(es) in its group) left behind by an earlier run",
+                           record["name"], pid, len(members))
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(record["pid"], signal.SIGKILL)
-            ended += 1
+                os.killpg(pid, signal.SIGKILL)
+            ended.append(pid)
         pidfile.unlink(missing_ok=True)
-    return ended
+    deadline = time.monotonic() + wait_s
+    while (left := [p for g in ended for p in group_members(g)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        raise LaunchError(f"process(es) {left} of the engine groups {ended} still alive {wait_s:g} s after SIGKILL",
+                          fix="end them by hand (kill -9) before starting an engine on this node")
+    return len(ended)
 
 
 class LocalLauncher(Launcher):

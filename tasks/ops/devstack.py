@@ -27,7 +27,7 @@ import httpx
 
 from submission.errors import LaunchError, PodiumError
 from submission.files import tail, write_atomic
-from tasks.ops import registration
+from tasks.ops import cleanup, registration
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tasks.workspace import Workspace
@@ -171,7 +171,8 @@ def _pool_worker(ws: Workspace, state: dict, pool: str, env: dict[str, str], api
 
 
 def down(ws: Workspace) -> list[str]:
-    """Stop what up() started: the workers, the server, the S3 server. Returns what it stopped."""
+    """Stop what up() started (the workers, the server, the S3 server, answering or hung) and the engines a killed
+    run left in the workspace. Returns what it stopped."""
     folder = dev_dir(ws)
     state = _read(folder)
     workers = [(f"worker of pool {pool}", r) for pool, r in state.get("pools", {}).items()]
@@ -185,10 +186,10 @@ def down(ws: Workspace) -> list[str]:
         stopped.append(f"Prefect server (pid {state['server']['pid']})")
     if folder.is_dir():
         _write(folder, {k: v for k, v in state.items() if k not in ("server", "worker", "pools")})
-    server = s3server.running(ws.s3)
-    if server is not None:
-        s3server.stop(server)
-        stopped.append(f"S3 server (pid {server.pid})")
+    stopped += cleanup.end_engines(ws.root)   # engines a killed run left: they hold GPUs and ports
+    pid = s3server.stop_recorded(ws.s3)
+    if pid is not None:
+        stopped.append(f"S3 server (pid {pid})")
     return stopped
 
 

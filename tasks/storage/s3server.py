@@ -116,12 +116,23 @@ def running(data_dir: Path) -> S3Server | None:
     data_dir = Path(data_dir).resolve()
     record = _read_json(data_dir / SERVER_FILE)
     pid, endpoint = record.get("pid"), record.get("endpoint_url")
-    if not isinstance(pid, int) or not isinstance(endpoint, str) or not _is_our_weed(pid, data_dir):
+    if not isinstance(pid, int) or not isinstance(endpoint, str) or not is_our_weed(pid, data_dir):
         return None
     creds = _credentials(data_dir)
     if _answers(endpoint, creds) is not None:
         return None
     return S3Server(endpoint_url=endpoint, credentials=creds, data_dir=data_dir, pid=pid)
+
+
+def stop_recorded(data_dir: Path, grace_s: float = 10) -> int | None:
+    """Stop the server `data_dir`'s record names while that pid is still weed serving `data_dir`, answering or hung
+    (what a killed run left behind). Returns its pid, or None when there was none."""
+    data_dir = Path(data_dir).resolve()
+    pid = _read_json(data_dir / SERVER_FILE).get("pid")
+    if not isinstance(pid, int) or not is_our_weed(pid, data_dir):
+        return None
+    stop(S3Server(endpoint_url="", credentials=_credentials(data_dir), data_dir=data_dir, pid=pid), grace_s=grace_s)
+    return pid
 
 
 @contextlib.contextmanager
@@ -274,7 +285,7 @@ def _remove_sockets(ports: dict[str, int]) -> None:
                     path.unlink()
 
 
-def _is_our_weed(pid: int, data_dir: Path) -> bool:
+def is_our_weed(pid: int, data_dir: Path) -> bool:
     """True when `pid` is alive (not a zombie) and its command line is weed serving `data_dir`."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -286,7 +297,7 @@ def _is_our_weed(pid: int, data_dir: Path) -> bool:
 
 def _alive(server: S3Server) -> bool:
     """Our child: not yet exited (poll reaps it). Found by running(): still weed on this data_dir."""
-    return server.process.poll() is None if server.process else _is_our_weed(server.pid, server.data_dir)
+    return server.process.poll() is None if server.process else is_our_weed(server.pid, server.data_dir)
 
 
 @contextlib.contextmanager
