@@ -4,6 +4,7 @@ cannot run here; this is what the launcher would start, checked to the process b
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -163,6 +164,20 @@ def test_vllm_cpu_build_from_its_own_virtualenv() -> None:
     assert server.env == {**OFFLINE_ENV, "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "2",
                           "VLLM_CPU_OMP_THREADS_BIND": "auto", "LD_PRELOAD": "/repo/.venv-vllm/lib/libiomp5.so"}
     assert server.gpus == 0
+
+
+# --- simulated -----------------------------------------------------------------------------------------------
+
+def test_the_simulated_server_starts_as_a_module_without_a_runtime_warning() -> None:
+    """The backend runs `python -m tasks.engines.simulated.server`; runpy warns (RuntimeWarning) when the package
+    already imported that module. Run as the backend's argv says, with the warning made an error."""
+    [server] = backend("simulated").processes({}, Path("/m/x"), placement("simulated", {}, ["127.0.0.1"]), None)
+    python, flag, module = server.argv[:3]
+    assert (flag, module) == ("-m", "tasks.engines.simulated.server")
+    done = subprocess.run([python, "-W", "error::RuntimeWarning", flag, module, "--help"], cwd=server.cwd,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr[-2000:]
+    assert "--prefill-workers" in done.stdout
 
 
 # --- Dynamo --------------------------------------------------------------------------------------------------
