@@ -139,7 +139,7 @@ def test_vllm_serve_with_parallel_flags_kv_transfer_and_image_limits() -> None:
         "vllm", "serve", "/models/Qwen3-VL", "--served-model-name", "qwen3-vl", "--host", "10.0.0.7", "--port", "9000",
         "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--enable-expert-parallel",
         "--max-model-len", "32768", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.9",
-        "--no-enable-prefix-caching", "--limit-mm-per-prompt", '{"image":1,"video":{"count":0}}',
+        "--no-enable-prefix-caching", "--limit-mm-per-prompt", '{"audio":0,"image":1,"video":{"count":0}}',
         "--kv-transfer-config",
         '{"kv_connector":"NixlConnector","kv_connector_extra_config":{"backends":["UCX"]},"kv_role":"kv_producer"}',
         "--async-scheduling"]
@@ -211,7 +211,8 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
         "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:'
         f'{p0.side_ports["kv_events"]}","topic":"kv-events"}}',
-        "--max-model-len", "16384", "--limit-mm-per-prompt", '{"image":1}', "--discovery-backend", "etcd"]
+        "--max-model-len", "16384", "--limit-mm-per-prompt", '{"audio":0,"image":1,"video":0}',
+        "--discovery-backend", "etcd"]
     ip = "10.0.0.1"
     assert p0.env == {**OFFLINE_ENV, "ETCD_ENDPOINTS": "http://10.0.0.1:9001", "DYN_SYSTEM_PORT": str(p0.port),
                       "DYN_SYSTEM_HOST": ip, "DYN_TCP_RPC_HOST": ip, "DYN_TCP_RESPONSE_STREAM_HOST": ip,
