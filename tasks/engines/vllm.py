@@ -30,8 +30,8 @@ API_SERVER = "vllm.entrypoints.openai.api_server"
 
 # vLLM 0.31.0's own modalities (vllm/config/multimodal.py:304-309, `_validate_limit_per_prompt`). A modality left out
 # of `--limit-mm-per-prompt` defaults to 999 items per prompt (multimodal.py:524-526), and vLLM profiles memory for
-# every modality the model supports whose limit is above 0; one the model lacks is ignored, not refused
-# (vllm/multimodal/processing/context.py:463, `allowed_mm_limits` walks the model's own modalities only).
+# every modality the model supports whose limit is above 0 (multimodal/encoder_budget.py:79); one it lacks is ignored
+# (not refused: vllm/multimodal/processing/context.py:463, `allowed_mm_limits` walks the model's modalities only).
 MODALITIES = ("image", "video", "audio")
 
 
