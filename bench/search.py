@@ -42,6 +42,7 @@ from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.engines import Endpoint
+from tasks.engines.simulated import MODEL_NAME
 from tasks.engines.simulated import config as sim_config
 from tasks.engines.simulated.queueing import (
     PERCENTILE,
@@ -53,7 +54,6 @@ from tasks.engines.simulated.queueing import (
     query_count,
     replay,
 )
-from tasks.engines.simulated.server import MODEL_NAME
 from tasks.launchers.local import free_port
 from tasks.tuning.bisection import SearchSettings, search
 from tasks.tuning.probes import ProbeCache, Prober, run_probe, with_rate

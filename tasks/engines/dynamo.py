@@ -32,7 +32,10 @@ from tasks.engines.vllm import kv_transfer_config, mm_limits, nixl_env
 
 DISTS = ("ai-dynamo",)
 # A worker's system /health answers 503 "notready" until told which endpoints make it ready; with this it turns
-# 200 "ready" once its generate endpoint serves (verified with 1.6.1's mocker; the Dynamo operator sets the same).
+# 200 "ready" once its generate endpoint serves. 1.6.1 logs that the variable "is deprecated and no longer used"
+# (runtime config.rs), yet its health still follows it: a 1.6.1 mocker without it stayed 503 "notready" for 60 s with
+# "generate":"ready" in the same answer, and was 200 "ready" within 2 s with it. The other switch 1.6.1 reads,
+# DYN_HEALTH_CHECK_ENABLED=true, also makes it ready but sends canary requests to idle workers (docs/engines.md).
 WORKER_HEALTH = {"DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]'}
 WORKER_READY = '"status":"ready"'
 # 1.6.1 parses DYN_SYSTEM_PORT as a signed 16-bit number ("expected i16 for key SYSTEM_PORT"): every port given to a

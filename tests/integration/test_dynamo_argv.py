@@ -34,5 +34,6 @@ def test_dynamo_parses_the_workers_kv_events_and_the_kv_router(tmp_path: Path) -
         assert w["mode"] == name.split("-")[0]   # prefill | decode
         assert w["kv_events"] == {"enabled": True, "publisher": "zmq", "endpoint": f"tcp://*:{w['port']}"}
         assert (w["kv_transfer"], w["max_model_len"]) == ("NixlConnector", 32768)
+        assert w["mm_limits"] == {"image": 1, "video": 0, "audio": 0}   # the plan names image only; not 999 videos
     assert {w["tp"] for n, w in workers.items() if n.startswith("prefill")} == {2}
     assert parsed["frontend"] == {"router_mode": "kv", "use_kv_events": True, "http_host": "NODE0_IPV4"}

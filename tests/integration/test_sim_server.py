@@ -8,8 +8,9 @@ import time
 import httpx
 import pytest
 
+from tasks.engines.simulated import MODEL_NAME
 from tasks.engines.simulated.queueing import SimConfig
-from tasks.engines.simulated.server import MODEL_NAME, running
+from tasks.engines.simulated.server import running
 from tasks.launchers.local import free_port
 
 pytestmark = pytest.mark.integration

@@ -4,6 +4,7 @@ cannot run here; this is what the launcher would start, checked to the process b
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def test_vllm_serve_with_parallel_flags_kv_transfer_and_image_limits() -> None:
         "vllm", "serve", "/models/Qwen3-VL", "--served-model-name", "qwen3-vl", "--host", "10.0.0.7", "--port", "9000",
         "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--enable-expert-parallel",
         "--max-model-len", "32768", "--max-num-seqs", "256", "--gpu-memory-utilization", "0.9",
-        "--no-enable-prefix-caching", "--limit-mm-per-prompt", '{"image":1,"video":{"count":0}}',
+        "--no-enable-prefix-caching", "--limit-mm-per-prompt", '{"audio":0,"image":1,"video":{"count":0}}',
         "--kv-transfer-config",
         '{"kv_connector":"NixlConnector","kv_connector_extra_config":{"backends":["UCX"]},"kv_role":"kv_producer"}',
         "--async-scheduling"]
@@ -163,6 +164,20 @@ def test_vllm_cpu_build_from_its_own_virtualenv() -> None:
     assert server.env == {**OFFLINE_ENV, "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "2",
                           "VLLM_CPU_OMP_THREADS_BIND": "auto", "LD_PRELOAD": "/repo/.venv-vllm/lib/libiomp5.so"}
     assert server.gpus == 0
+
+
+# --- simulated -----------------------------------------------------------------------------------------------
+
+def test_the_simulated_server_starts_as_a_module_without_a_runtime_warning() -> None:
+    """The backend runs `python -m tasks.engines.simulated.server`; runpy warns (RuntimeWarning) when the package
+    already imported that module. Run as the backend's argv says, with the warning made an error."""
+    [server] = backend("simulated").processes({}, Path("/m/x"), placement("simulated", {}, ["127.0.0.1"]), None)
+    python, flag, module = server.argv[:3]
+    assert (flag, module) == ("-m", "tasks.engines.simulated.server")
+    done = subprocess.run([python, "-W", "error::RuntimeWarning", flag, module, "--help"], cwd=server.cwd,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "RuntimeWarning" not in done.stderr, done.stderr[-2000:]
+    assert "--prefill-workers" in done.stdout
 
 
 # --- Dynamo --------------------------------------------------------------------------------------------------
@@ -196,7 +211,8 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
         "--kv-events-config", '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:'
         f'{p0.side_ports["kv_events"]}","topic":"kv-events"}}',
-        "--max-model-len", "16384", "--limit-mm-per-prompt", '{"image":1}', "--discovery-backend", "etcd"]
+        "--max-model-len", "16384", "--limit-mm-per-prompt", '{"audio":0,"image":1,"video":0}',
+        "--discovery-backend", "etcd"]
     ip = "10.0.0.1"
     assert p0.env == {**OFFLINE_ENV, "ETCD_ENDPOINTS": "http://10.0.0.1:9001", "DYN_SYSTEM_PORT": str(p0.port),
                       "DYN_SYSTEM_HOST": ip, "DYN_TCP_RPC_HOST": ip, "DYN_TCP_RESPONSE_STREAM_HOST": ip,

@@ -17,7 +17,8 @@ from pathlib import Path
 from submission.engine_options import OptionsLike, SimulatedOptions, parse_options
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.simulated.queueing import SimConfig
-from tasks.engines.simulated.server import MODEL_NAME
+
+MODEL_NAME = "simulated"   # the served model name; the server (run as a module, never imported here) takes it from here
 
 
 def config(options: OptionsLike) -> SimConfig:

@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 
+from tasks.engines.simulated import MODEL_NAME
 from tasks.engines.simulated.queueing import SimConfig, SimModel
 
-MODEL_NAME = "simulated"
 MAX_BODY = 64 * 1024 * 1024
 
 
