@@ -1,10 +1,12 @@
 """Will it fit, before any GPU is allocated: each engine worker's share of the weights against its GPUs' memory, and
 each run's longest sequence against the engine's sequence limit.
 
-Weights come from the staged model (the tensor bytes of its safetensors files) or, before staging, from the plan
-(parameter count x the bits of `model.weight_data_types`). A worker over tp x pp GPUs holds 1/(tp x pp) of them on
-each GPU; beside them each GPU keeps a runtime reserve and needs KV cache for at least one sequence of the engine's
-limit (vLLM refuses to start otherwise). A run needs its longest prompt plus its `max_tokens` within the engine's
+Weights are counted by part (experts, attention, embeddings, lm_head, router, vision, other): from the staged model's
+tensors (submission/checkpoint.py, which also refuses a checkpoint of another type than `model.weight_data_types`)
+or, before staging, from the plan (the reference model's parts in rules/models.yaml, its quantized parts in the
+declared type and the rest in BF16). Each engine's sharding rule gives a worker's bytes per GPU (ATTENTION_DP_WHOLE);
+beside them each GPU keeps a runtime reserve and needs KV cache for at least one sequence of the engine's limit (vLLM
+refuses to start otherwise). A run needs its longest prompt plus its `max_tokens` within the engine's
 `max_model_len` / `max_seq_len`: TRT-LLM's PyTorch backend silently lowers `max_tokens` to fit, vLLM rejects each
 longer request. Facts of the reference models and data types: rules/models.yaml.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from submission import checkpoint
 from submission.engine_options import Worker
 from submission.errors import PlanError
 from submission.plan import BenchmarkSpec, Plan
@@ -36,13 +39,29 @@ def model_rules() -> dict[str, Any]:
     return yaml.safe_load((Path(__file__).parent / "rules" / "models.yaml").read_text())
 
 
+# Parts every GPU of a TensorRT-LLM worker with `enable_attention_dp` holds whole (PyTorch backend; read in
+# NVIDIA/TensorRT-LLM at commit 050b6cb, by construct rather than by line of the 1.2.0 tag):
+# attention (tensorrt_llm/_torch/modules/attention.py Attention.__init__: `if config.mapping.enable_attention_dp:
+# tp_size = 1`), the embedding (models/modeling_gpt_oss.py Transformer.__init__: "When attention_dp is enabled ... we
+# don't do parallelism here"), lm_head (models/modeling_utils.py DecoderModelForCausalLM.__init__: tp_size 1 under
+# attention DP) and the router (a plain Linear, models/modeling_gpt_oss.py MLPBlock.gate); the MoE experts are split
+# over moe_tp x moe_ep = tp. Without attention DP, and in vLLM, every part is split over TP: VocabParallelEmbedding
+# and ParallelLMHead (vllm 0.31.0 model_executor/models/qwen3_moe.py:464, qwen3_vl_moe.py:165), the vision tower by
+# weights (config/multimodal.py:205, mm_encoder_tp_mode default "weights"). Pipeline stages split everything.
+ATTENTION_DP_WHOLE = frozenset({"attention", "embeddings", "lm_head", "router"})
+
+
 @dataclass(frozen=True)
 class ModelFacts:
-    weight_bytes: float | None
-    weight_source: str               # where weight_bytes comes from, for the table
+    parts: Mapping[str, float] | None   # weight bytes by part (rules/models.yaml tensor_parts); None: unknown
+    weight_source: str                  # where they come from, for the table
     kv_elements_per_token: int | None = None   # 2 x layers x kv_heads x head_dim; None: unknown
     kv_heads: int | None = None
     max_position: int | None = None
+
+    @property
+    def weight_bytes(self) -> float | None:
+        return sum(self.parts.values()) if self.parts is not None else None
 
 
 def _bits(dtypes: str) -> tuple[str, float] | None:
@@ -52,17 +71,6 @@ def _bits(dtypes: str) -> tuple[str, float] | None:
         if word in table:
             return word, float(table[word])
     return None
-
-
-def safetensors_bytes(folder: Path) -> tuple[int, int] | None:
-    """(tensor bytes, files) of a model folder's safetensors files (each file less its header), or None."""
-    total, files = 0, 0
-    for path in sorted(folder.glob("*.safetensors")):
-        with path.open("rb") as f:
-            header = int.from_bytes(f.read(8), "little")
-        total += path.stat().st_size - 8 - header
-        files += 1
-    return (total, files) if files else None
 
 
 def _config(folder: Path | None) -> dict[str, Any]:
@@ -81,25 +89,61 @@ def reference_facts(bench: BenchmarkSpec) -> dict:
     return model_rules()["models"].get(bench.benchmark, {})
 
 
+def estimated_parts(bench: BenchmarkSpec, dtypes: str | None = None) -> tuple[dict[str, float], str] | None:
+    """Weight bytes by part before staging, from the plan: the reference model's parts (rules/models.yaml), its
+    `quantized` parts in the declared type and the rest in BF16; or `model.parameters` x the declared type."""
+    ref, bits = reference_facts(bench), _bits(dtypes or bench.model.weight_data_types)
+    if bits is None:
+        return None
+    word, b = bits
+    if bench.model.parameters is None and ref.get("parts"):
+        low = {p for p in ref.get("quantized", ref["parts"]) if b < 16}
+        parts = {p: float(n) * (b if p in low or b >= 16 else 16) / 8 for p, n in ref["parts"].items()}
+        total, rest = sum(map(float, ref["parts"].values())), sum(float(n) for p, n in ref["parts"].items()
+                                                                  if p not in low)
+        kept = f", the rest ({rest / 1e9:.3g}B) bf16" if low else ""
+        return parts, f"{total / 1e9:.4g}B parameters: {' + '.join(sorted(low)) or 'all'} x {word} ({b:g} bits){kept}"
+    params = bench.model.parameters or ref.get("parameters")
+    if not params:
+        return None
+    return {"other": float(params) * b / 8}, f"{float(params) / 1e9:g}B parameters x {word} ({b:g} bits)"
+
+
 def model_facts(bench: BenchmarkSpec, folder: Path | None = None) -> ModelFacts:
     """What the checks know of the model: from its folder when there is one (staged, or a local source)."""
     ref = reference_facts(bench)
     config = _config(folder)
-    found = safetensors_bytes(folder) if folder and folder.is_dir() else None
+    found = checkpoint.tensors(folder) if folder and folder.is_dir() else []
     if found:
-        weights, source = float(found[0]), f"{found[1]} safetensors file(s) in {folder}"
+        files = len(list(folder.glob("*.safetensors")))   # type: ignore[union-attr]
+        parts: dict[str, float] | None = checkpoint.part_bytes(found, model_rules()["tensor_parts"])
+        source = f"{files} safetensors file(s) in {folder}"
     else:
-        params, bits = bench.model.parameters or ref.get("parameters"), _bits(bench.model.weight_data_types)
-        weights = float(params) * bits[1] / 8 if params and bits else None
-        source = (f"{float(params) / 1e9:g}B parameters x {bits[0]} ({bits[1]:g} bits)" if weights and bits else
-                  "unknown: set model.parameters and a known model.weight_data_types, or stage the model")
+        parts, source = estimated_parts(bench) or (
+            None, "unknown: set model.parameters and a known model.weight_data_types, or stage the model")
     layers = config.get("num_hidden_layers", ref.get("layers"))
     kv_heads = config.get("num_key_value_heads", ref.get("kv_heads"))
     head_dim = config.get("head_dim") or ref.get("head_dim")
     if head_dim is None and config.get("hidden_size") and config.get("num_attention_heads"):
         head_dim = config["hidden_size"] // config["num_attention_heads"]
     kv = 2 * layers * kv_heads * head_dim if layers and kv_heads and head_dim else None
-    return ModelFacts(weights, source, kv, kv_heads, config.get("max_position_embeddings", ref.get("max_position")))
+    return ModelFacts(parts, source, kv, kv_heads, config.get("max_position_embeddings", ref.get("max_position")))
+
+
+def weights_per_gpu(parts: Mapping[str, float], w: Worker) -> float:
+    """Bytes of weights on each GPU of worker `w`: each part split over its tp x pp GPUs, but the parts its engine
+    keeps whole on every GPU of a pipeline stage (ATTENTION_DP_WHOLE under TensorRT-LLM attention DP)."""
+    whole = ATTENTION_DP_WHOLE if w.attention_dp else frozenset()
+    return sum(n / (w.pp if part in whole else w.tp * w.pp) for part, n in parts.items())
+
+
+def kv_share(facts: ModelFacts, w: Worker) -> float:
+    """The share of one sequence's KV cache on each GPU: KV heads split over TP (each GPU keeps one at least); under
+    attention DP a sequence lives on one rank, whose attention has tp_size 1 (all KV heads, modules/attention.py)."""
+    if w.attention_dp:
+        return 1 / w.pp
+    heads = facts.kv_heads or 1
+    return max(heads // w.tp, 1) / heads / w.pp
 
 
 def gpu_capacity(text: str | None) -> float | None:
@@ -141,15 +185,13 @@ def _kv_bytes(worker: Worker) -> float:
 def fits(workers: tuple[Worker, ...], facts: ModelFacts, capacity: float) -> list[Fit]:
     rows = []
     for w in workers:
-        if not w.on_gpu or facts.weight_bytes is None:
+        if not w.on_gpu or facts.parts is None:
             continue
         limit = w.max_len or facts.max_position
         kv = 0.0
         if facts.kv_elements_per_token and limit:
-            heads = facts.kv_heads or 1
-            share = max(heads // w.tp, 1) / heads / w.pp   # KV heads split over TP (each GPU keeps one at least)
-            kv = facts.kv_elements_per_token * share * _kv_bytes(w) * limit
-        rows.append(Fit(w, facts.weight_bytes / (w.tp * w.pp), kv, capacity))
+            kv = facts.kv_elements_per_token * kv_share(facts, w) * _kv_bytes(w) * limit
+        rows.append(Fit(w, weights_per_gpu(facts.parts, w), kv, capacity))
     return rows
 
 
@@ -157,13 +199,13 @@ def _gb(n: float) -> str:
     return f"{n / _GIB:,.1f} GiB"
 
 
-def _fit_fix(row: Fit, bench: BenchmarkSpec) -> str:
+def _fit_fix(row: Fit, bench: BenchmarkSpec, facts: ModelFacts) -> str:
     """The same model in NVFP4, and the smallest larger TP that fits."""
-    w, bits = row.worker, model_rules()["weight_bits"]["nvfp4"]
-    fitting = [tp for tp in (2, 4, 8, 16, 32, 64) if tp > w.tp and Fit(
-        dataclasses.replace(w, tp=tp), row.weights * w.tp / tp, row.kv_min * w.tp / tp, row.capacity).fits]
-    params = bench.model.parameters or reference_facts(bench).get("parameters")
-    four_bit = f" ({_gb(float(params) * bits / 8 / (w.tp * w.pp))} per GPU)" if params else ""
+    w = row.worker
+    fitting = [tp for tp in (2, 4, 8, 16, 32, 64) if tp > w.tp and fits(
+        (dataclasses.replace(w, tp=tp),), facts, row.capacity)[0].fits]
+    estimate = estimated_parts(bench, "nvfp4")
+    four_bit = f" ({_gb(weights_per_gpu(estimate[0], w))} per GPU)" if estimate else ""
     larger = f"{fitting[0]} fits" if fitting else "none up to 64 fits"
     return (f"a smaller weight dtype, e.g. model.weight_data_types: nvfp4{four_bit}, or a larger "
             f"{w.name} tensor_parallel_size ({larger})")
@@ -241,6 +283,14 @@ def review(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_folder: Path
                              f"{bench.system}].description.accelerator_memory_capacity, e.g. '186 GB'")
         else:
             out.fits = fits(workers, facts, out.capacity)
+    declared = _bits(bench.model.weight_data_types)
+    if model_folder and declared and (model_folder / "config.json").is_file() and checkpoint.tensors(model_folder):
+        why = checkpoint.contradiction(declared[0], model_folder)
+        if why:
+            out.problems.append(
+                f"{where}.model.weight_data_types: the plan declares {bench.model.weight_data_types!r}, but the "
+                f"checkpoint in {model_folder} is not {declared[0]}: {why}\n  fix: point {where}.model.source at a "
+                f"{declared[0]} checkpoint, or declare the weight type it holds")
     for row in out.fits:
         if not row.fits:
             out.problems.append(
@@ -248,7 +298,7 @@ def review(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_folder: Path
                 f"holds {_gb(row.weights)} of weights per GPU ({facts.weight_source}); with the "
                 f"{_gb(model_rules()['runtime_reserve_gib'] * _GIB)} runtime reserve that leaves {_gb(row.headroom)} "
                 f"of the {_gb(row.usable)} it may use ({row.worker.memory_fraction:g} of {_gb(row.capacity)}), and "
-                f"one sequence of KV cache needs {_gb(row.kv_min)}\n  fix: {_fit_fix(row, bench)}")
+                f"one sequence of KV cache needs {_gb(row.kv_min)}\n  fix: {_fit_fix(row, bench, facts)}")
     limits = [(w.max_len or facts.max_position, w.limit_field) for w in workers]
     if limits:
         limit, limit_field = min(limits, key=lambda x: x[0] if x[0] is not None else 1 << 62)
@@ -276,8 +326,8 @@ def require(problems: list[str]) -> None:
     """Raise one PlanError naming every worker that cannot hold its share and every run whose budget is short (the
     problems of one or more reviews)."""
     if problems:
-        raise PlanError("the plan does not fit its hardware or its sequence budgets (`podium launch PLAN --dry-run` "
-                        "prints the fit table):\n" + "\n".join(problems))
+        raise PlanError("the plan does not fit its model, its hardware or its sequence budgets (`podium launch PLAN "
+                        "--dry-run` prints the fit table):\n" + "\n".join(problems))
 
 
 def render(r: Review) -> list[str]:

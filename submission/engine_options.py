@@ -18,9 +18,10 @@ from submission.schema import Strict
 from submission.topology import Pool, place
 
 # Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
-# --gpu-memory-utilization (vllm/config/cache.py). TRT-LLM's PyTorch backend loads the weights, then gives the KV cache
-# a fraction of what is free, so it may use the whole GPU (TRTLLM_MEMORY_FRACTION).
-VLLM_MEMORY_FRACTION = 0.9
+# --gpu-memory-utilization (vllm 0.31.0 vllm/config/cache.py:103, `Field(default=0.92, gt=0, le=1)`). TRT-LLM's PyTorch
+# backend loads the weights, then gives the KV cache a fraction of what is free, so it may use the whole GPU
+# (TRTLLM_MEMORY_FRACTION).
+VLLM_MEMORY_FRACTION = 0.92
 TRTLLM_MEMORY_FRACTION = 1.0
 
 
@@ -38,6 +39,7 @@ class Worker:
     limit_field: str             # the option that sets max_len, relative to `engine`
     on_gpu: bool = True
     kv_cache_dtype: str | None = None   # None: the model's own (16-bit)
+    attention_dp: bool = False   # TRT-LLM enable_attention_dp: attention and embeddings whole on each GPU
 
 
 def _flag_value(args: Sequence[str], flag: str) -> str | None:
@@ -263,12 +265,14 @@ class TrtllmOptions(Common, Hardware, Parallelism):
 
     def workers(self) -> tuple[Worker, ...]:
         d, gpu = self.disaggregated, bool(self.gpus_per_node)
-        kv = (self.llm_api_options.get("kv_cache_config") or {}).get("dtype")
+        def worker(name: str, count: int, pool: Parallelism, options: dict[str, Any]) -> Worker:
+            kv = (options.get("kv_cache_config") or {}).get("dtype")
+            return Worker(name, count, pool.tensor_parallel_size, pool.pipeline_parallel_size, TRTLLM_MEMORY_FRACTION,
+                          self.max_seq_len, "options.max_seq_len", gpu, kv, bool(options.get("enable_attention_dp")))
+
         if d is None:
-            return (Worker("server", 1, self.tensor_parallel_size, self.pipeline_parallel_size,
-                           TRTLLM_MEMORY_FRACTION, self.max_seq_len, "options.max_seq_len", gpu, kv),)
-        return tuple(Worker(name, pool.servers, pool.tensor_parallel_size, pool.pipeline_parallel_size,
-                            TRTLLM_MEMORY_FRACTION, self.max_seq_len, "options.max_seq_len", gpu, kv)
+            return (worker("server", 1, self, self.llm_api_options),)
+        return tuple(worker(name, pool.servers, pool, {**self.llm_api_options, **pool.llm_api_options})
                      for name, pool in (("context", d.context), ("generation", d.generation)))
 
 

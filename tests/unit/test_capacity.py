@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from submission import capacity
+from submission.engine_options import parse_options
 from submission.plan import parse
 from tasks.serving.launch import sizing
 
@@ -40,11 +41,11 @@ def test_the_seeds_bf16_qwen3_vl_does_not_fit_its_gb200_workers(tmp_path: Path) 
     plan["benchmarks"][0]["model"]["weight_data_types"] = "bf16"   # as the seed's plans declared it
     code, out = _dry_run(plan, tmp_path)
     assert code == 2, out
-    assert "prefill            4x2     218.9 GiB" in out and "DOES NOT FIT" in out   # the fit table, then the error
-    assert "prefill worker (4 x TP2 x PP1) holds 218.9 GiB of weights per GPU (235B parameters x bf16" in out
-    assert "decode worker (8 x TP1 x PP1) holds 437.7 GiB" in out
-    assert "of the 167.4 GiB it may use (0.9 of 186.0 GiB)" in out
-    assert "model.weight_data_types: nvfp4 (123.1 GiB per GPU)" in out   # the decode worker's fix
+    assert "prefill            4x2     219.5 GiB" in out and "DOES NOT FIT" in out   # the fit table, then the error
+    assert "prefill worker (4 x TP2 x PP1) holds 219.5 GiB of weights per GPU (235.7B parameters: all x bf16" in out
+    assert "decode worker (8 x TP1 x PP1) holds 439.0 GiB" in out
+    assert "of the 171.1 GiB it may use (0.92 of 186.0 GiB)" in out
+    assert "model.weight_data_types: nvfp4 (126.0 GiB per GPU)" in out   # the decode worker's fix
     assert "larger prefill tensor_parallel_size (4 fits)" in out
 
 
@@ -69,13 +70,17 @@ def test_the_shipped_gpu_plans_fit_and_say_so(name: str, tmp_path: Path) -> None
     assert "sequence budgets" in table and "accuracy" in table
 
 
-def test_weights_of_a_staged_model_are_its_safetensors_bytes(tmp_path: Path) -> None:
+def test_weights_of_a_staged_model_are_its_tensor_bytes_by_part(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    tensors = {"a": np.zeros((1024, 512), np.float16), "b": np.ones((300,), np.float32)}
+    tensors = {"model.layers.0.self_attn.q_proj.weight": np.zeros((1024, 512), np.float16),
+               "model.layers.0.mlp.experts.0.up_proj.weight": np.ones((300,), np.float32)}
     save_file(tensors, str(model / "model-00001-of-00002.safetensors"))
-    save_file({"c": np.zeros((7, 9), np.int8)}, str(model / "model-00002-of-00002.safetensors"))
-    assert capacity.safetensors_bytes(model) == (1024 * 512 * 2 + 300 * 4 + 63, 2)
+    save_file({"lm_head.weight": np.zeros((7, 9), np.int8), "model.norm.weight": np.zeros(5, np.float32)},
+              str(model / "model-00002-of-00002.safetensors"))
+    facts = capacity.model_facts(parse(_vllm_plan(64, 8, model)).benchmarks[0], model)
+    assert facts.parts == {"attention": 1024 * 512 * 2, "experts": 300 * 4, "lm_head": 63, "other": 20}
+    assert facts.weight_source == f"2 safetensors file(s) in {model}"
 
 
 def _vllm_plan(max_model_len: int, max_tokens: int, data: Path, memory: str = "80 GB") -> dict:
@@ -148,3 +153,45 @@ def test_a_substitute_model_not_yet_staged_is_not_sized_as_the_reference(tmp_pat
     assert capacity.model_facts(parse(plan).benchmarks[0], None).weight_bytes == 424832 * 4   # fp32: 4 bytes each
     code, out = _dry_run(plan, tmp_path)
     assert code == 0, out
+
+
+def _fit(name: str, **llm_api: object) -> list[capacity.Fit]:
+    plan = _shipped(name)
+    plan["benchmarks"][0]["engine"]["options"].get("llm_api_options", {}).update(llm_api)
+    parsed = parse(plan)
+    return sizing(parsed, parsed.benchmarks[0]).fits
+
+
+def test_vllm_workers_take_vllms_default_gpu_memory_utilization() -> None:
+    """vllm 0.31.0 vllm/config/cache.py:103: gpu_memory_utilization defaults to 0.92 (the fit used 0.9)."""
+    assert [w.memory_fraction for w in parse_options("vllm", {}).workers()] == [0.92]
+    assert {f.worker.memory_fraction for f in _fit("qwen3-vl-dynamo-50-50.yaml")} == {0.92}
+    assert parse_options("vllm", {"gpu_memory_utilization": 0.5}).workers()[0].memory_fraction == 0.5
+
+
+def test_nvfp4_qwen3_vl_counts_its_bf16_parts_and_vllm_splits_every_part_over_tp() -> None:
+    """The NVFP4 checkpoint keeps embeddings, lm_head, router and vision tower in BF16 (rules/models.yaml): 126 GiB on
+    a TP1 GPU, not 235B x 4.5 bits = 123.1. vLLM shards all of them over TP (VocabParallelEmbedding, ParallelLMHead,
+    the vision tower by weights: vllm 0.31.0 config/multimodal.py:205), so a TP2 GPU holds exactly half."""
+    rows = {f.worker.name: f for f in _fit("qwen3-vl-dynamo-50-50.yaml")}
+    assert round(rows["decode"].weights / GIB, 1) == 126.0
+    assert rows["prefill"].weights == pytest.approx(rows["decode"].weights / 2)
+
+
+def test_trtllm_attention_dp_keeps_attention_and_embeddings_whole_on_every_gpu() -> None:
+    """TensorRT-LLM attention DP (Attention tp_size 1, the embedding and lm_head unsplit): gpt-oss-120b at TP4/EP4
+    holds its 4.25 GB of BF16 attention, embeddings, lm_head and router on each GPU beside a quarter of the MXFP4
+    experts, 18.1 GiB, not 60.7 / 4 = 15.2 (14.4 as the 116.8B x 4.25 bits it used to count)."""
+    (dp,) = _fit("gpt-oss-120b-trtllm-k8s.yaml")
+    assert round(dp.weights / GIB, 1) == 18.1
+    (tp,) = _fit("gpt-oss-120b-trtllm-k8s.yaml", enable_attention_dp=False)
+    assert round(tp.weights / GIB, 1) == 15.2
+
+
+def test_trtllm_attention_dp_keeps_each_sequences_kv_cache_on_one_gpu() -> None:
+    """Under attention DP a sequence lives on one rank with all 8 KV heads: 2 x 36 layers x 8 x 64 x 1 byte (fp8) x
+    35840 tokens = 1.32 GB per sequence on that GPU, not a quarter of it (0.33 GB)."""
+    (dp,) = _fit("gpt-oss-120b-trtllm-k8s.yaml")
+    assert dp.kv_min == 2 * 36 * 8 * 64 * 35840 == 1_321_205_760
+    (tp,) = _fit("gpt-oss-120b-trtllm-k8s.yaml", enable_attention_dp=False)
+    assert tp.kv_min == dp.kv_min / 4

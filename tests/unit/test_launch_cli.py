@@ -40,6 +40,10 @@ def test_qwen3_vl_75_25_review(tmp_path: Path) -> None:
         assert p["host"] == ip and p["bind"] == ip
         assert {v for k, v in p["env"].items() if k.endswith("_HOST")} <= {ip}
     assert all(p["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == f"NODE{p['node']}_IPV4" for p in workers)
+    # the NVFP4 checkpoint names its own quantization (vLLM reads its quantization_config): no --quantization flag
+    for p in workers:
+        assert p["argv"][p["argv"].index("--model") + 1].endswith("Instruct-NVFP4-MLPerf-Inference-Closed-V6.1-FP8-KV")
+        assert not any(a.startswith("--quantization") for a in p["argv"])
     assert "http://NODE0_IPV4:8001" in procs[0]["argv"]   # etcd listens on node 0's address
     # the KV router is fed: one ZMQ KV-event port per worker, configured on it
     for p in workers:
@@ -49,7 +53,8 @@ def test_qwen3_vl_75_25_review(tmp_path: Path) -> None:
     assert "--router-kv-events" in procs[-1]["argv"]
     front = procs[-1]
     assert front["probes"][-1] == {"method": "POST", "path": "/v1/completions", "body": {
-        "model": "Qwen3-VL-235B-A22B-Instruct", "prompt": "hello", "max_tokens": 1}}
+        "model": "Qwen3-VL-235B-A22B-Instruct-NVFP4-MLPerf-Inference-Closed-V6.1-FP8-KV", "prompt": "hello",
+        "max_tokens": 1}}   # the served name is the model folder's
     assert review["endpoint"]["token_ids_in"] == "nvext"
 
 

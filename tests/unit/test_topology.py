@@ -140,7 +140,7 @@ def test_one_gpu_workers_may_share_a_gpu_and_wider_ones_may_not() -> None:
 def test_workers_sharing_a_gpu_must_leave_each_other_room_and_run_locally() -> None:
     options = {"python": "py", "gpus_per_node": 1, "workers_per_gpu": 2, "discovery": "file",
                "prefill": {"workers": 1}, "decode": {"workers": 1}}
-    with pytest.raises(ValueError, match=r"give every worker at most 0\.45"):
+    with pytest.raises(ValueError, match=r"give every worker at most 0\.46"):
         OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.5"]})
     OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.4"]})
     from submission.engine_options import engine_problems
