@@ -24,6 +24,7 @@ from tasks.harness.measure import RunRejected, summary
 from tasks.harness.step import run_loadgen
 from tasks.ops.inputs import require_fit
 from tasks.reporting import progress
+from tasks.serving import warmup
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, sizing, where
 from tasks.serving.session import EngineSession
@@ -64,7 +65,8 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path) -> dict:
     with EngineSession(bench.engine.name, bench.engine.config(), str(model_dir_for(bench.engine, Path(model["path"]))),
                        str(ws.pids), str(log_dir / "engine" / key.replace("/", "-")),
                        timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
-                       build_dir=built["path"], stall_s=bench.engine.stall_timeout_s) as engine:
+                       build_dir=built["path"], stall_s=bench.engine.stall_timeout_s,
+                       warmup=warmup.planned(bench.engine, specs)) as engine:
         records, failures = _runs(specs, engine, ws, bench.evaluator, tokenizer)
         audits, failures = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine, ws,
                                    failures)

@@ -27,6 +27,7 @@ from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.engines import engine_identity
 from tasks.reporting import plots, progress
+from tasks.serving import warmup
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, where
 from tasks.serving.session import EngineSession
@@ -49,11 +50,12 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
                       model_sha256=model["sha256"], dataset_sha256=sha,
                       engine=engine_identity(bench.engine.name, options))
     built = build_engine(bench.engine.name, options, model["path"], model["sha256"], str(ws.builds))
+    specs = [s.model_copy(update={"dataset": staged["path"]}) for s in specs]
     session = {"engine_name": bench.engine.name, "options": options, "state_dir": str(ws.pids),
                "model_dir": str(model_dir_for(bench.engine, Path(model["path"]))),
                "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine), "build_dir": built["path"],
-               "stall_s": bench.engine.stall_timeout_s}
-    return [s.model_copy(update={"dataset": staged["path"]}) for s in specs], session
+               "stall_s": bench.engine.stall_timeout_s, "warmup": warmup.planned(bench.engine, specs)}
+    return specs, session
 
 
 def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:

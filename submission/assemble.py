@@ -58,8 +58,25 @@ def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: st
         f"- model: `{bench.model.name}` from `{bench.model.source}`",
         "- loadgen settings: `user.conf` beside this file",
         *_guided_decoding_line(bench),
+        _warmup_line(bench),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _warmup_line(bench: BenchmarkSpec) -> str:
+    """What the engine answered after each launch before any timed run (tasks/serving/warmup.py), and the rule that
+    puts it outside the timed run."""
+    from submission.generation import reference_generation
+
+    n = bench.engine.warmup_requests
+    if n == 0:
+        return "- warm-up: none (`engine.warmup_requests: 0`): the first timed run after each launch met a cold engine"
+    sampling = reference_generation(bench.benchmark, "performance").merged(
+        max_tokens=bench.generation.max_tokens, temperature=bench.generation.temperature).request_fields()
+    return (f"- warm-up: after each launch, before any timed run, the engine answered {n} untimed requests built like "
+            f"the performance run's (its first samples) with the run's sampling settings `{json.dumps(sampling)}`, "
+            "as part of the SUT's start-up, which the MLPerf Inference rules place before LoadGen starts its clock "
+            "(inference_rules.adoc, LoadGen Operation, run procedure steps 2-3)")
 
 
 def _guided_decoding_line(bench: BenchmarkSpec) -> list[str]:

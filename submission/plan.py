@@ -82,6 +82,12 @@ class EngineSpec(Strict):
                                                           "requests are in flight before the run ends and the "
                                                           "engine is relaunched (a hung collective keeps its port "
                                                           "open and answers nothing)")
+    warmup_requests: int = Field(8, ge=0, le=1024, description="after each launch, before the first measured "
+                                 "request: this many requests like the first run's (its data set, sampling settings, "
+                                 "images), all at once, so kernels compiled on first use (vLLM's FlashInfer sampler) "
+                                 "are compiled untimed; 0: no warm-up")
+    warmup_timeout_s: float = Field(600, gt=0, description="how long the warm-up's answers may take before the launch "
+                                                           "fails")
 
     @model_validator(mode="after")
     def _typed(self) -> EngineSpec:

@@ -39,6 +39,7 @@ from tasks.engines import backend, engine_identity  # noqa: E402
 from tasks.engines.smoke import build_assets  # noqa: E402
 from tasks.harness.measure import RunRejected, run_once, summary  # noqa: E402
 from tasks.launchers import Launcher, start_ready  # noqa: E402
+from tasks.serving import warmup  # noqa: E402
 from tasks.serving.launch import make_launcher, render, reviews  # noqa: E402
 from tasks.workspace import Workspace  # noqa: E402
 
@@ -154,6 +155,8 @@ def run(plan_path: Path, ws: Workspace) -> int:
                                            folder / "logs" / "engine", log, bench.engine.ready_timeout_s)
         engine = LaunchedEngine(where, deployment, endpoint, bench.engine.stall_timeout_s)
         try:
+            if (warm := warmup.planned(bench.engine, specs)) is not None:   # as every EngineSession launch is
+                warmup.warm_up(bench.engine.name, endpoint, warm, log)
             for spec in specs:
                 try:
                     rec = run_once(spec, engine, folder / "logs", bench.evaluator, str(model / "tokenizer.json"))

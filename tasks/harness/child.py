@@ -1,6 +1,7 @@
 """What a run's child processes (the loadgen runner, tasks/harness/runner.py, and its sample-serving workers,
 tasks/harness/workers.py) build from the run's setup (its spec and endpoint as JSON, as in run.json and
-endpoint.json), and how each dies with the process that started it."""
+endpoint.json), and how each dies with the process that started it. The engine's warm-up
+(tasks/serving/warmup.py) builds its requests and client with the same `requests_of` and `client_of`."""
 
 from __future__ import annotations
 
@@ -16,25 +17,33 @@ from tasks.engines import Endpoint
 PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
-def requests_for(setup: dict):
-    """The request builder of one run (`setup`: its spec and endpoint as JSON, as in run.json and endpoint.json)."""
+def requests_of(spec: RunSpec):
+    """The request builder of run `spec`: its benchmark's requests over its data set, with its sampling settings."""
     from tasks.harness.requests import build_requests
 
-    spec = RunSpec.model_validate_json(setup["spec"])
     return build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
                           temperature=spec.temperature, guided_decoding=spec.guided_decoding)
+
+
+def client_of(spec: RunSpec, endpoint: Endpoint, max_concurrency: int):
+    """The streaming client of run `spec` on `endpoint` with at most `max_concurrency` requests in flight."""
+    from tasks.harness.client import CompletionClient
+
+    return CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
+                            max_concurrency=max_concurrency)
+
+
+def requests_for(setup: dict):
+    """The request builder of one run (`setup`: its spec and endpoint as JSON, as in run.json and endpoint.json)."""
+    return requests_of(RunSpec.model_validate_json(setup["spec"]))
 
 
 def client_for(setup: dict, max_concurrency: int):
     """The streaming client of one run with at most `max_concurrency` requests in flight: the run's own, or one
     worker's share."""
-    from tasks.harness.client import CompletionClient
-
-    spec = RunSpec.model_validate_json(setup["spec"])
     data = json.loads(setup["endpoint"])
     endpoint = Endpoint(**{**data, "drop_fields": frozenset(data["drop_fields"])})
-    return CompletionClient(endpoint, max_tokens=spec.max_tokens, temperature=spec.temperature,
-                            max_concurrency=max_concurrency)
+    return client_of(RunSpec.model_validate_json(setup["spec"]), endpoint, max_concurrency)
 
 
 def die_with_parent(parent: int) -> None:

@@ -1,7 +1,8 @@
 """The engine of one benchmark, launched lazily: only a step that is not cached starts it.
 
 `EngineSession.endpoint()` launches the engine on first use (a task with retries: a taken port or a slow start
-costs a retry, not the run) and relaunches it when a process has died. `close()` always stops it.
+costs a retry, not the run), warms it up (`tasks.serving.warmup`) and relaunches it, warming it up again, when a
+process has died. `close()` always stops it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tasks.harness import liveness
 from tasks.launchers import start_ready
 from tasks.ops.nodes import NodeSlot, this_node
 from tasks.serving.launch import launcher_for
+from tasks.serving.warmup import WarmUp, warm_up
 from tasks.steps import run_logger
 
 
@@ -38,9 +40,10 @@ def launch_engine(engine_name: str, options: OptionsLike, model_dir: str, state_
 class EngineSession:
     def __init__(self, engine_name: str, options: OptionsLike, model_dir: str, state_dir: str, log_dir: str,
                  timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None,
-                 stall_s: float | None = None) -> None:
+                 stall_s: float | None = None, warmup: WarmUp | None = None) -> None:
         self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
         self.stall_s = stall_s   # the plan's engine.stall_timeout_s: a run ends when the engine is silent that long
+        self.warmup = warmup     # what each launch is warmed up with before it serves a run; None: nothing
         self.where = launcher_for(engine_name, where, Path(state_dir))
         self.deployment: Any = None
         self._endpoint: Endpoint | None = None
@@ -68,6 +71,12 @@ class EngineSession:
             self.slot.acquire()
             self.deployment, self._endpoint = launch_engine(*self.args)
             self.launches += 1
+            if self.warmup is not None:
+                try:
+                    warm_up(self.args[0], self._endpoint, self.warmup, run_logger("engine"))
+                except BaseException:
+                    self.close()
+                    raise
         assert self._endpoint is not None
         return self._endpoint
 
