@@ -122,7 +122,20 @@ clean:
 	rm -rf $(WORKSPACE) .pytest_cache .ruff_cache
 
 # The GPU acceptance script (docs/engines.md "GPU acceptance"): on a machine with one NVIDIA GPU and PyPI it installs
-# vLLM and Dynamo into .venv-gpu, runs the smoke scenarios on vLLM and on Dynamo P/D over NIXL, prints one table (<10 min).
-.PHONY: gpu-acceptance
+# vLLM and Dynamo into .venv-gpu, runs the smoke scenarios on vLLM and on Dynamo P/D over NIXL; on one without an
+# index it runs the smoke engine on the GPU with the carried wheels. One table either way (<10 min).
+.PHONY: gpu-acceptance gpu-carry
 gpu-acceptance:
 	bash deployments/gpu/acceptance.sh
+
+# The carried setting's wheels (deployments/gpu/carry.txt) for a GPU node with no package index, fetched here for the
+# node's Python (GPU_PYTHON_VERSION) into deployments/gpu/wheels/; carry that folder with the working tree.
+GPU_PYTHON_VERSION ?= 3.12
+GPU_WHEELS         := deployments/gpu/wheels
+gpu-carry:
+	rm -rf $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d $(GPU_WHEELS) \
+		--python-version $(GPU_PYTHON_VERSION) --implementation cp --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-r deployments/gpu/carry.txt
+	@echo "$$(ls $(GPU_WHEELS)/*.whl | wc -l) wheels, $$(du -sm $(GPU_WHEELS) | cut -f1) MB in $(GPU_WHEELS)"

@@ -376,7 +376,7 @@ s_wheels() {
   count=$( (find "$WHEELS" -maxdepth 1 -name '*.whl' 2> /dev/null || true) | wc -l)
   if (( count == 0 )); then
     if [[ $DRY == 1 ]]; then
-      dry "$PYTHON -m pip install --no-index --no-deps --target $SITE $WHEELS/*.whl, then smoke_leg.py check (no" \
+      dry "$PYTHON -m pip install --no-index --no-deps --target $SITE $WHEELS/*.whl, then carry_check.py (no" \
           "wheels here: \`make gpu-carry\` fetches them)"
       return 0
     fi
@@ -387,7 +387,7 @@ s_wheels() {
   rm -rf "$SITE"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
     --target "$SITE" "$WHEELS"/*.whl
-  podium_python "$HERE/smoke_leg.py" check | tee "$LOGS/check.txt"
+  "$PYTHON" "$HERE/carry_check.py" | tee "$LOGS/check.txt"
   figure "$count wheels ($size MB) into $SITE; $(tail -n 1 "$LOGS/check.txt")"
 }
 

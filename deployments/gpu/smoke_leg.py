@@ -1,15 +1,15 @@
 """The GPU acceptance script's carried leg: Podium's smoke scenarios on a GPU node that reaches no package index.
 
-    python3 deployments/gpu/smoke_leg.py check                        # the carried wheels and what they need, here
     python3 deployments/gpu/smoke_leg.py assets --workspace WS        # the tiny model and data set into WS/store
     python3 deployments/gpu/smoke_leg.py review PLAN --workspace WS   # what a launch would start, as `podium launch
                                                                       # PLAN --dry-run` prints it; starts nothing
     python3 deployments/gpu/smoke_leg.py run PLAN --workspace WS      # launch, measure, score: WS/runs/<UTC time>/
 
-It runs on the host's own Python with only what that host has plus the carried wheels (deployments/gpu/carry.txt):
-the plan model, the local launcher, Podium's harness over the real loadgen and the plan's evaluator, through the same
-functions `podium run` uses (tasks.harness.measure.run_once), but without Prefect, object storage, caching, audits or
-a submission tree, since those and their dependencies do not fit in a 64 MiB carry (docs/engines.md, "GPU acceptance").
+It runs on the node's own Python with what its image has (node-image.txt) plus the carried wheels (carry.txt; both
+checked there by carry_check.py): the plan model, the local launcher, the warm-up, Podium's harness over the real
+loadgen and the plan's evaluator, through the same functions `podium run` uses (tasks.harness.measure.run_once), but
+without Prefect, object storage, caching, audits or a submission tree, since those and their dependencies do not fit
+in a 64 MiB carry (docs/engines.md, "GPU acceptance").
 Each run's record goes to `results.json` in the run folder, as `podium run` writes it, so the acceptance table reads
 both alike. The plan is a smoke plan: never a submission.
 """
@@ -82,59 +82,6 @@ class LaunchedEngine:
             self.deployment = None
 
 
-CARRY = Path(__file__).with_name("carry.txt")
-
-
-def carried() -> list[tuple[str, str]]:
-    """(distribution, version) of every pin in carry.txt."""
-    out = []
-    for line in CARRY.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            out.append((name.strip(), version.strip()))
-    return out
-
-
-def check() -> list[str]:
-    """What is wrong with this interpreter's environment for the leg: each carried wheel missing or at another
-    version, and each requirement of one (extras aside) that nothing here meets. Empty when all is well."""
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
-    problems = []
-    for name, version in carried():
-        try:
-            found = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            problems.append(f"{name}=={version} (carry.txt) is not installed")
-            continue
-        if found != version:
-            problems.append(f"{name} is {found} here, carry.txt pins {version}")
-        for text in metadata.requires(name) or []:
-            req = Requirement(text)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            try:
-                have = metadata.version(req.name)
-            except metadata.PackageNotFoundError:
-                problems.append(f"{name} needs {req}, which is not installed: add it to carry.txt")
-                continue
-            if req.specifier and not req.specifier.contains(have, prereleases=True):
-                problems.append(f"{name} needs {req}, found {req.name} {have}: pin a fitting one in carry.txt")
-    return problems
-
-
-def torch_line() -> str:
-    """The node's torch and what it sees, for the table."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    return (f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
-            + (f"GPU {torch.cuda.get_device_name(0)}" if cuda else "no GPU visible to torch"))
-
-
 def run(plan_path: Path, ws: Workspace) -> int:
     """Every performance and accuracy run of the plan's benchmarks, in order, on one launch of each engine. Returns
     the exit status: 0 when every run passed."""
@@ -180,20 +127,15 @@ def run(plan_path: Path, ws: Workspace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("check", "assets", "review", "run"))
+    parser.add_argument("command", choices=("assets", "review", "run"))
     parser.add_argument("plan", nargs="?", type=Path)
     parser.add_argument("--workspace", type=Path, default=Path(".podium"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     ws = Workspace.at(args.workspace)
-    if args.command in ("review", "run") and args.plan is None:
+    if args.command != "assets" and args.plan is None:
         parser.error(f"{args.command} needs a PLAN")
     try:
-        if args.command == "check":
-            problems = check()
-            print("\n".join(problems or [f"{len(carried())} carried distributions and their requirements: all met"]))
-            print(torch_line())
-            return 1 if problems else 0
         if args.command == "assets":
             print("\n".join(build_assets(ws.store)))
             return 0

@@ -5,13 +5,16 @@ budget, the shell itself (bash -n, shellcheck when installed) and the table it p
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -107,6 +110,12 @@ def _constant(text: str, name: str) -> int:
     return int(found.group(1))
 
 
+def _array(text: str, name: str) -> list[str]:
+    found = re.search(rf"^{name}=\(([^)]*)\)", text, re.M)
+    assert found, f"no {name}=(...) in the script"
+    return found.group(1).split()
+
+
 def test_step_limits_fit_ten_minutes() -> None:
     text, limits = _script(), _limits()
     deadline = int(re.search(r"DEADLINE_S=\$\{PODIUM_GPU_DEADLINE_S:-(\d+)\}", text).group(1))
@@ -114,19 +123,41 @@ def test_step_limits_fit_ten_minutes() -> None:
     reserve = sum(_constant(text, name) for name in ("KILL_AFTER_S", "GRACE_S", "AFTER_S"))
     assert "STEP_RESERVE_S=$(( KILL_AFTER_S + GRACE_S + AFTER_S ))" in text
     assert 'left=$(( DEADLINE_S - ($(date +%s) - T0) - STEP_RESERVE_S ))' in text
-    beside = re.search(r"BESIDE_ENGINES=\(([^)]*)\)", text).group(1).split()
-    steps = re.findall(r"\b(?:step|skip|leg_step) \d+ ([a-z-]+)\b", text)
+    steps = re.findall(r"\b(?:step|skip|leg_step|not_run) \d+ ([a-z-]+)\b", text)
     assert set(steps) == set(limits)   # every step has a limit, and no limit is left over
-    assert set(beside) < set(limits) and "install-engines" not in beside
-    serial = [s for s in limits if s not in beside and s != "install-engines"]
-    longest = sum(limits[s] for s in serial) + max(limits["install-engines"], sum(limits[s] for s in beside))
-    assert longest + reserve <= deadline, f"the longest path of step limits is {longest} s (+{reserve} s after the " \
-                                          f"last one), over the {deadline} s deadline"
+    beside_engines, beside_assets = _array(text, "BESIDE_ENGINES"), _array(text, "BESIDE_ASSETS")
+    assert beside_engines == ["install-podium", "plans"] and beside_assets == ["argv"]
+    registry = (limits["gpu"] + limits["uv"] + max(limits["install-engines"], sum(limits[s] for s in beside_engines))
+                + max(limits["assets"], sum(limits[s] for s in beside_assets)) + limits["vllm"] + limits["dynamo"])
+    carried = sum(limits[s] for s in ("gpu", "wheels", "assets", "review", "smoke"))
+    for setting, longest in (("registry", registry), ("carried", carried)):
+        assert longest + reserve <= deadline, f"{setting}: the longest path of step limits is {longest} s " \
+                                              f"(+{reserve} s after the last one), over the {deadline} s deadline"
     assert deadline + AFTER_DEADLINE_S <= BUDGET_S
     # each leg's engine must be ready with time left in the leg's own limit for its loadgen runs
-    for leg in ("vllm", "dynamo"):
+    for leg in ("vllm", "dynamo", "smoke"):
         [bench] = plans.load(GPU / f"{leg}.yaml").benchmarks
         assert bench.engine.ready_timeout_s + RUNS_S <= limits[leg]
+
+
+def test_a_rerun_after_a_partial_install_keeps_the_virtualenvs() -> None:
+    """`uv venv` on an existing virtualenv exits 2 ("use --clear"); every one the script makes allows it."""
+    made = re.findall(r'"\$UV" venv ([^\n]*)', _script())
+    assert len(made) == 2 and all("--allow-existing" in line for line in made), made
+
+
+def test_the_engines_and_podium_share_one_torch() -> None:
+    """Podium goes in without torch beside the engines, then links theirs: both must pin the same one; the carried
+    leg's wheels are the versions the CPU tests run."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = dict(re.match(r"([A-Za-z0-9_.\[\]-]+)==(\S+)", d).groups() for d in
+                project["dependencies"] + project["optional-dependencies"]["smoke"] if "==" in d)
+    lock = dict(re.findall(r"^([a-z0-9_.-]+)==(\S+)$", (GPU / "engines.lock.txt").read_text(), re.M))
+    assert pins["torch"] == lock["torch"]
+    assert "torch" in (GPU / "podium-excludes.txt").read_text().split()
+    carry = dict(re.findall(r"^([a-z0-9_.-]+)==(\S+)$", (GPU / "carry.txt").read_text(), re.M))
+    assert carry["transformers"] == pins["transformers[serving]"]
+    assert carry["mlcommons-loadgen"] == pins["mlcommons-loadgen"]
 
 
 def test_shell_parses_and_passes_shellcheck() -> None:
@@ -171,16 +202,141 @@ def test_table_shows_each_scenario_of_a_leg(tmp_path: Path) -> None:
     assert [s["step"] for s in summary["steps"]] == ["gpu", "vllm"] and summary["legs"]["vllm"][0]["valid"]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.integration
-def test_dry_run_reviews_both_plans(tmp_path: Path) -> None:
-    """The script end to end with --dry-run: nothing installed or launched, the plans reviewed, a table printed."""
+@pytest.mark.parametrize("setting", ["registry", "carried"])
+def test_dry_run_rehearses_a_leg_killed_at_its_limit(setting: str, tmp_path: Path) -> None:
+    """The script end to end with --dry-run in each setting: nothing installed and no GPU, the plans reviewed, a table
+    printed, and a leg (the simulated engine, under `podium run` or the carried leg's driver) KILLed at its limit
+    mid-run, after which the clean-up ends what it left, and the row says so."""
     if not (REPO / ".venv" / "bin" / "podium").exists():
         pytest.skip("needs the repository's .venv (make install)")
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PODIUM_GPU_RESULTS": str(out),
+           "PODIUM_GPU_SETTING": setting}
+    if setting == "carried":   # the node's own Python holds torch and the rest; here the project's stands in for it
+        env["PODIUM_GPU_PYTHON"] = str(REPO / ".venv" / "bin" / "python")
     done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=300,
-                          check=False, cwd=REPO, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-                                                      "PODIUM_GPU_RESULTS": str(tmp_path / "out")})
+                          check=False, cwd=REPO, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"\| plans \| PASS \|.*dynamo ai-dynamo 1\.6\.1: prefill-0 GPU 0, decode-0 GPU 0", done.stdout)
-    assert re.search(r"\| vllm \| DRY \|.*podium run deployments/gpu/vllm\.yaml", done.stdout)
-    assert (tmp_path / "out" / "table.md").is_file()
-    assert json.loads((tmp_path / "out" / "logs" / "dryrun-dynamo.json").read_text())[0]["engine"] == "dynamo"
+    assert (out / "table.md").is_file() and f"setting: {setting} (PODIUM_GPU_SETTING={setting})" in done.stdout
+    rows = {s["step"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
+    rehearsal = rows["rehearsal"]
+    assert rehearsal["status"] == "PASS" and rehearsal["seconds"] >= rehearsal["limit"], rehearsal
+    assert "killed at its limit mid-run; the clean-up ended 1 engine process group(s)" in rehearsal["figure"]
+    after = (out / "logs" / "rehearsal.after.log").read_text()
+    left = [int(pid) for pid in re.findall(r"ending simulated-server \(pid (\d+)", after)]
+    if setting == "registry":
+        assert re.search(r"\| plans \| PASS \|.*dynamo ai-dynamo 1\.6\.1: prefill-0 GPU 0, decode-0 GPU 0", done.stdout)
+        assert re.search(r"\| vllm \| DRY \|.*podium run deployments/gpu/vllm\.yaml", done.stdout)
+        assert json.loads((out / "logs" / "dryrun-dynamo.json").read_text())[0]["engine"] == "dynamo"
+        assert "and stopped the S3 server" in rehearsal["figure"]
+        left += [int(pid) for pid in re.findall(r"stopped the S3 server \(pid (\d+)\)", after)]
+    else:
+        assert rows["review"]["status"] == "PASS" and "smoke-server GPU 0" in rows["review"]["figure"]
+        assert rows["wheels"]["status"] == "DRY" and rows["smoke"]["status"] == "DRY"
+        for leg in ("vllm", "dynamo"):
+            assert rows[leg]["status"] == "NOT RUN" and "far over what a carry holds" in rows[leg]["note"]
+        assert "not run in this setting: vllm, dynamo" in done.stdout
+    assert left and not [pid for pid in left if _alive(pid)], after
+    run = Path((out / "logs" / "rehearsal.run").read_text().split(": ", 1)[1].strip())
+    shutil.rmtree(run.parents[1])   # the rehearsal's workspace, .podium/gpu-acceptance/ws-<time>
+
+
+def test_legs_a_setting_cannot_run_are_named_not_failed(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for order, (name, status) in enumerate((("gpu", "PASS"), ("smoke", "PASS"), ("vllm", "NOT RUN"),
+                                            ("dynamo", "NOT RUN"))):
+        assert _report("step", str(logs / "steps.jsonl"), str(order), name, status, "1", "15", "",
+                       "carried setting (no index): vLLM is about 9 GB").returncode == 0
+    table = _report("table", str(tmp_path), "42", "carried (no index)")
+    assert table.returncode == 0, table.stdout
+    assert table.stdout.startswith("setting: carried (no index)\n")
+    assert "| vllm | NOT RUN | 1 | 15 | carried setting (no index): vLLM is about 9 GB |" in table.stdout
+    assert "result: PASS; not run in this setting: vllm, dynamo in 42 s" in table.stdout
+
+
+def test_the_carried_leg_checks_its_wheels_where_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`carry_check.py` on the node: a carried wheel missing or at another version, or a requirement of one that
+    the node does not meet, named with the fix."""
+    sys.path.insert(0, str(GPU))
+    try:
+        import carry_check
+    finally:
+        sys.path.remove(str(GPU))
+    assert carry_check.check() == []   # the project's own environment holds every pin of carry.txt
+    carry = tmp_path / "carry.txt"
+    carry.write_text("# pins\norjson==0.0.1\nno-such-distribution==1.0\npydantic==2.14.4\n")
+    monkeypatch.setattr(carry_check, "CARRY", carry)
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "requires", lambda name: ["pydantic-core==0.0.1", "colorama; extra == 'cli'"]
+                        if name == "pydantic" else [])
+    problems = carry_check.check()
+    assert problems[0].startswith("orjson is ") and problems[0].endswith(", carry.txt pins 0.0.1")
+    assert problems[1:] == ["no-such-distribution==1.0 (carry.txt) is not installed",
+                            "pydantic needs pydantic-core==0.0.1, found pydantic-core 2.50.5: pin a fitting one in "
+                            "carry.txt"]
+
+
+TRACE = """import atexit, os, sys
+def _dump():
+    with open(os.path.join(os.environ["PODIUM_TRACE"], f"{os.getpid()}.txt"), "w") as f:
+        f.write(" ".join(sys.argv) + "\\n" + " ".join(sorted({m.split(".")[0] for m in list(sys.modules)})))
+atexit.register(_dump)
+"""
+
+
+# imported only when installed (each import guarded by its importer), so a node without them runs the same: httpx's
+# HTTP/2 support (httpcore), pyarrow's and pandas' pickling helper
+OPTIONAL = {"h2", "hpack", "hyperframe", "cloudpickle"}
+
+
+def _pins(path: Path) -> set[str]:
+    return {re.split(r"[=<>;\s]", line, maxsplit=1)[0].lower() for line in path.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+
+
+@pytest.mark.integration
+def test_the_carried_leg_measures_with_the_image_and_the_carry_alone(tmp_path: Path) -> None:
+    """deployments/gpu/smoke_leg.py end to end on the simulated engine (an Offline run through the harness and the
+    real loadgen), every Python process it starts traced: what they import comes from the node's image
+    (node-image.txt), the carried wheels (carry.txt) or Podium, and never from Prefect, boto3 or the rest of what does
+    not fit a carry."""
+    from importlib import metadata
+
+    trace, site = tmp_path / "trace", tmp_path / "site"
+    trace.mkdir()
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(TRACE)
+    plan = yaml.safe_load((GPU / "rehearsal.yaml").read_text())
+    [bench] = plan["benchmarks"]
+    bench["loadgen"]["min_duration_ms"] = 1000
+    bench["scenarios"] = {"Offline": {"target_qps": 100}}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    if not (REPO / ".podium" / "store" / "datasets" / "smoke").is_dir():
+        pytest.skip("needs the smoke assets (make smoke-assets)")
+    done = subprocess.run([sys.executable, str(GPU / "smoke_leg.py"), "run", str(tmp_path / "plan.yaml"),
+                           "--workspace", str(tmp_path / "ws")], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(site),
+                                                         "PODIUM_TRACE": str(trace)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    [record] = json.loads(next((tmp_path / "ws" / "runs").glob("smoke-leg-*/results.json")).read_text())
+    assert (record["scenario"], record["valid"]) == ("Offline", True)
+    traced = {p.read_text().split("\n")[0]: set(p.read_text().split("\n")[1].split()) for p in trace.glob("*.txt")}
+    assert any("smoke_leg.py" in argv for argv in traced) and any("harness/runner.py" in argv for argv in traced)
+    allowed = _pins(GPU / "node-image.txt") | _pins(GPU / "carry.txt") | {"podium"} | OPTIONAL
+    owners = metadata.packages_distributions()
+    for argv, modules in traced.items():
+        if "simulated/server.py" in argv:   # the rehearsal's engine, not the GPU leg's
+            continue
+        dists = {m: {d.lower().replace("_", "-") for d in owners[m]} for m in modules if m in owners}
+        outside = {m: d for m, d in dists.items() if not d & allowed}
+        assert not outside, f"{argv}: imports from neither the node's image nor the carry: {outside}"
