@@ -386,7 +386,10 @@ s_wheels() {
   size=$(du -sm "$WHEELS" | cut -f1)
   rm -rf "$SITE"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
+    --target "$SITE" "$WHEELS"/*.whl || {
+    echo "the wheels in $WHEELS do not install on $PYTHON: fetch them for its Python where PyPI answers, e.g." \
+         "\`make gpu-carry GPU_PYTHON_VERSION=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')\`"
+    return 1; }
   "$PYTHON" "$HERE/carry_check.py" | tee "$LOGS/check.txt"
   figure "$count wheels ($size MB) into $SITE; $(tail -n 1 "$LOGS/check.txt")"
 }

@@ -91,7 +91,7 @@ def reap_stale(state_dir: Path, logger: logging.Logger, wait_s: float = 10.0) ->
         members = group_members(pid)
         ours = _alive(pid, record["argv0"]) or (members and pid not in members)
         if members and ours:
-            logger.warning("ending %s (pid %s, %d process(es) in its group) left behind by an earlier run",
+            logger.warning("ending %s (pid %s) left behind by an earlier run: %d process(es) in its group",
                            record["name"], pid, len(members))
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)

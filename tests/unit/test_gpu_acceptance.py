@@ -222,6 +222,7 @@ def test_dry_run_rehearses_a_leg_killed_at_its_limit(setting: str, tmp_path: Pat
            "PODIUM_GPU_SETTING": setting}
     if setting == "carried":   # the node's own Python holds torch and the rest; here the project's stands in for it
         env["PODIUM_GPU_PYTHON"] = str(REPO / ".venv" / "bin" / "python")
+        env["PODIUM_GPU_WHEELS"] = str(tmp_path / "wheels")   # none: the dry run says what it would install
     done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=300,
                           check=False, cwd=REPO, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -231,7 +232,7 @@ def test_dry_run_rehearses_a_leg_killed_at_its_limit(setting: str, tmp_path: Pat
     assert rehearsal["status"] == "PASS" and rehearsal["seconds"] >= rehearsal["limit"], rehearsal
     assert "killed at its limit mid-run; the clean-up ended 1 engine process group(s)" in rehearsal["figure"]
     after = (out / "logs" / "rehearsal.after.log").read_text()
-    left = [int(pid) for pid in re.findall(r"ending simulated-server \(pid (\d+)", after)]
+    left = [int(pid) for pid in re.findall(r"ending simulated-server \(pid (\d+)\)", after)]
     if setting == "registry":
         assert re.search(r"\| plans \| PASS \|.*dynamo ai-dynamo 1\.6\.1: prefill-0 GPU 0, decode-0 GPU 0", done.stdout)
         assert re.search(r"\| vllm \| DRY \|.*podium run deployments/gpu/vllm\.yaml", done.stdout)
