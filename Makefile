@@ -76,10 +76,27 @@ $(DYNAMO_STAMP):
 venv-vllm: $(VLLM_STAMP)
 venv-dynamo: $(DYNAMO_STAMP)
 
+# The MLCommons endpoints client (package inference-endpoint, Python >= 3.12), the measuring client of the round's
+# `harness: endpoints` benchmarks, in its own virtualenv (docs/benchmarks.md). ENDPOINTS_SRC: pip's source, by default
+# its git URL at the commit submission/rules/v6.1.yaml pins (endpoints_client.commit), or a `git archive` of that
+# commit; preflight reads the commit back from what pip recorded (tasks/ops/endpoints_client.py). Measured: 45 s.
+ENDPOINTS_COMMIT ?= ea3327530376fef63d706f4105612e17c2c80a8d
+ENDPOINTS_SRC    ?= git+https://github.com/mlcommons/endpoints@$(ENDPOINTS_COMMIT)
+ENDPOINTS_PYTHON ?= python3.12
+ENDPOINTS_VENV   ?= .venv-endpoints
+ENDPOINTS_STAMP  := $(ENDPOINTS_VENV)/.installed-inference-endpoint-$(ENDPOINTS_COMMIT)
+$(ENDPOINTS_STAMP):
+	test -x $(ENDPOINTS_VENV)/bin/python || $(ENDPOINTS_PYTHON) -m venv $(ENDPOINTS_VENV)
+	$(ENDPOINTS_VENV)/bin/pip install --quiet '$(ENDPOINTS_SRC)'
+	touch $@
+
+.PHONY: venv-endpoints
+venv-endpoints: $(ENDPOINTS_STAMP)
+
 engines: install venv-vllm venv-dynamo
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
 
-test: lint system-deps venv-vllm venv-dynamo
+test: lint system-deps venv-vllm venv-dynamo venv-endpoints
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest
 
 # Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.

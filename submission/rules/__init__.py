@@ -200,9 +200,17 @@ class AuditRules(Strict):
             self.extra_lines)
 
 
+class ClientPin(Strict):
+    """A measuring client pinned by its source: the repository and the full commit the round's results use."""
+
+    repository: str
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+
+
 class Rules(Strict):
     round: str
     seeds: Seeds
+    endpoints_client: ClientPin | None = None   # None: the round has no endpoints (loadgen-less) results
     min_duration_ms: int
     max_accuracy_log_bytes: int
     system_fields: SystemFields

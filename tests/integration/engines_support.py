@@ -1,5 +1,6 @@
-"""What the real-engine tests share: their virtualenvs (made by `make venv-vllm venv-dynamo`), a loadgen run spec
-over the smoke data set, the listening sockets of a process group, and a driver run in namespaces of its own."""
+"""What the real-engine tests share: their virtualenvs (made by `make venv-vllm venv-dynamo venv-endpoints`), a loadgen
+run spec over the smoke data set, the listening sockets of a process group, and a driver (or any command) run in a
+session of its own."""
 
 from __future__ import annotations
 
@@ -148,8 +149,16 @@ def run_driver(prefix: Sequence[str], module: str, spec: dict, work: Path, *, ti
     its process group: SIGKILL at once, or SIGTERM first and SIGKILL `term_grace_s` seconds later."""
     spec_file = work / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    child = subprocess.Popen([*prefix, sys.executable, "-m", module, str(spec_file)], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return run_group([*prefix, sys.executable, "-m", module, str(spec_file)], cwd=REPO, timeout_s=timeout_s, env=env,
+                     term_grace_s=term_grace_s)
+
+
+def run_group(argv: Sequence[str], *, cwd: Path, timeout_s: float, env: dict[str, str] | None = None,
+              term_grace_s: float | None = None) -> tuple[int, str]:
+    """Run `argv` in `cwd` in a session of its own; its exit status and output (stdout and stderr). Still running at
+    the end (past `timeout_s`, or the test interrupted), it is ended with its whole process group (see run_driver)."""
+    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
     try:
         output, _ = child.communicate(timeout=timeout_s)
     finally:

@@ -53,3 +53,22 @@ def test_chat_and_chunked_events() -> None:
             got = [e for _, e in events(r) if e["choices"][0].get("token_ids")]
         assert [len(e["choices"][0]["token_ids"]) for e in got] == [1, 4, 4]     # the first alone, then 4 a time
         assert got[0]["choices"][0]["delta"]["content"].startswith(" t")       # chat chunks carry a delta
+
+
+@pytest.mark.parametrize("stream", [False, None])   # None: the field absent, as the endpoints client sends it
+def test_without_stream_one_json_completion_when_the_last_token_is_due(stream: bool | None) -> None:
+    cfg = SimConfig(prefill_ms=30, tpot_ms=10, tpot_load=0.0, output_tokens=5)
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
+    with running(cfg, free_port()) as url, httpx.Client(base_url=url, timeout=10) as http:
+        began = time.monotonic()
+        r = http.post("/v1/chat/completions", json=body if stream is None else {**body, "stream": stream})
+        took = time.monotonic() - began
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        answer = r.json()
+        choice = answer["choices"][0]
+        assert answer["object"] == "chat.completion" and answer["id"] and choice["finish_reason"] == "length"
+        assert choice["message"]["role"] == "assistant" and len(choice["message"]["content"].split()) == 3
+        assert answer["usage"]["completion_tokens"] == 3 == len(choice["token_ids"])   # max_completion_tokens caps 5
+        assert 0.03 + 2 * 0.010 <= took <= 0.3                     # prefill, then 2 more tokens, then the answer
+        text = http.post("/v1/completions", json={"model": MODEL_NAME, "prompt": [1, 2], "max_tokens": 2}).json()
+        assert text["object"] == "text_completion" and len(text["choices"][0]["token_ids"]) == 2

@@ -1,9 +1,11 @@
 """A simulated OpenAI-compatible streaming server over the queueing model of `tasks.engines.simulated.queueing`.
 
-It answers `POST /v1/completions` and `/v1/chat/completions` with server-sent events, one token per event, each sent
-at the time the model gives it (token ids in `choices[].token_ids`, usage in the last event); `GET /health` and
-`/v1/models` answer too. Plain asyncio and HTTP/1.1 with keep-alive: no framework, no model, no GPU. It binds
-127.0.0.1 unless told otherwise. Tests and `podium search` on the CPU use it through the `simulated` engine.
+It answers `POST /v1/completions` and `/v1/chat/completions` as OpenAI does: with `"stream": true`, server-sent
+events, one token per event, each sent at the time the model gives it (token ids in `choices[].token_ids`, usage in
+the last event); without it (absent or false), one JSON completion when the model's last token is due (the
+MLCommons endpoints client with `--streaming off` omits the field). `GET /health` and `/v1/models` answer too.
+Plain asyncio and HTTP/1.1 with keep-alive: no framework, no model, no GPU. It binds 127.0.0.1 unless told otherwise.
+Tests and `podium search` on the CPU use it through the `simulated` engine.
 
     python -m tasks.engines.simulated.server --port 8011 --prefill-workers 2 --decode-workers 4 --decode-slots 8
 """
@@ -85,30 +87,51 @@ class SimServer:
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
         timeline = self.model.admit(loop.time(), int(max_tokens) if max_tokens else None)
         self.served += 1
-        connection = b"keep-alive" if keep else b"close"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                     b"Transfer-Encoding: chunked\r\nConnection: " + connection + b"\r\n\r\n")
         seed = _seed(request)
         times = timeline.token_times()
         tokens = [3 + (seed + 7 * k) % 997 for k in range(len(times))]
+        usage = {"prompt_tokens": _prompt_tokens(request), "completion_tokens": timeline.tokens,
+                 "total_tokens": _prompt_tokens(request) + timeline.tokens}
+        if not request.get("stream"):
+            await _sleep_until(loop, times[-1] if times else loop.time())
+            await self._json(writer, 200, self._completion(tokens, usage, chat=chat), keep)
+            return
+        connection = b"keep-alive" if keep else b"close"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                     b"Transfer-Encoding: chunked\r\nConnection: " + connection + b"\r\n\r\n")
         for first, last in _chunks(len(times), self.chunk_tokens):
-            delay = times[last - 1] - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await _sleep_until(loop, times[last - 1])
             ids = tokens[first:last]
-            text = "".join(f" t{t}" for t in ids)
+            text = _text(ids)
             choice = ({"index": 0, "delta": {"content": text}, "token_ids": ids} if chat else
                       {"index": 0, "text": text, "token_ids": ids})
             _event(writer, {"object": "chat.completion.chunk" if chat else "text_completion",
                             "model": self.model_name, "choices": [choice]})
             await writer.drain()
-        usage = {"prompt_tokens": _prompt_tokens(request), "completion_tokens": timeline.tokens,
-                 "total_tokens": _prompt_tokens(request) + timeline.tokens}
         _event(writer, {"object": "text_completion", "model": self.model_name,
                         "choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
         data = b"data: [DONE]\n\n"
         writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
         await writer.drain()
+
+    def _completion(self, tokens: list[int], usage: dict, *, chat: bool) -> dict:
+        """The whole answer as one JSON object (`"stream"` absent or false)."""
+        text = _text(tokens)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat else
+                  {"index": 0, "text": text})
+        return {"id": f"sim-{self.served}", "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()), "model": self.model_name,
+                "choices": [{**choice, "token_ids": tokens, "finish_reason": "length"}], "usage": usage}
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, when: float) -> None:
+    delay = when - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _text(ids: list[int]) -> str:
+    return "".join(f" t{t}" for t in ids)
 
 
 def _chunks(count: int, size: int) -> list[tuple[int, int]]:
