@@ -24,6 +24,7 @@ from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
 from submission.schema import Strict
+from submission.serving import serving_problems
 from submission.slurm_options import SlurmSettings
 from submission.slurm_options import settings_problems as slurm_problems
 
@@ -272,6 +273,10 @@ class Plan(Strict):
                                  f"set model.name: {b.benchmark} or use division: open")
             if self.profile == "submission":
                 self._submission_rules(where, b, rules)
+            if self.profile == "submission" and self.division == "closed":
+                problems = serving_problems(where, b, bench)
+                if problems:
+                    raise ValueError("\n  - ".join(problems))
         return self
 
     @property

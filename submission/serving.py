@@ -1,0 +1,104 @@
+"""The round's serving rules for a benchmark (`serving:` in `rules/<round>.yaml`), checked when a closed-division
+submission plan loads: prefix caching off, no image-budget override of the multimodal processor, the reference's
+sampling and guided-decoding choice.
+
+    serving_problems("benchmarks.0", bench, rules.benchmark(bench.benchmark))   # ["benchmarks.0.engine...: ..."]
+
+Each problem names the plan field, the rule with its source, and the fix. The smoke profile is not checked (its
+plans run on a CPU with a tiny model and greedy decoding, never a valid submission).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from submission.generation import reference_generation
+
+if TYPE_CHECKING:
+    from submission.plan import BenchmarkSpec
+    from submission.rules import BenchmarkRules, ServingRules
+
+MM_FLAG = "--mm-processor-kwargs"
+
+
+def serving_problems(where: str, bench: BenchmarkSpec, rules: BenchmarkRules) -> list[str]:
+    """Everything in `bench` (at plan field `where`) that breaks its benchmark's serving rules."""
+    serving = rules.serving
+    if serving is None:
+        return []
+    return [f"{where}.{field}: {problem}, which breaks the serving rule {rule} of {bench.benchmark} "
+            f"(source: {serving.source}); {fix}" for field, rule, problem, fix in (
+                *_prefix_caching(bench, serving), *_image_budget(bench, serving), *_sampling(bench, serving))]
+
+
+Problem = tuple[str, str, str, str]   # plan field (under the benchmark), rule, what is wrong, the fix
+
+
+def _prefix_caching(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
+    options = bench.engine.config()
+    if serving.prefix_caching is None or not hasattr(options, "enable_prefix_caching"):
+        return   # engines without vLLM's switch (TensorRT-LLM, external, smoke, simulated) are not checked here
+    if options.enable_prefix_caching is not serving.prefix_caching:
+        want = str(serving.prefix_caching).lower()
+        given = "not set (vLLM's and Dynamo's default is on)" if options.enable_prefix_caching is None else \
+            str(options.enable_prefix_caching).lower()
+        yield ("engine.options.enable_prefix_caching", f"prefix_caching: {want}", given,
+               f"set enable_prefix_caching: {want}")
+
+
+def _image_budget(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
+    if not serving.image_budget_keys:
+        return
+    options = bench.engine.config()
+    overrides: list[tuple[str, Any]] = []
+    if getattr(options, "mm_processor_kwargs", None):
+        overrides.append(("engine.options.mm_processor_kwargs", options.mm_processor_kwargs))
+    for field, args in options.free_args().items():
+        overrides += [(f"engine.options.{field}", value) for value in _mm_flag_values(args)]
+    for field, value in overrides:
+        keys = sorted(set(_keys(value)) & set(serving.image_budget_keys)) if isinstance(value, dict) else None
+        if keys is None:
+            yield (field, "image_budget_keys", f"{MM_FLAG} {value!r} is not a JSON object Podium can read",
+                   "remove it: images reach the model as the data set has them")
+        elif keys:
+            yield (field, "image_budget_keys", f"the multimodal processor override sets {', '.join(keys)}, which "
+                   "change an image or its visual-token count", f"remove {'them' if len(keys) > 1 else 'it'}")
+
+
+def _mm_flag_values(args: tuple[str, ...]) -> Iterator[Any]:
+    """The values `--mm-processor-kwargs` gets in an argv fragment: `F JSON`, `F=JSON`, or vLLM's dotted
+    `F.key value` / `F.key=value` (one key each)."""
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if name == MM_FLAG:
+            try:
+                yield json.loads(value)
+            except ValueError:
+                yield value
+        elif name.startswith(MM_FLAG + "."):
+            yield {name.removeprefix(MM_FLAG + ".").split(".")[0]: value}
+
+
+def _keys(value: Any) -> Iterator[str]:
+    """Every key of a nested mapping (a processor override may nest them, e.g. images_kwargs: {max_pixels: ...})."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield str(key)
+            yield from _keys(inner)
+
+
+def _sampling(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
+    if serving.reference_sampling:
+        reference = reference_generation(bench.benchmark, "performance")
+        if reference.temperature is not None and bench.generation.temperature != reference.temperature:
+            yield ("generation.temperature", "reference_sampling",
+                   f"{bench.generation.temperature:g} is not the reference's sampling (temperature "
+                   f"{reference.temperature:g}, top_p {reference.top_p:g}, top_k {reference.top_k}: "
+                   "submission/rules/generation.yaml)", f"set temperature: {reference.temperature:g}")
+    if serving.guided_decoding is not None and bench.generation.guided_decoding != serving.guided_decoding:
+        want = str(serving.guided_decoding).lower()
+        yield ("generation.guided_decoding", f"guided_decoding: {want}",
+               f"{str(bench.generation.guided_decoding).lower()}", f"set guided_decoding: {want}")
