@@ -273,10 +273,6 @@ class Plan(Strict):
                                  f"set model.name: {b.benchmark} or use division: open")
             if self.profile == "submission":
                 self._submission_rules(where, b, rules)
-            if self.profile == "submission" and self.division == "closed":
-                problems = serving_problems(where, b, bench)
-                if problems:
-                    raise ValueError("\n  - ".join(problems))
         return self
 
     @property
@@ -322,6 +318,18 @@ class Plan(Strict):
             if system is not None and nodes > system.nodes:
                 raise ValueError(f"benchmarks.{i}.engine.options.nodes: the engine spans {nodes} nodes but system "
                                  f"{system.name!r} has {system.nodes}; set that system's nodes: {nodes}")
+        return self
+
+    @model_validator(mode="after")
+    def _serving_rules(self) -> Plan:
+        """A closed submission serves each benchmark as its reference requires (the round's `serving` rules)."""
+        if self.profile != "submission" or self.division != "closed":
+            return self
+        rules = load_rules(self.round)
+        problems = [p for i, b in enumerate(self.benchmarks)
+                    for p in serving_problems(f"benchmarks.{i}", b, rules.benchmark(b.benchmark))]
+        if problems:
+            raise ValueError("\n  - ".join(problems))
         return self
 
     def _submission_rules(self, where: str, b: BenchmarkSpec, rules: Any) -> None:
