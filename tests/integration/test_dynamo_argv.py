@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.engines]
 REPO = Path(__file__).parents[2]
 
 
-def test_dynamo_parses_the_workers_kv_events_and_the_kv_router(tmp_path: Path) -> None:
+def test_dynamo_parses_workers_without_prefix_caching_and_a_load_aware_router(tmp_path: Path) -> None:
     vllm = engine_python(".venv-vllm", "venv-vllm")
     dynamo = engine_python(".venv-dynamo", "venv-dynamo")
     site = next((dynamo.parent.parent / "lib").glob("python3*/site-packages"))
