@@ -4,8 +4,8 @@ sampling and guided-decoding choice.
 
     serving_problems("benchmarks.0", bench, rules.benchmark(bench.benchmark))   # ["benchmarks.0.engine...: ..."]
 
-Each problem names the plan field, the rule with its source, and the fix. The smoke profile is not checked (its
-plans run on a CPU with a tiny model and greedy decoding, never a valid submission).
+Each problem names the plan field, the rule with its source, and the fix. The smoke profile (a tiny model decoding
+greedily on a CPU, never a valid submission) and the open division are not checked.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def _image_budget(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Probl
             yield (field, "image_budget_keys", f"{MM_FLAG} {value!r} is not a JSON object Podium can read",
                    "remove it: images reach the model as the data set has them")
         elif keys:
-            yield (field, "image_budget_keys", f"the multimodal processor override sets {', '.join(keys)}, which "
-                   "change an image or its visual-token count", f"remove {'them' if len(keys) > 1 else 'it'}")
+            yield (field, "image_budget_keys", f"the multimodal processor override sets {', '.join(keys)} (an "
+                   "image or its visual-token count changes)", f"remove {'them' if len(keys) > 1 else 'it'}")
 
 
 def _mm_flag_values(args: tuple[str, ...]) -> Iterator[Any]:
@@ -94,9 +94,9 @@ def _sampling(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
     if serving.reference_sampling:
         reference = reference_generation(bench.benchmark, "performance")
         if reference.temperature is not None and bench.generation.temperature != reference.temperature:
+            sampling = ", ".join(f"{k} {v:g}" for k, v in reference.request_fields().items() if k != "max_tokens")
             yield ("generation.temperature", "reference_sampling",
-                   f"{bench.generation.temperature:g} is not the reference's sampling (temperature "
-                   f"{reference.temperature:g}, top_p {reference.top_p:g}, top_k {reference.top_k}: "
+                   f"{bench.generation.temperature:g} is not the reference's sampling ({sampling}: "
                    "submission/rules/generation.yaml)", f"set temperature: {reference.temperature:g}")
     if serving.guided_decoding is not None and bench.generation.guided_decoding != serving.guided_decoding:
         want = str(serving.guided_decoding).lower()
