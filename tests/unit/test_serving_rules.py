@@ -101,7 +101,7 @@ def test_a_vllm_engine_is_held_to_the_same_rules(data: dict) -> None:
         "tensor_parallel_size": 4, "gpus_per_node": 4, "mm_processor_kwargs": {"max_pixels": 1, "fps": 2}}}
     message = _error(data)
     assert "benchmarks.0.engine.options.enable_prefix_caching: not set" in message
-    assert "benchmarks.0.engine.options.mm_processor_kwargs: the multimodal processor override sets max_pixels," \
+    assert "benchmarks.0.engine.options.mm_processor_kwargs: the multimodal processor override sets max_pixels (" \
         in message   # fps (video) is not an image budget
     data["benchmarks"][0]["engine"]["options"] |= {"enable_prefix_caching": False, "mm_processor_kwargs": {"fps": 2}}
     plans.parse(data)
