@@ -327,7 +327,8 @@ class Plan(Strict):
             return self
         rules = load_rules(self.round)
         problems = [p for i, b in enumerate(self.benchmarks)
-                    for p in serving_problems(f"benchmarks.{i}", b, rules.benchmark(b.benchmark))]
+                    for p in serving_problems(f"benchmarks.{i}", rules.benchmark(b.benchmark), b.engine.config(),
+                                              b.generation)]
         if problems:
             raise ValueError("\n  - ".join(problems))
         return self

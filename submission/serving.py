@@ -2,7 +2,8 @@
 submission plan loads: prefix caching off, no image-budget override of the multimodal processor, the reference's
 sampling and guided-decoding choice.
 
-    serving_problems("benchmarks.0", bench, rules.benchmark(bench.benchmark))   # ["benchmarks.0.engine...: ..."]
+    serving_problems("benchmarks.0", rules.benchmark(b.benchmark), b.engine.config(), b.generation)
+    # ["benchmarks.0.engine.options.enable_prefix_caching: not set ..., which breaks the serving rule ...; set ..."]
 
 Each problem names the plan field, the rule with its source, and the fix. The smoke profile (a tiny model decoding
 greedily on a CPU, never a valid submission) and the open division are not checked.
@@ -12,32 +13,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from submission.engine_options import EngineOptions
 from submission.generation import reference_generation
 
 if TYPE_CHECKING:
-    from submission.plan import BenchmarkSpec
     from submission.rules import BenchmarkRules, ServingRules
+
+
+class Generation(Protocol):
+    """What the checks read of a plan's `generation` section."""
+
+    temperature: float
+    guided_decoding: bool
 
 MM_FLAG = "--mm-processor-kwargs"
 
 
-def serving_problems(where: str, bench: BenchmarkSpec, rules: BenchmarkRules) -> list[str]:
-    """Everything in `bench` (at plan field `where`) that breaks its benchmark's serving rules."""
+def serving_problems(where: str, rules: BenchmarkRules, options: EngineOptions, generation: Generation) -> list[str]:
+    """Everything in a plan's benchmark entry (at plan field `where`: its typed engine options and its generation
+    section) that breaks the benchmark's serving rules."""
     serving = rules.serving
     if serving is None:
         return []
-    return [f"{where}.{field}: {problem}, which breaks the serving rule {rule} of {bench.benchmark} "
+    return [f"{where}.{field}: {problem}, which breaks the serving rule {rule} of {rules.name} "
             f"(source: {serving.source}); {fix}" for field, rule, problem, fix in (
-                *_prefix_caching(bench, serving), *_image_budget(bench, serving), *_sampling(bench, serving))]
+                *_prefix_caching(options, serving), *_image_budget(options, serving),
+                *_sampling(rules.name, generation, serving))]
 
 
 Problem = tuple[str, str, str, str]   # plan field (under the benchmark), rule, what is wrong, the fix
 
 
-def _prefix_caching(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
-    options = bench.engine.config()
+def _prefix_caching(options: EngineOptions, serving: ServingRules) -> Iterator[Problem]:
     if serving.prefix_caching is None or not hasattr(options, "enable_prefix_caching"):
         return   # engines without vLLM's switch (TensorRT-LLM, external, smoke, simulated) are not checked here
     if options.enable_prefix_caching is not serving.prefix_caching:
@@ -48,10 +57,9 @@ def _prefix_caching(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Pro
                f"set enable_prefix_caching: {want}")
 
 
-def _image_budget(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
+def _image_budget(options: EngineOptions, serving: ServingRules) -> Iterator[Problem]:
     if not serving.image_budget_keys:
         return
-    options = bench.engine.config()
     overrides: list[tuple[str, Any]] = []
     if getattr(options, "mm_processor_kwargs", None):
         overrides.append(("engine.options.mm_processor_kwargs", options.mm_processor_kwargs))
@@ -90,15 +98,15 @@ def _keys(value: Any) -> Iterator[str]:
             yield from _keys(inner)
 
 
-def _sampling(bench: BenchmarkSpec, serving: ServingRules) -> Iterator[Problem]:
+def _sampling(benchmark: str, generation: Generation, serving: ServingRules) -> Iterator[Problem]:
     if serving.reference_sampling:
-        reference = reference_generation(bench.benchmark, "performance")
-        if reference.temperature is not None and bench.generation.temperature != reference.temperature:
+        reference = reference_generation(benchmark, "performance")
+        if reference.temperature is not None and generation.temperature != reference.temperature:
             sampling = ", ".join(f"{k} {v:g}" for k, v in reference.request_fields().items() if k != "max_tokens")
             yield ("generation.temperature", "reference_sampling",
-                   f"{bench.generation.temperature:g} is not the reference's sampling ({sampling}: "
+                   f"{generation.temperature:g} is not the reference's sampling ({sampling}: "
                    "submission/rules/generation.yaml)", f"set temperature: {reference.temperature:g}")
-    if serving.guided_decoding is not None and bench.generation.guided_decoding != serving.guided_decoding:
+    if serving.guided_decoding is not None and generation.guided_decoding != serving.guided_decoding:
         want = str(serving.guided_decoding).lower()
         yield ("generation.guided_decoding", f"guided_decoding: {want}",
-               f"{str(bench.generation.guided_decoding).lower()}", f"set guided_decoding: {want}")
+               f"{str(generation.guided_decoding).lower()}", f"set guided_decoding: {want}")
