@@ -28,6 +28,7 @@ class Generation(Protocol):
     temperature: float
     guided_decoding: bool
 
+
 MM_FLAG = "--mm-processor-kwargs"
 
 
