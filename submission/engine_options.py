@@ -63,6 +63,10 @@ class EngineOptions(Strict):
         external, the Dynamo mocker)."""
         return ()
 
+    def free_args(self) -> dict[str, tuple[str, ...]]:
+        """The flags a plan passes verbatim to engine processes, by option field (relative to `options`)."""
+        return {}
+
     def as_plan(self) -> dict[str, Any]:
         """The options as a plan writes them: the fields given, nothing filled in by default (what identifies a
         deployment, and what a plan fragment records)."""
@@ -112,6 +116,23 @@ class Common(EngineOptions):
     env: dict[str, str] = Field(default_factory=dict, description="environment added to every engine process")
     version: str | None = Field(None, description="the engine version, pinned where it cannot be detected here "
                                                   "(the engine runs in a container image)")
+
+    def free_args(self) -> dict[str, tuple[str, ...]]:
+        return {"extra_args": self.extra_args}
+
+
+# vLLM's prefix-caching switch: a typed option (`enable_prefix_caching`) on the engines that take it, so that the
+# backend knows whether workers publish KV events and how the KV router must route (docs/engines.md).
+PREFIX_CACHING_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
+
+
+def _prefix_flag(o: EngineOptions) -> None:
+    """Refuse the prefix-caching flags among free args: the typed option says it, once."""
+    for field, args in o.free_args().items():
+        flag = next((a for a in args if a.split("=", 1)[0] in PREFIX_CACHING_FLAGS), None)
+        if flag is not None:
+            raise ValueError(f"{field}: {flag} given as a free flag; set enable_prefix_caching: true or false instead "
+                             "(the backend derives the KV events and the router's mode from it)")
 
 
 class MediaLimit(Strict):
@@ -170,6 +191,7 @@ class VllmOptions(Common, Hardware, Parallelism):
                              f"{self.gpus_per_node}; lower the parallel sizes")
         if self.cpu is not None and self.gpus_per_node:
             raise ValueError("cpu: the CPU build runs without GPUs; set gpus_per_node: 0")
+        _prefix_flag(self)
         return self
 
     def workers(self) -> tuple[Worker, ...]:
@@ -301,6 +323,10 @@ class DynamoOptions(Common, Hardware):
     max_model_len: int | None = Field(None, ge=1)
     limit_mm_per_prompt: dict[str, int | MediaLimit] | None = None
     enable_multimodal: bool = False
+    enable_prefix_caching: bool | None = Field(None, description="every worker's --enable-prefix-caching / "
+                                               "--no-enable-prefix-caching; None: Dynamo's default, which is ON "
+                                               "(dynamo/vllm/args.py:343-360 in 1.6.1). Off: workers publish no KV "
+                                               "events and a KV router balances load only (--load-aware)")
     worker_args: tuple[str, ...] = Field((), description="flags for every worker, e.g. [--enforce-eager]")
     workers_per_gpu: int = Field(1, ge=1, description="one-GPU workers sharing each GPU (local launcher; e.g. 2 for "
                                                       "a prefill and a decode worker on one GPU), each held to its "
@@ -316,6 +342,7 @@ class DynamoOptions(Common, Hardware):
         if self.worker == "mocker" and self.gpus_per_node:
             raise ValueError("gpus_per_node: the mocker simulates an engine and uses no GPU; set gpus_per_node: 0")
         place(self.pools(), self.nodes, self.gpus_per_node, self.workers_per_gpu)
+        _prefix_flag(self)
         if self.workers_per_gpu > 1 and self.worker == "vllm":
             worst = max(w.memory_fraction for w in self.workers())
             if worst * self.workers_per_gpu > VLLM_MEMORY_FRACTION:
@@ -355,11 +382,18 @@ class DynamoOptions(Common, Hardware):
         out = [Pool("prefill", self.prefill.workers, self.prefill.gpus, self.prefill.nodes)] if self.prefill else []
         return [*out, Pool("decode", self.decode.workers, self.decode.gpus, self.decode.nodes)]
 
+    def free_args(self) -> dict[str, tuple[str, ...]]:
+        pools = {f"{name}.extra_args": pool.extra_args for name, pool in (("prefill", self.prefill),
+                                                                          ("decode", self.decode)) if pool}
+        return {"worker_args": self.worker_args, **pools, "extra_args": self.extra_args}
+
     @property
     def publishes_kv_events(self) -> bool:
         """Whether the vLLM workers publish KV-cache events (each on a ZMQ port of its own) for a KV router; file
-        discovery has no event plane to carry them (engines.md §3.2), so there the router predicts instead."""
-        return self.worker == "vllm" and self.frontend.router_mode == "kv" and self.discovery != "file"
+        discovery has no event plane to carry them (engines.md §3.2), so there the router predicts instead; without
+        prefix caching a worker has no cached blocks to announce (Dynamo 1.6.1 dynamo/vllm/args.py:543-545)."""
+        return self.worker == "vllm" and self.frontend.router_mode == "kv" and self.discovery != "file" \
+            and self.enable_prefix_caching is not False
 
     def workers(self) -> tuple[Worker, ...]:
         if self.worker == "mocker":

@@ -24,6 +24,7 @@ from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, load_rules
 from submission.schema import Strict
+from submission.serving import serving_problems
 from submission.slurm_options import SlurmSettings
 from submission.slurm_options import settings_problems as slurm_problems
 
@@ -317,6 +318,19 @@ class Plan(Strict):
             if system is not None and nodes > system.nodes:
                 raise ValueError(f"benchmarks.{i}.engine.options.nodes: the engine spans {nodes} nodes but system "
                                  f"{system.name!r} has {system.nodes}; set that system's nodes: {nodes}")
+        return self
+
+    @model_validator(mode="after")
+    def _serving_rules(self) -> Plan:
+        """A closed submission serves each benchmark as its reference requires (the round's `serving` rules)."""
+        if self.profile != "submission" or self.division != "closed":
+            return self
+        rules = load_rules(self.round)
+        problems = [p for i, b in enumerate(self.benchmarks)
+                    for p in serving_problems(f"benchmarks.{i}", rules.benchmark(b.benchmark), b.engine.config(),
+                                              b.generation)]
+        if problems:
+            raise ValueError("\n  - ".join(problems))
         return self
 
     def _submission_rules(self, where: str, b: BenchmarkSpec, rules: Any) -> None:

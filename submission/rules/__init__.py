@@ -108,6 +108,16 @@ class ScenarioRules(Strict):
         return _ns(self.latency_ms)
 
 
+class ServingRules(Strict):
+    """How a closed-division engine must serve the benchmark, as its reference README says (`source`)."""
+
+    source: str
+    prefix_caching: bool | None = None  # False: the engine runs with prefix caching off, said explicitly
+    image_budget_keys: tuple[str, ...] = ()  # multimodal processor keys that change an image or its token count
+    reference_sampling: bool = False  # a plan's sampling is the reference's (submission/rules/generation.yaml)
+    guided_decoding: bool | None = None  # the value a plan's generation.guided_decoding must have; None: either
+
+
 class BenchmarkRules(Strict):
     name: str
     loadgen_model: str
@@ -123,6 +133,7 @@ class BenchmarkRules(Strict):
     offline_min_query_count: int | None  # mlperf.conf `<model>.Offline.min_query_count`; None: user.conf must set it
     min_queries: dict[str, int]
     compliance_tests: tuple[str, ...]
+    serving: ServingRules | None = None  # the reference's serving constraints, where its README states them
     scenarios: dict[str, ScenarioRules]
 
     @field_validator("scenarios", mode="before")

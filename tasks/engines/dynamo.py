@@ -162,6 +162,8 @@ class DynamoBackend(EngineBackend):
             if o.enable_multimodal:
                 argv.append("--enable-multimodal")
             extra_env = nixl_env(address, side["nixl_side_channel"])
+        if o.enable_prefix_caching is not None:   # both dynamo.vllm and dynamo.mocker take the pair
+            argv.append("--enable-prefix-caching" if o.enable_prefix_caching else "--no-enable-prefix-caching")
         argv += [*self._planes(o), *o.worker_args, *pool.extra_args, *o.extra_args]
         bind = placement.bind_host(node)
         host_env = {"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": bind, "DYN_TCP_RPC_HOST": address,
@@ -219,9 +221,16 @@ def kv_events_config(port: int | None) -> str:
 
 def router_events(o: DynamoOptions) -> list[str]:
     """The KV router's source of cache state, said explicitly: the workers' events when they publish them, else its
-    own predictions (`--no-router-kv-events`), since a router waiting for events nobody sends routes blind."""
+    own predictions (`--no-router-kv-events`), since a router waiting for events nobody sends routes blind.
+
+    With prefix caching off no worker reuses a cached prefix, so there is no overlap to score: `--load-aware` (1.6.1's
+    preset, dynamo/common/configuration/groups/kv_router_args.py:99-110) gives overlap no credit, reads no events,
+    assumes no KV reuse, and routes on each worker's in-flight prefill tokens and active KV blocks. Predicting cache
+    state instead would credit workers with prefixes (the shared system prompt) they never kept."""
     if o.frontend.router_mode != "kv":
         return []
+    if o.enable_prefix_caching is False:
+        return ["--load-aware"]
     return ["--router-kv-events"] if o.publishes_kv_events or o.worker == "mocker" else ["--no-router-kv-events"]
 
 

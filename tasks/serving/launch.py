@@ -157,6 +157,10 @@ def _routing(processes: list[dict[str, Any]]) -> list[str]:
     if not routers:
         return []
     publishers = [p["name"] for p in processes if "kv_events" in p["side_ports"]]
+    if "--load-aware" in routers[0]["argv"]:
+        return ["  KV router: load-aware (--load-aware): the workers run with --no-enable-prefix-caching, so there is "
+                "no cached prefix to match; it routes on each worker's in-flight prefill tokens and active KV blocks, "
+                "reads no KV events and credits no overlap"]
     if "--no-router-kv-events" in routers[0]["argv"]:
         return ["  KV router: no worker publishes KV events here; it predicts cache state from its own routing"]
     source = f"the KV events of {len(publishers)} worker(s), each on its kv_events port" if publishers else \

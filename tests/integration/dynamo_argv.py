@@ -37,11 +37,16 @@ def main(plan_path: str, out: str) -> None:
                                                           "publisher": events.publisher, "endpoint": events.endpoint},
                                  "kv_transfer": engine.kv_transfer_config.kv_connector,
                                  "max_model_len": engine.max_model_len, "port": spec.side_ports.get("kv_events"),
+                                 "prefix_caching": engine.enable_prefix_caching,
                                  "mm_limits": {m: media.get_limit_per_prompt(m) for m in ("image", "video", "audio")}}
         elif spec.role == "frontend":
             sys.argv = list(spec.argv[2:])
             config, _, _ = frontend_args()
-            parsed[spec.name] = {"router_mode": str(config.router_mode), "use_kv_events": config.use_kv_events,
+            router = config.kv_router_kwargs()   # after the load-aware preset, as the frontend builds its router
+            parsed[spec.name] = {"router_mode": str(config.router_mode), "use_kv_events": router["use_kv_events"],
+                                 "overlap_credit": router["overlap_score_credit"],
+                                 "assume_kv_reuse": router["router_assume_kv_reuse"],
+                                 "track_active_blocks": router["router_track_active_blocks"],
                                  "http_host": config.http_host}
     Path(out).write_text(json.dumps(parsed, indent=1, default=str))
 

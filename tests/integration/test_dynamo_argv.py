@@ -1,6 +1,6 @@
 """The Dynamo argv Podium generates for the seed's Qwen3-VL topology, read by Dynamo 1.6.1's own parsers (the vLLM
-worker's, on vLLM's engine arguments, and the frontend's): each worker publishes KV-cache events on its own ZMQ port
-and the frontend's KV router consumes them. Nothing is launched (no GPU here)."""
+worker's, on vLLM's engine arguments, and the frontend's): every worker runs without prefix caching, as the v6.1
+README requires, and the frontend's KV router runs load-aware. Nothing is launched (no GPU here)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.engines]
 REPO = Path(__file__).parents[2]
 
 
-def test_dynamo_parses_the_workers_kv_events_and_the_kv_router(tmp_path: Path) -> None:
+def test_dynamo_parses_workers_without_prefix_caching_and_a_load_aware_router(tmp_path: Path) -> None:
     vllm = engine_python(".venv-vllm", "venv-vllm")
     dynamo = engine_python(".venv-dynamo", "venv-dynamo")
     site = next((dynamo.parent.parent / "lib").glob("python3*/site-packages"))
@@ -32,8 +32,12 @@ def test_dynamo_parses_the_workers_kv_events_and_the_kv_router(tmp_path: Path) -
     assert len(workers) == 10
     for name, w in workers.items():
         assert w["mode"] == name.split("-")[0]   # prefill | decode
-        assert w["kv_events"] == {"enabled": True, "publisher": "zmq", "endpoint": f"tcp://*:{w['port']}"}
+        # prefix caching off (v6.1 Qwen3-VL README): vLLM reads it, and no KV events are asked for
+        assert w["prefix_caching"] is False and w["port"] is None
+        assert w["kv_events"] == {"enabled": False, "publisher": "null", "endpoint": "tcp://*:5557"}
         assert (w["kv_transfer"], w["max_model_len"]) == ("NixlConnector", 32768)
         assert w["mm_limits"] == {"image": 1, "video": 0, "audio": 0}   # the plan names image only; not 999 videos
     assert {w["tp"] for n, w in workers.items() if n.startswith("prefill")} == {2}
-    assert parsed["frontend"] == {"router_mode": "kv", "use_kv_events": True, "http_host": "NODE0_IPV4"}
+    # --load-aware: a KV router that reads no events, credits no prefix overlap and balances active blocks
+    assert parsed["frontend"] == {"router_mode": "kv", "use_kv_events": False, "overlap_credit": 0.0,
+                                  "assume_kv_reuse": False, "track_active_blocks": True, "http_host": "NODE0_IPV4"}

@@ -45,12 +45,13 @@ def test_qwen3_vl_75_25_review(tmp_path: Path) -> None:
         assert p["argv"][p["argv"].index("--model") + 1].endswith("Instruct-NVFP4-MLPerf-Inference-Closed-V6.1-FP8-KV")
         assert not any(a.startswith("--quantization") for a in p["argv"])
     assert "http://NODE0_IPV4:8001" in procs[0]["argv"]   # etcd listens on node 0's address
-    # the KV router is fed: one ZMQ KV-event port per worker, configured on it
+    # v6.1 forbids prefix caching (multimodal/qwen3-vl/README.md): every worker says so, publishes no KV events (it
+    # has no cached block to announce) and the KV router balances load only
     for p in workers:
-        config = json.loads(p["argv"][p["argv"].index("--kv-events-config") + 1])
-        assert config == {"enable_kv_cache_events": True, "publisher": "zmq",
-                          "endpoint": f"tcp://*:{p['side_ports']['kv_events']}", "topic": "kv-events"}
-    assert "--router-kv-events" in procs[-1]["argv"]
+        assert "--no-enable-prefix-caching" in p["argv"] and "--enable-prefix-caching" not in p["argv"]
+        assert json.loads(p["argv"][p["argv"].index("--kv-events-config") + 1]) == {"enable_kv_cache_events": False}
+        assert "kv_events" not in p["side_ports"]
+    assert "--load-aware" in procs[-1]["argv"] and not any("router-kv-events" in a for a in procs[-1]["argv"])
     front = procs[-1]
     assert front["probes"][-1] == {"method": "POST", "path": "/v1/completions", "body": {
         "model": "Qwen3-VL-235B-A22B-Instruct-NVFP4-MLPerf-Inference-Closed-V6.1-FP8-KV", "prompt": "hello",
@@ -91,7 +92,7 @@ def test_text_review_shows_argv_env_ports_gpus_and_probes(tmp_path: Path) -> Non
     assert "CUDA_VISIBLE_DEVICES=2,3" in out
     assert 'ready when: GET /health contains "status":"ready"' in out
     assert "ports are picked free at launch" in out
-    assert "KV router: fed by the KV events of 10 worker(s), each on its kv_events port" in out
+    assert "KV router: load-aware (--load-aware): the workers run with --no-enable-prefix-caching" in out
 
 
 def test_a_bad_benchmark_key_is_named(tmp_path: Path) -> None:
