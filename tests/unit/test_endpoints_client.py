@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import subprocess
 import tarfile
@@ -88,7 +89,10 @@ def test_no_commit_no_pass(tmp_path: Path) -> None:
 
 
 def test_the_makefile_installs_the_pinned_commit_by_default() -> None:
-    out = subprocess.run(["make", "-n", "venv-endpoints", "ENDPOINTS_VENV=/nonexistent/v"], cwd=REPO,
+    # a make that runs this test (`make test ENDPOINTS_SRC=...`, as .ci/run) hands its variables down in MAKEFLAGS
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+           and not k.startswith("ENDPOINTS_")}
+    out = subprocess.run(["make", "-n", "venv-endpoints", "ENDPOINTS_VENV=/nonexistent/v"], cwd=REPO, env=env,
                          capture_output=True, text=True, check=True).stdout
     assert re.search(rf"pip install --quiet 'git\+https://github\.com/mlcommons/endpoints@{PIN}'", out)
 
