@@ -141,6 +141,8 @@ def test_an_offline_run_and_a_server_run_with_accuracy_through_the_client(client
         for metric in ("ttft", "tpot", "latency"):
             p99 = summary[metric]["early_stopping_percentiles"]["99.0"]
             assert getattr(result, f"{metric}_p99_ms") == (None if p99 is None else p99 / 1e6)
+        log = (tmp_path / scenario / runner.LOG).read_text()   # the tokenizer read from its folder, not the hub
+        assert f"Tokenizer available for model: {staged['tokenizer']}" in log and "Could not verify" not in log
         written = yaml.safe_load((tmp_path / scenario / "report" / "config.yaml").read_text())["settings"]["runtime"]
         assert (written["scheduler_random_seed"], written["dataloader_random_seed"]) == (16159082839903944936,
                                                                                         2747215439041700203)
