@@ -23,6 +23,7 @@ rules pin, `endpoints_client` in submission/rules/<round>.yaml; paths below are 
   (commands/benchmark/execute.py `_check_tokenizer_exists`); the run's environment turns the hub off as well.
 - streaming on (TTFT is measured only when streamed); sampling: the reference's values (submission/rules/
   generation.yaml, the one place Podium's loadgen requests read too), less the fields the engine refuses.
+- the client's worker processes: the plan's `harness_workers`; its connections: the plan's `max_concurrency`.
 - the engine's URL and model name, the report folder inside the run folder.
 """
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 import yaml
 
 from submission import plan as plans
-from submission.errors import RunFailed
+from submission.errors import CommandError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.endpoints import config, runner
@@ -203,3 +205,23 @@ def test_failed_samples_fail_the_run_with_the_engines_reason(client: Path, stage
     assert summary_of(tmp_path)["n_samples_failed"] == 8     # the client itself exits 0 on this run
     assert "8 of 8 samples failed" in str(caught.value) and "8 x HTTP 500" in str(caught.value)
     assert Refusing.REASON in str(caught.value)
+
+
+def test_a_client_past_its_timeout_is_ended_with_its_process_group(staged: dict[str, Path], tmp_path: Path) -> None:
+    hung = tmp_path / "hung-client"
+    hung.write_text("#!/bin/sh\necho $$ > group\nsleep 60 &\nsleep 60\n")   # a child in the group, then it hangs
+    hung.chmod(0o755)
+    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
+    with pytest.raises(CommandError) as caught:
+        runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
+                   timeout_s=1, client=hung)
+    assert caught.value.returncode == runner.TIMED_OUT and "ran past 1 s" in str(caught.value)
+    group, deadline = int((tmp_path / "run" / "group").read_text()), time.monotonic() + 5
+    while time.monotonic() < deadline:   # nothing of its group is left, once init has reaped the orphaned sleep
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"process group {group} is still there")
