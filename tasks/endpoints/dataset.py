@@ -50,16 +50,18 @@ def convert(source: Path, out: Path) -> Path:
     return replace_atomic(tmp, out)
 
 
-def place(converted: Path, run_dir: Path, dataset_id: str, split: str, *, rows: int | None = None) -> Path:
+def place(converted: Path, run_dir: Path, dataset_id: str, split: str, *, rows: int | None = None,
+          source: str | None = None) -> Path:
     """Link the converted file where the client run in `run_dir` reads `dataset_id`; with `rows`, the file must hold
-    exactly that many (the rules' size: the client's performance sample count is the data set's row count)."""
+    exactly that many (the rules' size: the client's performance sample count is the data set's row count).
+    `source`: the staged data set it was converted from, named in the error."""
     import pyarrow.parquet as pq
 
     found = pq.ParquetFile(converted).metadata.num_rows
     if rows is not None and found != rows:
         raise PlanError(f"the {dataset_id} data set has {found} rows; the round's rules require {rows}",
-                        where=str(converted), fix="stage the full data set the rules name (train+test of "
-                        "Shopify/product-catalogue, or the 8k set for Interactive)")
+                        where=source or str(converted), fix="stage the full data set the rules name (train+test "
+                        "of Shopify/product-catalogue, or the 8k set for Interactive)")
     link = cache_file(run_dir, dataset_id, split)
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() or link.exists():

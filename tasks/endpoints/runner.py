@@ -46,7 +46,7 @@ def prepare(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path
     run_dir.mkdir(parents=True, exist_ok=True)
     dataset_id, split, rows = client_config.client_dataset(spec)
     dataset.place(converted_dataset(spec, data_dir), run_dir, dataset_id, split,
-                  rows=rows if spec.profile == "submission" else None)
+                  rows=rows if spec.profile == "submission" else None, source=spec.dataset)
     return client_config.write_config(client_config.client_config(spec, endpoint, run_dir, tokenizer), run_dir)
 
 

@@ -146,8 +146,9 @@ def test_an_offline_run_and_a_server_run_with_accuracy_through_the_client(client
         log = (tmp_path / scenario / runner.LOG).read_text()   # the tokenizer read from its folder, not the hub
         assert f"Tokenizer available for model: {staged['tokenizer']}" in log and "Could not verify" not in log
         written = yaml.safe_load((tmp_path / scenario / "report" / "config.yaml").read_text())["settings"]["runtime"]
-        assert (written["scheduler_random_seed"], written["dataloader_random_seed"]) == (16159082839903944936,
-                                                                                        2747215439041700203)
+        seeds = load_rules("v6.1").seeds   # what the client pinned from its own v6.1 ruleset, equal to Podium's
+        assert (written["scheduler_random_seed"], written["dataloader_random_seed"]) == \
+            (seeds.schedule_rng_seed, seeds.sample_index_rng_seed)
     assert results["Offline"].issued == 12              # 20 q/s x 0.5 s x 1.1, rounded up to whole data sets of 4
     assert results["Offline"].latency_p99_ms is None    # too few samples for an early-stopping p99 estimate
     # 150 q/s x 5 s x 1.1 in whole data sets: enough for an early-stopping p99 (662 samples at least)
