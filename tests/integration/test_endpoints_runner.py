@@ -1,7 +1,8 @@
 """Podium drives the real MLCommons endpoints client (`.venv-endpoints`, `make venv-endpoints`): the config it writes
 for every scenario and mode of a Qwen3-VL plan passes the client's own `validate-yaml`; an Offline run and a Server
 run (with accuracy) against the simulated engine are parsed into the client's own numbers; a run whose samples all
-fail (an engine answering HTTP 500, which the client still exits 0 on) is an error carrying the engine's reason."""
+fail (an engine answering HTTP 500, which the client still exits 0 on) is an error carrying the engine's reason; a
+client past its timeout is ended with its process group. About 45 s."""
 
 from __future__ import annotations
 
