@@ -6,7 +6,6 @@ and the hub off. Every sample must succeed, and both modes must carry the same a
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -15,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tasks.endpoints import dataset
+from tasks.endpoints.config import CLIENT_DATASETS
+from tasks.endpoints.runner import OFFLINE_ENV
 from tasks.engines import backend
 from tasks.launchers import launched, launcher
 from tasks.ops.endpoints_client import DEFAULT_VENV, require_client
@@ -22,11 +24,8 @@ from tests.integration.engines_support import engine_python, run_group, simulate
 
 pytestmark = pytest.mark.integration
 SAMPLES, MAX_TOKENS = 4, 4
-# The client's predefined Shopify data set reads its cache from ./dataset_cache under its working folder (its
-# `datasets_dir` cannot be given as a path from the CLI or YAML: generate_params pass it on as a string); the file
-# holds the columns its Shopify loader writes (product_image_base64, categories as JSON, ...).
-SHOPIFY_CACHE = "dataset_cache/shopify_product_catalogue/train+test/shopify_product_catalogue_train+test.parquet"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# The client's predefined Shopify data set, in its own layout under its working folder (tasks.endpoints.dataset).
+SHOPIFY = "Shopify/product-catalogue"
 
 
 @pytest.fixture(scope="module")
@@ -102,16 +101,11 @@ def test_the_smoke_vlm_engine_answers_the_clients_qwen3_vl_requests(client: Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(assets["data"]).to_pylist()
+    table = pq.read_table(assets["data"])
+    rows = table.to_pylist()
     rows[1] = {**rows[0], "product_image": rows[1]["product_image"]}   # the same text as row 0, another image
-    cache = tmp_path / SHOPIFY_CACHE
-    cache.parent.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([{
-        "product_title": r["product_title"], "product_description": r["product_description"],
-        "product_image_base64": base64.b64encode(r["product_image"]["bytes"]).decode(), "product_image_format": "PNG",
-        "potential_product_categories": json.dumps(r["potential_product_categories"]),
-        "ground_truth_category": r["ground_truth_category"], "ground_truth_brand": r["ground_truth_brand"],
-        "ground_truth_is_secondhand": json.dumps(r["ground_truth_is_secondhand"])} for r in rows]), cache)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), tmp_path / "staged.parquet")
+    cache = dataset.convert(tmp_path / "staged.parquet", dataset.cache_file(tmp_path, *CLIENT_DATASETS[SHOPIFY]))
     runs = both_modes(client, tmp_path, vlm_engine, str(assets["model"]),
                       f"{cache},name=shopify_product_catalogue::q3vl", assets["model"])
     answers = runs["off"]["answers"]

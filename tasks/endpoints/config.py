@@ -1,0 +1,123 @@
+"""The endpoints client's YAML config for one run of the plan (`inference-endpoint benchmark from-config -c ...`).
+
+    client_config(spec, endpoint, run_dir, tokenizer)   # a dict; write_config() puts it in the run folder
+
+What it holds, and where each value comes from (the client's source is mlcommons/endpoints at the commit the round's
+rules pin, `endpoints_client` in submission/rules/<round>.yaml; paths below are under its src/inference_endpoint/):
+- `type: submission`, `benchmark_mode` offline (Offline) or online (Server, Interactive), and `submission_ref`
+  naming the client's own ruleset of the round (`mlperf-inference-v6.1`: config/ruleset_registry.py
+  `_auto_register_mlcommons`, config/rulesets/mlcommons/rules.py `_v6_1`).
+  With it the client pins the scheduler and dataloader seeds (and reseeds warmup) from that ruleset itself, and
+  refuses to run if it has none (config/schema.py `_apply_ruleset_seed_overrides`); Podium writes the same seeds
+  from its rules data (`seeds:`), so config.yaml says them either way. The examples' seed 42 is not the round's.
+- load pattern: Offline `max_throughput` (its target_qps sizes the issued count: config/runtime_settings.py
+  `total_samples_to_issue`, target_qps x min duration x 1.1, rounded up to whole data sets), Server and Interactive
+  `poisson` at the plan's target_qps; `min_duration_ms` as the run's user.conf lines carry it, else the rules'.
+- data sets by the client's own names (dataset_manager/predefined/shopify_product_catalogue/__init__.py): Offline and
+  Server `shopify_product_catalogue::q3vl`, Interactive `shopify_product_catalogue_8k::q3vl`. The client has no
+  performance sample count: it draws from every row of its data set (runtime_settings.py `n_samples_from_dataset`),
+  so Interactive's 8000 (multimodal/qwen3-vl/README.md, v6.1 "Constraints", Interactive scenario: "Performance
+  sample count: `8000`") is the 8k set's size, checked when the data set is placed (tasks.endpoints.dataset).
+- accuracy: the same data set with `accuracy_config` `shopify_category_f1` on `ground_truth_category`.
+- the staged model's tokenizer by local path: a folder is probed on disk, never on the hub
+  (commands/benchmark/execute.py `_check_tokenizer_exists`); the run's environment turns the hub off as well.
+- streaming on (TTFT is measured only when streamed); sampling: the reference's values (submission/rules/
+  generation.yaml, the one place Podium's loadgen requests read too), less the fields the engine refuses.
+- the client's worker processes: the plan's `harness_workers`; its connections: the plan's `max_concurrency`.
+- the engine's URL and model name, the report folder inside the run folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from submission.errors import PlanError
+from submission.generation import reference_generation
+from submission.rules import load_rules
+from submission.runs import RunSpec
+from tasks.engines import Endpoint
+
+REPORT = "report"        # the client's report folder, inside the run folder
+CONFIG = "endpoints.yaml"
+# Rules data set name -> (the client's predefined data set, its split key): the cache file the client reads is
+# dataset_cache/<id>/<split>/<id>_<split>.parquet under its working folder (shopify_product_catalogue/__init__.py
+# `generate`: DEFAULT_SPLITS train+test, and train only for the 8k set).
+CLIENT_DATASETS = {"Shopify/product-catalogue": ("shopify_product_catalogue", "train+test"),
+                   "nvidia/Shopify-product-catalogue-8k": ("shopify_product_catalogue_8k", "train")}
+PRESET = "q3vl"          # the Qwen3-VL request format (shopify_product_catalogue/presets.py `q3vl`)
+ACCURACY = {"eval_method": "shopify_category_f1", "ground_truth": "ground_truth_category",
+            "extractor": "identity_extractor", "num_repeats": 1}   # examples/08_Qwen3-VL-235B-A22B_Example
+# Sampling fields the client's ModelParams can carry (config/schema.py ModelParams); min_p is not one of them.
+SAMPLING = ("temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty", "frequency_penalty")
+# Podium's run modes -> the client's `--mode`. An accuracy run measures performance too: the client runs accuracy-only
+# (`acc`) with one worker and one connection (execute.py `setup_benchmark`), hours for 48289 samples; `both` issues
+# the accuracy set at the performance load pattern, as the reference README's configs do ("You do not need a separate
+# accuracy-mode run").
+CLIENT_MODES = {"performance": "perf", "accuracy": "both"}
+
+
+def client_dataset(spec: RunSpec) -> tuple[str, str, int]:
+    """The client's data set id and split for the run's scenario, and the row count the rules give it."""
+    bench = load_rules(spec.round).benchmark(spec.benchmark)
+    rules_set = bench.scenarios[spec.scenario].dataset or bench.dataset
+    if rules_set.name not in CLIENT_DATASETS:
+        raise PlanError(f"{spec.benchmark} ({rules_set.name}) has no data set the endpoints client knows",
+                        fix=f"measure it with loadgen; the client's Qwen3-VL sets are {', '.join(CLIENT_DATASETS)}")
+    return (*CLIENT_DATASETS[rules_set.name], rules_set.size)
+
+
+def _conf(spec: RunSpec, name: str) -> str | None:
+    """The value of the run's user.conf line `<model>.<scenario>.<name>` (any model and scenario)."""
+    return next((v for k, v in spec.user_conf if k.rsplit(".", 1)[-1] == name), None)
+
+
+def sampling(spec: RunSpec, endpoint: Endpoint) -> dict[str, float | int]:
+    fields = reference_generation(spec.benchmark, spec.mode).merged(
+        max_tokens=spec.max_tokens, temperature=spec.temperature).request_fields()
+    return {k: v for k, v in fields.items() if k in SAMPLING and k not in endpoint.drop_fields}
+
+
+def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path) -> dict[str, Any]:
+    """The client's config for `spec` against `endpoint`, its report in `run_dir`/report (see the module's doc)."""
+    rules = load_rules(spec.round)
+    online = spec.loadgen_scenario == "Server"
+    target_qps = _conf(spec, "target_qps")
+    if online and target_qps is None:
+        raise PlanError(f"{spec.label}: a {spec.scenario} run needs a target_qps for the client's poisson load",
+                        fix=f"set benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps, e.g. 40")
+    duration = _conf(spec, "min_duration")
+    dataset_id, _, _ = client_dataset(spec)
+    name = f"{dataset_id}::{PRESET}"
+    datasets: list[dict[str, Any]] = [{"name": name, "type": "performance"}]
+    if spec.mode == "accuracy":
+        datasets.append({"name": name, "type": "accuracy", "accuracy_config": dict(ACCURACY)})
+    load = {"type": "poisson" if online else "max_throughput"}
+    if target_qps is not None:
+        load["target_qps"] = float(target_qps)
+    return {
+        "name": f"podium-{spec.key()}",
+        "type": "submission",
+        "benchmark_mode": "online" if online else "offline",
+        "submission_ref": {"model": spec.benchmark, "ruleset": f"mlperf-inference-{spec.round}"},
+        "model_params": {"name": endpoint.model, "tokenizer_name": str(tokenizer), "streaming": "on",
+                         "max_new_tokens": spec.max_tokens, **sampling(spec, endpoint)},
+        "datasets": datasets,
+        "settings": {
+            "runtime": {"min_duration_ms": int(duration) if duration is not None else rules.min_duration_ms,
+                        "scheduler_random_seed": rules.seeds.schedule_rng_seed,
+                        "dataloader_random_seed": rules.seeds.sample_index_rng_seed},
+            "load_pattern": load,
+            "client": {"num_workers": spec.harness_workers, "max_connections": spec.max_concurrency},
+        },
+        "endpoint_config": {"endpoints": [endpoint.base_url]},
+        "report_dir": str(run_dir / REPORT),
+    }
+
+
+def write_config(config: dict[str, Any], run_dir: Path) -> Path:
+    path = run_dir / CONFIG
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

@@ -1,0 +1,98 @@
+"""What an endpoints client run measured, read from its report folder.
+
+- `performance/result_summary.json`: samples issued, completed and failed, `qps`, and for TTFT, TPOT and latency the
+  early-stopping percentiles (`early_stopping_percentiles`, in ns; the checker judges latency by its "99.0" entry,
+  which is null when too few samples were measured to estimate it);
+- `accuracy/accuracy_results.json` (accuracy runs): each data set's `score`, the hierarchical F1 for
+  `shopify_category_f1`;
+- `events.jsonl`: why samples failed (`error.*` events, their message third in `data`).
+
+The client exits 0 even when every sample failed; a run with failed samples is an error here, with its reasons.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from submission.errors import RunFailed
+
+SUMMARY = Path("performance") / "result_summary.json"
+ACCURACY = Path("accuracy") / "accuracy_results.json"
+EVENTS = "events.jsonl"
+P99 = "99.0"
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    report_dir: str
+    issued: int
+    completed: int
+    failed: int
+    qps: float | None
+    duration_s: float
+    ttft_p99_ms: float | None       # early-stopping p99 estimates; None when the client could not estimate them
+    tpot_p99_ms: float | None
+    latency_p99_ms: float | None
+    accuracy: float | None = None   # the accuracy data set's score (Qwen3-VL: hierarchical F1), accuracy runs only
+
+
+def _p99_ms(summary: dict[str, Any], metric: str) -> float | None:
+    value = ((summary.get(metric) or {}).get("early_stopping_percentiles") or {}).get(P99)
+    return None if value is None else value / 1e6
+
+
+def _json(path: Path, fix: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise RunFailed(f"the endpoints client left no readable {path.name}: {error}", where=str(path),
+                        fix=fix) from None
+    if not isinstance(data, dict):
+        raise RunFailed(f"{path.name} is not a JSON object", where=str(path), fix=fix)
+    return data
+
+
+def failure_reasons(report_dir: Path, limit: int = 3) -> list[str]:
+    """The most frequent error messages of the run's `error.*` events, with their counts."""
+    counts: Counter[str] = Counter()
+    events = report_dir / EVENTS
+    lines = events.read_text(errors="replace").splitlines() if events.exists() else []
+    for line in lines:
+        if '"error.' not in line:
+            continue
+        data = json.loads(line).get("data") or []
+        counts[str(data[-1]) if data else "no message"] += 1
+    return [f"{n} x {message}" for message, n in counts.most_common(limit)]
+
+
+def read_result(report_dir: Path, *, accuracy: bool, log: Path) -> ClientResult:
+    """The run's result; RunFailed when samples failed (with the client's reasons), the run did not complete, or an
+    accuracy run has no score."""
+    fix = f"read the client's log {log} and the report in {report_dir}"
+    summary = _json(report_dir / SUMMARY, fix)
+    failed = int(summary.get("n_samples_failed") or 0)
+    if failed:
+        reasons = failure_reasons(report_dir) or [f"no error events in {report_dir / EVENTS}"]
+        raise RunFailed(f"{failed} of {summary.get('n_samples_issued')} samples failed in the endpoints client run: "
+                        f"{'; '.join(reasons)}", where=str(report_dir), fix=f"make the engine answer them; {fix}")
+    if summary.get("state") != "complete" or not summary.get("complete"):
+        raise RunFailed(f"the endpoints client run did not complete (state {summary.get('state')!r})",
+                        where=str(report_dir / SUMMARY), fix=fix)
+    score = None
+    if accuracy:
+        scores = _json(report_dir / ACCURACY, fix).get("accuracy_scores") or []
+        found = [s for s in scores if s.get("dataset_type") == "accuracy" and s.get("score") is not None]
+        if not found or not found[0].get("complete"):
+            raise RunFailed("the endpoints client scored no complete accuracy data set",
+                            where=str(report_dir / ACCURACY), fix=fix)
+        score = float(found[0]["score"])
+    qps = summary.get("qps")
+    return ClientResult(report_dir=str(report_dir), issued=int(summary.get("n_samples_issued") or 0),
+                        completed=int(summary.get("n_samples_completed") or 0), failed=failed,
+                        qps=None if qps is None else float(qps), duration_s=(summary.get("duration_ns") or 0) / 1e9,
+                        ttft_p99_ms=_p99_ms(summary, "ttft"), tpot_p99_ms=_p99_ms(summary, "tpot"),
+                        latency_p99_ms=_p99_ms(summary, "latency"), accuracy=score)

@@ -1,0 +1,229 @@
+"""Podium drives the real MLCommons endpoints client (`.venv-endpoints`, `make venv-endpoints`): the config it writes
+for every scenario and mode of a Qwen3-VL plan passes the client's own `validate-yaml`; an Offline run and a Server
+run (with accuracy) against the simulated engine are parsed into the client's own numbers; a run whose samples all
+fail (an engine answering HTTP 500, which the client still exits 0 on) is an error carrying the engine's reason; a
+client past its timeout is ended with its process group. About 45 s."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from submission import plan as plans
+from submission.errors import CommandError, RunFailed
+from submission.rules import load_rules
+from submission.runs import RunSpec, plan_runs
+from tasks.endpoints import config, runner
+from tasks.engines import Endpoint
+from tasks.ops.endpoints_client import DEFAULT_VENV, require_client
+from tests.integration.engines_support import REPO, engine_python, simulated_engine
+
+pytestmark = pytest.mark.integration
+BENCH, ROWS, MAX_TOKENS = "qwen3-vl-235b-a22b", 4, 4
+PLAN = REPO / "deployments" / "plans" / "qwen3-vl-dynamo-50-50.yaml"
+
+
+@pytest.fixture(scope="module")
+def client() -> Path:
+    engine_python(DEFAULT_VENV.name, "venv-endpoints")     # make test requires it; a plain pytest skips without it
+    return require_client("v6.1")
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tokenizer folder (the tiny smoke Llama's) and a Shopify parquet file as staging leaves them."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from tasks.engines.smoke import model
+
+    base = tmp_path_factory.mktemp("endpoints-runner")
+    model.build(base / "model")
+    rng, rows = np.random.default_rng(0), []
+    for i in range(ROWS):
+        image = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(image, format="PNG")
+        rows.append({"product_title": f"product {i}", "product_description": "a thing", "potential_product_categories":
+                     ["Home > Lamps", "Home > Pots"], "product_image": {"bytes": image.getvalue(), "path": None},
+                     "ground_truth_category": "Home > Lamps", "ground_truth_brand": "Contoso",
+                     "ground_truth_is_secondhand": False})
+    pq.write_table(pa.Table.from_pylist(rows), base / "shopify.parquet")
+    return {"tokenizer": base / "model", "data": base / "shopify.parquet", "data_dir": base / "converted"}
+
+
+def plan_specs() -> list[RunSpec]:
+    """Every run of the shipped Qwen3-VL plan (Offline, Server), and Interactive ones at 10 q/s. `plan_runs` cannot
+    make those yet (rules' `loadgen_model_for` has no Interactive model for an endpoints benchmark): they are the
+    Server runs with the Interactive scenario and target_qps."""
+    plan = plans.load(PLAN)
+    bench = plan.benchmarks[0]
+    specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256="m", engine="e",
+                      dataset_sha256={bench.dataset.performance: "d", bench.dataset.accuracy: "d"})
+    conf = ((f"{BENCH}.Server.target_qps", "10"),)
+    interactive = [s.model_copy(update={"scenario": "Interactive", "user_conf": conf}) for s in specs
+                   if s.scenario == "Server"]
+    return specs + interactive
+
+
+def test_every_scenario_and_mode_gives_a_config_the_client_accepts(client: Path, staged: dict[str, Path],
+                                                                   tmp_path: Path) -> None:
+    rules = load_rules("v6.1")
+    endpoint = Endpoint("http://127.0.0.1:8000", "Qwen/Qwen3-VL-235B-A22B-Instruct", False, False)
+    configs = {}
+    for spec in plan_specs():
+        configs[spec.scenario, spec.mode] = config.client_config(spec, endpoint, tmp_path / spec.key(),
+                                                                 staged["tokenizer"])
+    assert set(configs) == {(s, m) for s in ("Offline", "Server", "Interactive") for m in ("performance", "accuracy")}
+    for (scenario, mode), c in configs.items():
+        runtime, load = c["settings"]["runtime"], c["settings"]["load_pattern"]
+        assert (runtime["scheduler_random_seed"], runtime["dataloader_random_seed"]) == \
+            (rules.seeds.schedule_rng_seed, rules.seeds.sample_index_rng_seed) != (42, 42)
+        assert runtime["min_duration_ms"] == rules.min_duration_ms == 600000
+        assert c["submission_ref"] == {"model": BENCH, "ruleset": "mlperf-inference-v6.1"}
+        assert c["model_params"] | {"name": "-"} == {
+            "name": "-", "tokenizer_name": str(staged["tokenizer"]), "streaming": "on", "max_new_tokens": 150,
+            "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0}
+        assert load == {"Offline": {"type": "max_throughput", "target_qps": 60.0},
+                        "Server": {"type": "poisson", "target_qps": 40.0},
+                        "Interactive": {"type": "poisson", "target_qps": 10.0}}[scenario]
+        name = "shopify_product_catalogue_8k::q3vl" if scenario == "Interactive" else "shopify_product_catalogue::q3vl"
+        assert [(d["name"], d["type"]) for d in c["datasets"]] == \
+            [(name, "performance")] + ([(name, "accuracy")] if mode == "accuracy" else [])
+        assert c["report_dir"].startswith(str(tmp_path))
+    broken = dict(configs["Offline", "performance"], settings={"load_pattern": {"type": "poisson", "target_qps": 1}})
+    paths = []
+    for i, c in enumerate([*configs.values(), broken]):
+        (tmp_path / str(i)).mkdir()
+        paths.append(config.write_config(c, tmp_path / str(i)))
+    checks = [subprocess.Popen([str(client), "validate-yaml", "-c", str(p)], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True) for p in paths]
+    outputs = [(check.wait(timeout=60), check.stdout.read()) for check in checks]
+    for path, (code, output) in zip(paths[:-1], outputs[:-1], strict=True):
+        assert code == 0 and "Config valid" in output, f"{path}: {output[-2000:]}"
+    assert outputs[-1][0] != 0 and "Offline benchmarks must use 'max_throughput'" in outputs[-1][1]
+
+
+def short_spec(scenario: str, mode: str, data: Path, *, qps: float, duration_ms: int) -> RunSpec:
+    return RunSpec(plan="endpoints", profile="smoke", round="v6.1", system="cpu", benchmark=BENCH, scenario=scenario,
+                   mode=mode, loadgen_model=BENCH, loadgen_scenario=scenario,
+                   user_conf=((f"{BENCH}.{scenario}.target_qps", f"{qps:g}"),
+                              (f"{BENCH}.{scenario}.min_duration", str(duration_ms))),
+                   dataset=str(data), dataset_sha256="-", model_sha256="-", engine="simulated",
+                   max_tokens=MAX_TOKENS, temperature=0.0, max_concurrency=64)
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report" / "performance" / "result_summary.json").read_text())
+
+
+def test_an_offline_run_and_a_server_run_with_accuracy_through_the_client(client: Path, staged: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    offline = short_spec("Offline", "performance", staged["data"], qps=20, duration_ms=500)
+    server = short_spec("Server", "accuracy", staged["data"], qps=150, duration_ms=5000)
+    with simulated_engine() as (_, endpoint):
+        results = {spec.scenario: runner.run(spec, endpoint, tmp_path / spec.scenario, tokenizer=staged["tokenizer"],
+                                             data_dir=staged["data_dir"], timeout_s=90, client=client)
+                   for spec in (offline, server)}
+    for scenario, result in results.items():
+        summary = summary_of(tmp_path / scenario)
+        assert result.qps == summary["qps"] > 0 and result.failed == 0
+        assert result.issued == result.completed == summary["n_samples_issued"]
+        for metric in ("ttft", "tpot", "latency"):
+            p99 = summary[metric]["early_stopping_percentiles"]["99.0"]
+            assert getattr(result, f"{metric}_p99_ms") == (None if p99 is None else p99 / 1e6)
+        log = (tmp_path / scenario / runner.LOG).read_text()   # the tokenizer read from its folder, not the hub
+        assert f"Tokenizer available for model: {staged['tokenizer']}" in log and "Could not verify" not in log
+        written = yaml.safe_load((tmp_path / scenario / "report" / "config.yaml").read_text())["settings"]["runtime"]
+        seeds = load_rules("v6.1").seeds   # what the client pinned from its own v6.1 ruleset, equal to Podium's
+        assert (written["scheduler_random_seed"], written["dataloader_random_seed"]) == \
+            (seeds.schedule_rng_seed, seeds.sample_index_rng_seed)
+    assert results["Offline"].issued == 12              # 20 q/s x 0.5 s x 1.1, rounded up to whole data sets of 4
+    assert results["Offline"].latency_p99_ms is None    # too few samples for an early-stopping p99 estimate
+    # 150 q/s x 5 s x 1.1 in whole data sets: enough for an early-stopping p99 (662 samples at least)
+    assert results["Server"].issued >= 825 and results["Server"].issued % ROWS == 0
+    assert results["Server"].latency_p99_ms > 0
+    scores = json.loads((tmp_path / "Server" / "report" / "accuracy" / "accuracy_results.json").read_text())
+    assert results["Server"].accuracy == scores["accuracy_scores"][0]["score"] == 0.0   # the simulated engine's text
+    assert results["Offline"].accuracy is None
+
+
+class Refusing(BaseHTTPRequestHandler):
+    """An engine that lists its model and answers every request with HTTP 500."""
+
+    protocol_version = "HTTP/1.1"
+    REASON = "the engine is out of KV cache blocks"
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(200, {"object": "list", "data": [{"id": "simulated", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(500, {"error": {"message": self.REASON, "code": 500}})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def refusing_engine() -> Iterator[Endpoint]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Endpoint(f"http://127.0.0.1:{server.server_address[1]}", "simulated", False, False)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_failed_samples_fail_the_run_with_the_engines_reason(client: Path, staged: dict[str, Path],
+                                                             refusing_engine: Endpoint, tmp_path: Path) -> None:
+    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    with pytest.raises(RunFailed) as caught:
+        runner.run(spec, refusing_engine, tmp_path, tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
+                   timeout_s=90, client=client)
+    assert summary_of(tmp_path)["n_samples_failed"] == 8     # the client itself exits 0 on this run
+    assert "8 of 8 samples failed" in str(caught.value) and "8 x HTTP 500" in str(caught.value)
+    assert Refusing.REASON in str(caught.value)
+
+
+def test_a_client_past_its_timeout_is_ended_with_its_process_group(staged: dict[str, Path], tmp_path: Path) -> None:
+    hung = tmp_path / "hung-client"
+    hung.write_text("#!/bin/sh\necho $$ > group\nsleep 60 &\nsleep 60\n")   # a child in the group, then it hangs
+    hung.chmod(0o755)
+    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
+    with pytest.raises(CommandError) as caught:
+        runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
+                   timeout_s=1, client=hung)
+    assert caught.value.returncode == runner.TIMED_OUT and "ran past 1 s" in str(caught.value)
+    group, deadline = int((tmp_path / "run" / "group").read_text()), time.monotonic() + 5
+    while time.monotonic() < deadline:   # nothing of its group is left, once init has reaped the orphaned sleep
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"process group {group} is still there")

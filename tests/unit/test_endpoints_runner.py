@@ -1,0 +1,77 @@
+"""tasks/endpoints without the client: what the config leaves out for an engine, what it refuses, the data set's
+row count for a submission run, and a report's results read back (a null early-stopping p99, failed samples)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from submission.errors import PlanError, RunFailed
+from submission.runs import RunSpec
+from tasks.endpoints import config, dataset
+from tasks.endpoints.results import read_result
+from tasks.engines import Endpoint
+
+BENCH = "qwen3-vl-235b-a22b"
+
+
+def spec(scenario: str = "Server", **update: object) -> RunSpec:
+    lg = "Offline" if scenario == "Offline" else "Server"
+    base = RunSpec(plan="p", profile="submission", round="v6.1", system="s", benchmark=BENCH, scenario=scenario,
+                   mode="performance", loadgen_model=BENCH, loadgen_scenario=lg,
+                   user_conf=((f"{BENCH}.{lg}.target_qps", "40"),), dataset="d.parquet", dataset_sha256="-",
+                   model_sha256="-", engine="e", max_tokens=150, temperature=0.7, max_concurrency=8)
+    return base.model_copy(update=update)
+
+
+def test_the_sampling_leaves_out_what_the_engine_refuses_and_a_server_run_needs_a_rate(tmp_path: Path) -> None:
+    smoke_vlm = Endpoint("http://127.0.0.1:1", "m", False, False, drop_fields=frozenset({"top_k", "presence_penalty"}))
+    assert config.sampling(spec(), smoke_vlm) == {"temperature": 0.7, "top_p": 0.8, "repetition_penalty": 1.0,
+                                                  "frequency_penalty": 0.0}
+    assert config.sampling(spec(temperature=0.0), smoke_vlm) == {"temperature": 0.0, "repetition_penalty": 1.0,
+                                                                 "frequency_penalty": 0.0}   # greedy: no top_p
+    with pytest.raises(PlanError, match=r"scenarios.Interactive.target_qps"):
+        config.client_config(spec("Interactive", user_conf=()), smoke_vlm, tmp_path, tmp_path)
+    assert config.client_dataset(spec("Interactive")) == ("shopify_product_catalogue_8k", "train", 8000)
+    assert config.client_dataset(spec("Offline")) == ("shopify_product_catalogue", "train+test", 48289)
+
+
+def test_a_submission_run_needs_the_rules_row_count(tmp_path: Path) -> None:
+    converted = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist([{"product_title": "t"}] * 3), converted)
+    with pytest.raises(PlanError, match="has 3 rows; the round's rules require 8000"):
+        dataset.place(converted, tmp_path / "run", "shopify_product_catalogue_8k", "train", rows=8000)
+    link = dataset.place(converted, tmp_path / "run", "shopify_product_catalogue_8k", "train")
+    assert link == dataset.cache_file(tmp_path / "run", "shopify_product_catalogue_8k", "train")
+    assert link.relative_to(tmp_path / "run").parts[:3] == ("dataset_cache", "shopify_product_catalogue_8k", "train")
+    assert link.name == "shopify_product_catalogue_8k_train.parquet"
+    assert link.resolve() == converted.resolve()
+
+
+def report(tmp_path: Path, failed: int, events: list[dict] = ()) -> Path:
+    (tmp_path / "performance").mkdir(parents=True)
+    es = {"early_stopping_percentiles": {"99.0": None, "50.0": 2e6}}
+    summary = {"n_samples_issued": 8, "n_samples_completed": 8, "n_samples_failed": failed, "duration_ns": 2e9,
+               "state": "complete", "complete": True, "qps": 4.0, "ttft": es,
+               "tpot": {"early_stopping_percentiles": {"99.0": 3.5e6}}, "latency": es}
+    (tmp_path / "performance" / "result_summary.json").write_text(json.dumps(summary))
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return tmp_path
+
+
+def test_results_are_read_and_failed_samples_carry_the_reason(tmp_path: Path) -> None:
+    result = read_result(report(tmp_path / "ok", 0), accuracy=False, log=tmp_path / "log")
+    assert (result.qps, result.issued, result.duration_s) == (4.0, 8, 2.0)
+    assert (result.ttft_p99_ms, result.tpot_p99_ms, result.latency_p99_ms) == (None, 3.5, None)
+    error = {"event_type": "error.generic", "data": ["ErrorData", "error", "HTTP 503: overloaded"]}
+    with pytest.raises(RunFailed, match=r"2 of 8 samples failed .*: 2 x HTTP 503: overloaded"):
+        read_result(report(tmp_path / "bad", 2, [error, error, {"event_type": "sample.complete"}]), accuracy=False,
+                    log=tmp_path / "log")
+    with pytest.raises(RunFailed, match="scored no complete accuracy data set"):
+        (tmp_path / "ok" / "accuracy").mkdir()
+        (tmp_path / "ok" / "accuracy" / "accuracy_results.json").write_text(json.dumps({"accuracy_scores": []}))
+        read_result(tmp_path / "ok", accuracy=True, log=tmp_path / "log")
