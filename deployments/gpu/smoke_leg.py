@@ -116,6 +116,9 @@ def run(plan_path: Path, ws: Workspace) -> int:
                     continue
                 records.append(rec)
                 log.info("%s: %s", spec.label, summary(rec))
+                # after each run: a leg killed at its limit still reports what it finished
+                write_atomic(folder / "results.json", json.dumps([r.model_dump(mode="json") for r in records],
+                                                                 indent=2))
         finally:
             engine.close()
     write_atomic(folder / "results.json", json.dumps([r.model_dump(mode="json") for r in records], indent=2))
