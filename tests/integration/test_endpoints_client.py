@@ -19,19 +19,13 @@ from tasks.endpoints.config import CLIENT_DATASETS
 from tasks.endpoints.runner import OFFLINE_ENV
 from tasks.engines import backend
 from tasks.launchers import launched, launcher
-from tasks.ops.endpoints_client import DEFAULT_VENV, require_client
-from tests.integration.engines_support import engine_python, run_group, simulated_engine
+from tasks.ops.endpoints_client import DEFAULT_VENV
+from tests.integration.engines_support import run_group, simulated_engine
 
 pytestmark = pytest.mark.integration
 SAMPLES, MAX_TOKENS = 4, 4
 # The client's predefined Shopify data set, in its own layout under its working folder (tasks.endpoints.dataset).
 SHOPIFY = "Shopify/product-catalogue"
-
-
-@pytest.fixture(scope="module")
-def client() -> Path:
-    engine_python(DEFAULT_VENV.name, "venv-endpoints")     # make test requires it; a plain pytest skips without it
-    return require_client("v6.1")
 
 
 @pytest.fixture(scope="module")

@@ -25,18 +25,11 @@ from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.endpoints import config, runner
 from tasks.engines import Endpoint
-from tasks.ops.endpoints_client import DEFAULT_VENV, require_client
-from tests.integration.engines_support import REPO, engine_python, simulated_engine
+from tests.integration.engines_support import REPO, simulated_engine
 
 pytestmark = pytest.mark.integration
 BENCH, ROWS, MAX_TOKENS = "qwen3-vl-235b-a22b", 4, 4
 PLAN = REPO / "deployments" / "plans" / "qwen3-vl-dynamo-50-50.yaml"
-
-
-@pytest.fixture(scope="module")
-def client() -> Path:
-    engine_python(DEFAULT_VENV.name, "venv-endpoints")     # make test requires it; a plain pytest skips without it
-    return require_client("v6.1")
 
 
 @pytest.fixture(scope="module")
