@@ -168,6 +168,12 @@ step() {
 figure() { printf '%s\n' "$*" > "$LOGS/$STEP.figure"; }
 dry() { touch "$LOGS/$STEP.dry"; figure "would run: $*"; echo "dry run; would run: $*"; }
 
+assets_figure() {   # the smoke assets both settings build: the model's hash and the data set's files
+  local model=$WORKSPACE/store/models/tiny-llama
+  figure "tiny-llama model.safetensors sha256 $(sha256sum "$model/model.safetensors" | cut -c1-16); smoke data set" \
+         "$(find "$WORKSPACE/store/datasets/smoke" -name '*.parquet' -printf '%f ')"
+}
+
 index_reachable() {   # index_reachable [URL]: the package index answers within 10 s (uv's, unless URL is given)
   [[ $# == 0 && ( -n ${UV_FIND_LINKS:-} || -n ${UV_OFFLINE:-} ) ]] && return 0   # a folder of wheels: no probe
   local index=${1:-${UV_INDEX_URL:-https://pypi.org/simple}}
@@ -306,7 +312,6 @@ print(", ".join(f"{d} {m.version(d)}" for d in ("podium", "prefect", "mlcommons-
 }
 
 s_assets_registry() {
-  local model=$WORKSPACE/store/models/tiny-llama
   if ! "$PODIUM_VENV/bin/python" -c 'import torch' 2> /dev/null; then
     if [[ $DRY == 1 ]]; then
       dry "uv pip install -c $HERE/engines.lock.txt torch (into $PODIUM_VENV, from the uv cache) && podium dev" \
@@ -316,8 +321,7 @@ s_assets_registry() {
     "$UV" pip install --python "$PODIUM_VENV/bin/python" -c "$HERE/engines.lock.txt" torch
   fi
   "$PODIUM_VENV/bin/podium" dev smoke-assets --workspace "$WORKSPACE"
-  figure "tiny-llama model.safetensors sha256 $(sha256sum "$model/model.safetensors" | cut -c1-16); smoke data set" \
-         "$(find "$WORKSPACE/store/datasets/smoke" -name '*.parquet' -printf '%f ')"
+  assets_figure
 }
 
 s_plans() {
@@ -395,10 +399,8 @@ s_wheels() {
 }
 
 s_assets_carried() {
-  local model=$WORKSPACE/store/models/tiny-llama
   podium_python "$HERE/smoke_leg.py" assets --workspace "$WORKSPACE"
-  figure "tiny-llama model.safetensors sha256 $(sha256sum "$model/model.safetensors" | cut -c1-16); smoke data set" \
-         "$(find "$WORKSPACE/store/datasets/smoke" -name '*.parquet' -printf '%f ')"
+  assets_figure
 }
 
 s_review() {
@@ -418,9 +420,9 @@ s_smoke() {   # the carried leg, and the carried rehearsal: deployments/gpu/smok
   podium_python "$HERE/smoke_leg.py" run "$plan" --workspace "$RUN_WS"
 }
 
-export -f figure dry index_reachable last_line s_gpu after_leg after_rehearsal s_uv engines_figure s_install_engines \
-  podium_present s_install_podium s_assets_registry s_plans processes_figure s_argv s_leg s_wheels s_assets_carried \
-  s_review s_smoke
+export -f figure dry assets_figure index_reachable last_line s_gpu after_leg after_rehearsal s_uv engines_figure \
+  s_install_engines podium_present s_install_podium s_assets_registry s_plans processes_figure s_argv s_leg s_wheels \
+  s_assets_carried s_review s_smoke
 
 # ---- the run ------------------------------------------------------------------------------------------------------
 
