@@ -20,8 +20,8 @@ from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit_task
 from tasks.engines import engine_identity
-from tasks.harness.measure import RunRejected, summary
-from tasks.harness.step import run_loadgen
+from tasks.clients import run_step
+from tasks.measuring import RunRejected, summary
 from tasks.ops.inputs import require_fit
 from tasks.reporting import progress
 from tasks.serving import warmup
@@ -46,7 +46,7 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
 
 
 def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path) -> dict:
-    """Stage, build, serve and run every loadgen run and audit of benchmark `key` (inside a benchmark flow run: here,
+    """Stage, build, serve and run every measured run and audit of benchmark `key` (inside a benchmark flow run: here,
     or a fleet member on its own cluster, flows/fleet.py). Returns the records, audits, failures and launches."""
     bench = plan.benchmark(key)
     logger = get_run_logger()
@@ -83,7 +83,7 @@ def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator:
     records: list[RunRecord] = []
     failures: list[str] = []
     for spec in specs:
-        state = run_loadgen(spec, engine, str(ws.work), evaluator, tokenizer, return_state=True)
+        state = run_step(spec)(spec, engine, str(ws.work), evaluator, tokenizer, return_state=True)
         _settle(state, spec.label, RunRejected, records, failures, summary)
     return records, failures
 

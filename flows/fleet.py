@@ -28,7 +28,7 @@ from submission import plan as plans
 from submission.files import write_atomic
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
-from tasks.harness.measure import summary
+from tasks.measuring import summary
 from tasks.ops import registration
 from tasks.ops.preflight import preflight
 from tasks.reporting import progress

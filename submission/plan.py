@@ -22,7 +22,7 @@ from submission.engine_options import OPTIONS as ENGINE_OPTIONS
 from submission.engine_options import KubernetesSettings, engine_problems
 from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
-from submission.rules import ROUNDS, load_rules
+from submission.rules import ROUNDS, Harness, load_rules
 from submission.schema import Strict
 from submission.serving import serving_problems
 from submission.slurm_options import SlurmSettings
@@ -163,6 +163,8 @@ class BenchmarkSpec(Strict):
     loadgen: LoadgenSpec = LoadgenSpec()
     accuracy: bool = True
     evaluator: str | None = Field(None, description="accuracy evaluator; default: the benchmark's reference one")
+    harness: Harness | None = Field(None, description="the measuring client: loadgen or endpoints (the MLCommons "
+                                                      "endpoints client); default: the round's for the benchmark")
 
     @property
     def key(self) -> str:
@@ -268,6 +270,7 @@ class Plan(Strict):
                     raise ValueError(f"{where}.scenarios.{name}.target_qps is required for {name}, e.g. target_qps: 2")
             if not b.scenarios:
                 raise ValueError(f"{where}.scenarios: name at least one scenario, e.g. Offline: {{target_qps: 10}}")
+            self._harness(where, b, bench)
             if self.division == "closed" and b.model.name != b.benchmark:
                 raise ValueError(f"{where}.model.name: the closed division runs the benchmark's own model; "
                                  f"set model.name: {b.benchmark} or use division: open")
@@ -332,6 +335,24 @@ class Plan(Strict):
         if problems:
             raise ValueError("\n  - ".join(problems))
         return self
+
+    def _harness(self, where: str, b: BenchmarkSpec, bench: Any) -> None:
+        """The round's client measures the benchmark (`harness:` in its rules); the smoke profile may measure an
+        endpoints benchmark with loadgen instead, a named deviation (docs/benchmarks.md, "Which client")."""
+        chosen = b.harness or bench.harness
+        if chosen != bench.harness and not (self.profile == "smoke" and chosen == "loadgen"):
+            allowed = " (the smoke profile may use loadgen, a named deviation)" if bench.harness == "endpoints" else ""
+            raise ValueError(f"{where}.harness: {b.benchmark} is measured by the {bench.harness} client in "
+                             f"{self.round} (rules harness: {bench.harness}; {bench.harness_source}); remove "
+                             f"harness: {chosen}{allowed}")
+        if chosen == "loadgen" and "Interactive" in b.scenarios and bench.interactive_loadgen_model is None:
+            raise ValueError(f"{where}.scenarios.Interactive: loadgen has no {b.benchmark} Interactive settings "
+                             f"(mlperf.conf has no block for it); measure it with harness: endpoints, or drop "
+                             f"Interactive")
+
+    def harness(self, b: BenchmarkSpec) -> Harness:
+        """The client that measures benchmark `b`: the plan's choice, else the round's."""
+        return b.harness or load_rules(self.round).benchmark(b.benchmark).harness
 
     def _submission_rules(self, where: str, b: BenchmarkSpec, rules: Any) -> None:
         """The `submission` profile allows no value under the round's minimums."""

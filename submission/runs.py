@@ -11,7 +11,7 @@ import json
 from typing import Literal
 
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
-from submission.rules import Rules, load_rules
+from submission.rules import Harness, Rules, load_rules
 from submission.schema import Strict
 
 Mode = Literal["performance", "accuracy"]
@@ -25,7 +25,8 @@ class RunSpec(Strict):
     benchmark: str
     scenario: str                              # the tree's scenario folder: Offline | Server | Interactive
     mode: Mode
-    loadgen_model: str                         # e.g. gpt-oss-120b-interactive
+    harness: Harness = "loadgen"               # the measuring client (tasks.measuring): loadgen | endpoints
+    loadgen_model: str                         # e.g. gpt-oss-120b-interactive (the endpoints client: the model's)
     loadgen_scenario: Literal["Offline", "Server"]
     user_conf: tuple[tuple[str, str], ...]     # (key, value) lines of the run's user.conf
     dataset: str
@@ -48,6 +49,8 @@ class RunSpec(Strict):
             del data["harness_workers"]
         if not self.guided_decoding:   # and unguided runs the keys they had before guided decoding
             del data["guided_decoding"]
+        if self.harness == "loadgen":   # and loadgen runs the keys they had before the endpoints client
+            del data["harness"]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 
@@ -61,10 +64,12 @@ class RunSpec(Strict):
         return "\n".join(head + [f"{k} = {v}" for k, v in self.user_conf]) + "\n"
 
 
-def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str) -> tuple[tuple[str, str], ...]:
-    """The user.conf lines of one scenario; values are the plan's, keys are loadgen's."""
+def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str,
+              harness: Harness = "loadgen") -> tuple[tuple[str, str], ...]:
+    """The user.conf lines of one scenario; values are the plan's, keys are loadgen's (the endpoints client's config
+    reads its rate and duration from them, tasks.endpoints.config)."""
     brules = rules.benchmark(bench.benchmark)
-    model = brules.loadgen_model_for(scenario)
+    model = brules.model_for(scenario, harness)
     lg_scenario = brules.scenario(scenario).loadgen_scenario
     spec = bench.scenarios[scenario]
     lines: list[tuple[str, str]] = []
@@ -89,6 +94,7 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
               dataset_sha256: dict[str, str], engine: str) -> list[RunSpec]:
     """Performance runs for every scenario in rules order, then an accuracy run per scenario folder."""
     brules = rules.benchmark(bench.benchmark)
+    harness = plan.harness(bench)
     scenarios = [s for s in SCENARIOS if s in bench.scenarios]
     modes: list[Mode] = ["performance", "accuracy"] if bench.accuracy else ["performance"]
     runs = []
@@ -99,10 +105,10 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
         for scenario in scenarios:
             runs.append(RunSpec(
                 plan=plan.name, profile=plan.profile, round=plan.round, system=bench.system,
-                benchmark=bench.benchmark, scenario=scenario, mode=mode,
-                loadgen_model=brules.loadgen_model_for(scenario),
+                benchmark=bench.benchmark, scenario=scenario, mode=mode, harness=harness,
+                loadgen_model=brules.model_for(scenario, harness),
                 loadgen_scenario=brules.scenario(scenario).loadgen_scenario,
-                user_conf=user_conf(bench, scenario, rules, plan.profile),
+                user_conf=user_conf(bench, scenario, rules, plan.profile, harness),
                 dataset=dataset, dataset_sha256=dataset_sha256[dataset], model_sha256=model_sha256, engine=engine,
                 max_tokens=max_tokens, temperature=bench.generation.temperature,
                 max_concurrency=bench.scenarios[scenario].max_concurrency,
@@ -138,7 +144,7 @@ def planned(plan: Plan) -> Planned:
 
 
 class RunRecord(Strict):
-    """One row of the results table: what a finished loadgen run measured, and where its logs are."""
+    """One row of the results table: what a finished run measured, and where its logs are."""
 
     key: str
     system: str
@@ -146,6 +152,7 @@ class RunRecord(Strict):
     scenario: str
     mode: Mode
     run_dir: str
+    harness: Harness = "loadgen"        # the client that measured it; its layout in the tree (submission.assemble)
     valid: bool | None                  # None for accuracy runs (loadgen logs no verdict there)
     validity: str | None
     invalid_reasons: tuple[str, ...] = ()

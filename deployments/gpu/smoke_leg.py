@@ -37,8 +37,9 @@ from submission.rules import load_rules  # noqa: E402
 from submission.runs import RunRecord, plan_runs  # noqa: E402
 from tasks.engines import backend, engine_identity  # noqa: E402
 from tasks.engines.smoke import build_assets  # noqa: E402
-from tasks.harness.measure import RunRejected, run_once, summary  # noqa: E402
+from tasks.harness.measure import run_once  # noqa: E402
 from tasks.launchers import Launcher, start_ready  # noqa: E402
+from tasks.measuring import RunRejected, summary  # noqa: E402
 from tasks.serving import warmup  # noqa: E402
 from tasks.serving.launch import make_launcher, render, reviews  # noqa: E402
 from tasks.workspace import Workspace  # noqa: E402
@@ -57,7 +58,7 @@ def content_key(path: Path) -> str:
 
 @dataclass
 class LaunchedEngine:
-    """The leg's engine, launched once by the plan's launcher: what tasks.harness.measure.Engine asks of an engine.
+    """The leg's engine, launched once by the plan's launcher: what tasks.measuring.Engine asks of an engine.
     An engine that dies is not relaunched (the run fails, and the table says so)."""
 
     where: Launcher

@@ -22,6 +22,7 @@ _DATA = Path(__file__).parent
 _MS_TO_NS = 1_000_000
 _T = TypeVar("_T")
 Scenario = Literal["Offline", "Server", "Interactive"]
+Harness = Literal["loadgen", "endpoints"]   # the measuring clients: mlcommons-loadgen, the MLCommons endpoints client
 AuditValue = int | float
 
 
@@ -122,7 +123,8 @@ class BenchmarkRules(Strict):
     name: str
     loadgen_model: str
     interactive_loadgen_model: str | None
-    harness: Literal["loadgen", "endpoints"]
+    harness: Harness                 # the client that measures it in the round (its reference implementation)
+    harness_source: str              # where the round says so
     endpoints_allowed: bool
     dataset: Dataset
     performance_sample_count: int
@@ -153,6 +155,11 @@ class BenchmarkRules(Strict):
 
     def scenario(self, name: str) -> ScenarioRules:
         return _pick("scenario", name, self.scenarios, f"benchmark {self.name}")
+
+    def model_for(self, scenario: str, harness: Harness) -> str:
+        """The model name of the run's settings: loadgen's `FromConfig` block (`loadgen_model_for`), or for the
+        endpoints client (which reads no mlperf.conf) the benchmark's loadgen model in every scenario."""
+        return self.loadgen_model_for(scenario) if harness == "loadgen" else self.loadgen_model
 
     def loadgen_model_for(self, scenario: str) -> str:
         """The model name loadgen's `FromConfig` takes: Interactive runs the `-interactive` mlperf.conf block."""

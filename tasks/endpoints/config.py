@@ -36,7 +36,7 @@ import yaml
 
 from submission.errors import PlanError
 from submission.generation import reference_generation
-from submission.rules import load_rules
+from submission.rules import Rules, load_rules
 from submission.runs import RunSpec
 from tasks.engines import Endpoint
 
@@ -80,6 +80,13 @@ def sampling(spec: RunSpec, endpoint: Endpoint) -> dict[str, float | int]:
     return {k: v for k, v in fields.items() if k in SAMPLING and k not in endpoint.drop_fields}
 
 
+def min_duration_ms(spec: RunSpec, rules: Rules) -> int:
+    """The run's minimum duration: its user.conf line where it has one (a smoke run, a search probe), else the
+    round's."""
+    duration = _conf(spec, "min_duration")
+    return int(duration) if duration is not None else rules.min_duration_ms
+
+
 def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path) -> dict[str, Any]:
     """The client's config for `spec` against `endpoint`, its report in `run_dir`/report (see the module's doc)."""
     rules = load_rules(spec.round)
@@ -88,7 +95,6 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
     if online and target_qps is None:
         raise PlanError(f"{spec.label}: a {spec.scenario} run needs a target_qps for the client's poisson load",
                         fix=f"set benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps, e.g. 40")
-    duration = _conf(spec, "min_duration")
     dataset_id, _, _ = client_dataset(spec)
     name = f"{dataset_id}::{PRESET}"
     datasets: list[dict[str, Any]] = [{"name": name, "type": "performance"}]
@@ -106,7 +112,7 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
                          "max_new_tokens": spec.max_tokens, **sampling(spec, endpoint)},
         "datasets": datasets,
         "settings": {
-            "runtime": {"min_duration_ms": int(duration) if duration is not None else rules.min_duration_ms,
+            "runtime": {"min_duration_ms": min_duration_ms(spec, rules),
                         "scheduler_random_seed": rules.seeds.schedule_rng_seed,
                         "dataloader_random_seed": rules.seeds.sample_index_rng_seed},
             "load_pattern": load,

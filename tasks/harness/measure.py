@@ -2,60 +2,21 @@
 free of Prefect so that a host without it (the GPU acceptance script's carried leg) measures the same way.
 
 A run that cannot change by retrying (INVALID, loadgen errors, accuracy under the target) raises `RunRejected`
-carrying its record. The partial logs of a failed attempt are moved aside and never reach the tree.
+carrying its record (tasks.measuring). The partial logs of a failed attempt are moved aside and never reach the tree.
 """
 
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
-from submission.errors import CommandError, LaunchError, RunFailed
+from submission.errors import CommandError, LaunchError
 from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunRecord, RunSpec, record
 from tasks.accuracy import score
-from tasks.engines import Endpoint
 from tasks.harness import liveness, runner
-
-
-class Engine(Protocol):
-    """What a run needs of its engine (tasks.serving.session.EngineSession): its endpoint (launched on first use),
-    the stall watchdog's seconds, its logs for an error, whether it still runs, and a way to stop it."""
-
-    stall_s: float | None
-
-    def endpoint(self) -> Endpoint: ...
-
-    def alive(self) -> bool: ...
-
-    def log_report(self, lines: int = 20) -> str: ...
-
-    def close(self) -> None: ...
-
-
-class RunRejected(RunFailed):
-    """A finished run whose result cannot be used; `record` is its results row."""
-
-    def __init__(self, message: str, record: RunRecord, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix or "see the run's mlperf_log_summary.txt; adjust the plan and run it again")
-        self.record = record
-
-
-def problems(rec: RunRecord) -> list[str]:
-    out = []
-    if rec.mode == "performance" and not rec.valid:
-        out.append(f"Result is {rec.validity}: {'; '.join(rec.invalid_reasons)}")
-    if rec.num_errors:
-        out.append(f"{rec.num_errors} loadgen error(s)")
-    if rec.sut_failures:
-        out.append(f"{rec.sut_failures} request(s) failed")
-    if rec.accuracy_pass is False:
-        out.append(f"accuracy misses a target or upper limit ({rec.accuracy_metric} {rec.accuracy}); "
-                   "see accuracy.txt")
-    return out
+from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
 
 
 def offline_resize(spec: RunSpec, run) -> str | None:
@@ -85,17 +46,12 @@ def engine_gone(label: str, code: int, engine: Engine, aside: Path) -> LaunchErr
                        fix="read the engine log; the step is retried once on a relaunched engine")
 
 
-def utc_now() -> str:
-    """ISO 8601 in UTC to the millisecond: `2026-12-01T18:30:00.123+00:00`."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | None, tokenizer: str | None,
              flow_run_id: str | None = None) -> RunRecord:
     """Run, parse, score and judge one loadgen run; `flow_run_id`: the Prefect flow run that measured it, if any."""
     run_dir = work_dir / "runs" / spec.key()
     if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
-        runner.set_aside(run_dir)
+        set_aside(run_dir)
     endpoint = engine.endpoint()
     started_at = utc_now()
     try:
@@ -103,7 +59,7 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     except CommandError as e:
         if e.returncode not in liveness.ENGINE_GONE:
             raise
-        raise engine_gone(spec.label, e.returncode, engine, runner.set_aside(run_dir)) from None
+        raise engine_gone(spec.label, e.returncode, engine, set_aside(run_dir)) from None
     ended_at = utc_now()
     run = load_run(run_dir)
     metrics = passed = None
@@ -118,14 +74,3 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
         raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec, fix=offline_resize(spec, run))
     return rec
 
-
-def summary(rec: RunRecord) -> str:
-    """One line of what a run measured, naming only what it has: `VALID, 1594.1 Tokens/s, TTFT p99 23.4 ms`."""
-    parts = [rec.validity or ""] if rec.valid is not None else []
-    if rec.metric is not None:
-        parts.append(f"{rec.metric:g} {rec.unit or ''}".strip())
-    parts += [f"{name} p99 {value:g} ms" for name, value in (("TTFT", rec.ttft_p99_ms), ("TPOT", rec.tpot_p99_ms))
-              if value is not None]
-    if rec.accuracy is not None:
-        parts.append(f"{rec.accuracy_metric} {rec.accuracy:g}")
-    return ", ".join(p for p in parts if p) or "no result"

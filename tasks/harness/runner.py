@@ -93,13 +93,6 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
     return json.loads((run_dir / STATS).read_text())
 
 
-def set_aside(run_dir: Path) -> Path:
-    """Move a failed attempt's run folder to `<key>.failed-<time>`, where no later step reads it."""
-    aside = run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
-    run_dir.rename(aside)
-    return aside
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 2:
         die_with_parent(int(sys.argv[2]))

@@ -15,7 +15,8 @@ from prefect import task
 from prefect.runtime import flow_run
 
 from submission.runs import RunRecord, RunSpec
-from tasks.harness.measure import run_once, summary
+from tasks.harness.measure import run_once
+from tasks.measuring import summary
 from tasks.serving.session import EngineSession
 from tasks.steps import cached_in, retry_transient, run_logger
 from tasks.workspace import folder_key

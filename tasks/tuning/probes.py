@@ -26,6 +26,7 @@ from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.harness import runner
+from tasks.measuring import set_aside
 from tasks.reporting import progress
 from tasks.serving.session import EngineSession
 from tasks.steps import retry_transient, run_logger
@@ -109,7 +110,7 @@ def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path, stall_s: fl
     qps = target_qps(spec)
     run_dir = Path(work_dir) / "search-runs" / spec.key()
     if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
-        runner.set_aside(run_dir)
+        set_aside(run_dir)
     started = time.monotonic()
     stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
     duration = time.monotonic() - started

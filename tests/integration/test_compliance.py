@@ -26,8 +26,9 @@ from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit
 from tasks.engines import Endpoint, backend
 from tasks.harness.datasets import read_token_prompts
-from tasks.harness.measure import RunRejected, run_once
+from tasks.harness.measure import run_once
 from tasks.launchers import launched, launcher
+from tasks.measuring import RunRejected
 from tests.fault_proxy import FaultProxy
 from tests.integration.conftest import write_plan
 

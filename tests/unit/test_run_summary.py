@@ -1,7 +1,7 @@
 """The one log line per loadgen run names only what the run measured."""
 
 from submission.runs import RunRecord
-from tasks.harness.measure import summary
+from tasks.measuring import summary
 
 BASE = {"key": "k", "system": "cpu-smoke", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
 

@@ -1,0 +1,133 @@
+"""One endpoints client run measured, scored and judged: the plain function under the endpoints-run task
+(tasks.endpoints.step), the peer of `tasks.harness.measure`.
+
+Judged as the official v6.1 checker judges an endpoints folder (submission/checks/endpoints.py): a performance run is
+VALID when no sample failed and the early-stopping p99 of each limited latency is within its limit (Qwen3-VL: the
+end-to-end latency, 12 s Server, 1.5 s Interactive; a p99 the client could not estimate is no pass). Podium adds the
+minimum duration: a run that ended sooner (an Offline engine faster than its target_qps sized the run for) is INVALID
+too. An accuracy run carries the client's own score; the plan's evaluator (the benchmark's reference one unless the
+plan names another) scores the same answers (tasks.endpoints.answers) and gives the verdict, and where it is the
+reference one the two scores must agree.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from submission.errors import CommandError, LaunchError, RunFailed
+from submission.rules import Rules, ScenarioRules, load_rules
+from submission.runs import RunRecord, RunSpec
+from tasks.accuracy import AccuracyResult, score
+from tasks.endpoints import answers, runner
+from tasks.endpoints import config as client_config
+from tasks.endpoints.results import ClientResult
+from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
+
+AGREE = 1e-6   # the client's score and the reference evaluator's on the same answers (both print 7 digits)
+
+
+def limits(sc: ScenarioRules) -> list[tuple[str, str, float]]:
+    """(name, ClientResult field, limit in ms) of each p99 the scenario limits."""
+    named = (("TTFT", "ttft_p99_ms", sc.ttft_ms), ("TPOT", "tpot_p99_ms", sc.tpot_ms),
+             ("latency", "latency_p99_ms", sc.latency_ms))
+    return [(name, field, limit) for name, field, limit in named if limit]
+
+
+def invalid_reasons(spec: RunSpec, result: ClientResult, rules: Rules) -> list[str]:
+    """Why a performance run is INVALID (none: VALID)."""
+    sc = rules.benchmark(spec.benchmark).scenario(spec.scenario)
+    reasons = []
+    for name, field, limit in limits(sc):
+        p99 = getattr(result, field)
+        if p99 is None:
+            reasons.append(f"the client could not estimate the early-stopping p99 {name} (too few samples)")
+        elif p99 > limit:
+            reasons.append(f"p99 {name} (early stopping) {p99:g} ms exceeds {limit:g} ms")
+    minimum = client_config.min_duration_ms(spec, rules)
+    if result.duration_s * 1000 < minimum:
+        reasons.append(f"the run took {result.duration_s:.1f} s, under its min duration of {minimum / 1000:g} s")
+    return reasons
+
+
+def resize(spec: RunSpec, result: ClientResult, reasons: list[str]) -> str | None:
+    """The fix for an Offline run that ended before its minimum duration: the client issues about
+    1.1 x target_qps x min duration samples, so an engine faster than target_qps says finishes them too soon."""
+    if spec.loadgen_scenario != "Offline" or not result.qps or not any("min duration" in r for r in reasons):
+        return None
+    return (f"the engine did {result.qps:.1f} samples/s, more than the Offline target_qps sized the run for: set "
+            f"benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
+            f"{math.ceil(1.5 * result.qps)} and run the plan again")
+
+
+def record(spec: RunSpec, run_dir: Path, result: ClientResult, rules: Rules, scored: AccuracyResult | None, *,
+           flow_run_id: str | None = None, started_at: str | None = None, ended_at: str | None = None) -> RunRecord:
+    """The results row of an endpoints run: the client's own numbers, Podium's verdict."""
+    sc = rules.benchmark(spec.benchmark).scenario(spec.scenario)
+    fields: dict = {}
+    if spec.mode == "performance":
+        reasons = invalid_reasons(spec, result, rules)
+        fields = {"valid": not reasons, "validity": "INVALID" if reasons else "VALID", "invalid_reasons": reasons,
+                  "metric": result.qps, "unit": sc.unit}
+    if scored is not None:
+        fields |= {"accuracy_metric": sc.accuracy[0].metric, "accuracy": result.accuracy,
+                   "accuracy_pass": scored.verdict is not None and scored.verdict.passed}
+    return RunRecord(key=spec.key(), system=spec.system, benchmark=spec.benchmark, scenario=spec.scenario,
+                     mode=spec.mode, run_dir=str(run_dir), harness="endpoints", valid=fields.pop("valid", None),
+                     validity=fields.pop("validity", None), ttft_p99_ms=result.ttft_p99_ms,
+                     tpot_p99_ms=result.tpot_p99_ms, latency_p99_ms=result.latency_p99_ms,
+                     sut_failures=result.failed, token_source="endpoints client",
+                     wall_s=round(result.duration_s, 3), flow_run_id=flow_run_id, started_at=started_at,
+                     ended_at=ended_at, **fields)
+
+
+def score_answers(spec: RunSpec, run_dir: Path, result: ClientResult, evaluator: str | None,
+                  tokenizer: Path | None) -> AccuracyResult:
+    """Score the client's answers with the plan's evaluator (accuracy.txt in the run folder, beside the client's
+    report); RunFailed when the reference evaluator and the client disagree on them."""
+    answers.write_accuracy_log(run_dir / client_config.REPORT, run_dir / answers.ACCURACY_LOG)
+    name = evaluator or spec.benchmark
+    scored = score(name, run_dir, Path(spec.dataset), tokenizer, benchmark=spec.benchmark, scenario=spec.scenario,
+                   round=spec.round)
+    metric = load_rules(spec.round).benchmark(spec.benchmark).scenario(spec.scenario).accuracy[0].metric
+    ours = scored.metrics.get(metric)
+    if name == spec.benchmark and (ours is None or result.accuracy is None or abs(ours - result.accuracy) > AGREE):
+        raise RunFailed(f"{spec.label}: the endpoints client scored {metric} {result.accuracy}, Podium's reference "
+                        f"evaluator {ours} on the same answers", where=str(run_dir),
+                        fix="compare the client's report (accuracy/, events.jsonl) with accuracy.txt; report it")
+    return scored
+
+
+def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | None, tokenizer: str | None,
+             flow_run_id: str | None = None) -> RunRecord:
+    """Run, score and judge one endpoints client run; `tokenizer`: the staged model's tokenizer.json (the client
+    reads the folder it is in)."""
+    run_dir = work_dir / "runs" / spec.key()
+    if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
+        set_aside(run_dir)
+    endpoint = engine.endpoint()
+    model_dir = Path(tokenizer).parent if tokenizer else None
+    started_at = utc_now()
+    try:
+        result = runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
+                            data_dir=work_dir / "endpoints-data")
+    except (CommandError, RunFailed) as error:
+        if engine.alive():
+            raise
+        report = engine.log_report()
+        engine.close()
+        raise LaunchError(f"{spec.label}: the engine stopped during the endpoints client run; the run's partial "
+                          f"logs are set aside in {set_aside(run_dir)}\n{error}\n{report}",
+                          fix="read the engine log; the step is retried once on a relaunched engine") from None
+    ended_at = utc_now()
+    rules = load_rules(spec.round)
+    scored = None
+    if spec.mode == "accuracy":
+        scored = score_answers(spec, run_dir, result, evaluator, tokenizer and Path(tokenizer))
+    rec = record(spec, run_dir, result, rules, scored, flow_run_id=flow_run_id, started_at=started_at,
+                 ended_at=ended_at)
+    found = problems(rec)
+    if found:
+        raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec,
+                          fix=resize(spec, result, list(rec.invalid_reasons)))
+    return rec

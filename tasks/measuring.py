@@ -1,0 +1,82 @@
+"""What every measured run shares, whichever client measures it (`tasks.harness`: loadgen; `tasks.endpoints`: the
+MLCommons endpoints client): what it needs of its engine, where a failed attempt's logs go, how its results row is
+judged and summed up in one line.
+
+A run that cannot change by retrying (INVALID, client errors, accuracy under the target) raises `RunRejected`
+carrying its record; the steps neither retry nor cache it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from submission.errors import RunFailed
+from submission.runs import RunRecord
+from tasks.engines import Endpoint
+
+
+class Engine(Protocol):
+    """What a run needs of its engine (tasks.serving.session.EngineSession): its endpoint (launched on first use),
+    the stall watchdog's seconds, its logs for an error, whether it still runs, and a way to stop it."""
+
+    stall_s: float | None
+
+    def endpoint(self) -> Endpoint: ...
+
+    def alive(self) -> bool: ...
+
+    def log_report(self, lines: int = 20) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class RunRejected(RunFailed):
+    """A finished run whose result cannot be used; `record` is its results row."""
+
+    def __init__(self, message: str, record: RunRecord, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix or "see the run's logs in its run folder; adjust the plan and run it again")
+        self.record = record
+
+
+def problems(rec: RunRecord) -> list[str]:
+    """Why a finished run's results row cannot be used (none: it can)."""
+    out = []
+    if rec.mode == "performance" and not rec.valid:
+        out.append(f"Result is {rec.validity}: {'; '.join(rec.invalid_reasons)}")
+    if rec.num_errors:
+        out.append(f"{rec.num_errors} {rec.harness} error(s)")
+    if rec.sut_failures:
+        out.append(f"{rec.sut_failures} request(s) failed")
+    if rec.accuracy_pass is False:
+        out.append(f"accuracy misses a target or upper limit ({rec.accuracy_metric} {rec.accuracy}); "
+                   "see accuracy.txt")
+    return out
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Move a failed attempt's run folder to `<key>.failed-<time>`, where no later step reads it."""
+    aside = run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
+    run_dir.rename(aside)
+    return aside
+
+
+def utc_now() -> str:
+    """ISO 8601 in UTC to the millisecond: `2026-12-01T18:30:00.123+00:00`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def summary(rec: RunRecord) -> str:
+    """One line of what a run measured, naming only what it has: `VALID, 1594.1 Tokens/s, TTFT p99 23.4 ms`."""
+    parts = [rec.validity or ""] if rec.valid is not None else []
+    if rec.metric is not None:
+        parts.append(f"{rec.metric:g} {rec.unit or ''}".strip())
+    parts += [f"{name} p99 {value:g} ms" for name, value in (("TTFT", rec.ttft_p99_ms), ("TPOT", rec.tpot_p99_ms))
+              if value is not None]
+    if rec.harness == "endpoints" and rec.latency_p99_ms is not None:
+        parts.append(f"latency p99 (early stopping) {rec.latency_p99_ms:g} ms")
+    if rec.accuracy is not None:
+        parts.append(f"{rec.accuracy_metric} {rec.accuracy:g}")
+    return ", ".join(p for p in parts if p) or "no result"
