@@ -17,10 +17,10 @@ from prefect import flow, get_run_logger
 from submission import plan as plans
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
+from tasks.clients import run_step
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit_task
 from tasks.engines import engine_identity
-from tasks.clients import run_step
 from tasks.measuring import RunRejected, summary
 from tasks.ops.inputs import require_fit
 from tasks.reporting import progress

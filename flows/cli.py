@@ -155,10 +155,11 @@ def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose tar
 @dev.command("smoke-assets")
 @exits_on_error
 def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
-    """Build the tiny model and the smoke data set into <workspace>/store (deterministic; skipped when present)."""
-    from tasks.engines.smoke import build_assets
+    """Build the tiny models and the smoke data sets (smoke.yaml's, smoke-vlm.yaml's) into <workspace>/store
+    (deterministic; skipped when present)."""
+    from tasks.engines.smoke import build_assets, build_vlm_assets
 
-    for line in build_assets(workspace / "store"):
+    for line in build_assets(workspace / "store") + build_vlm_assets(workspace / "store"):
         typer.echo(line)
 
 

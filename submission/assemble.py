@@ -14,8 +14,8 @@ import yaml
 
 from submission.files import write_atomic
 from submission.plan import SCENARIOS, BenchmarkSpec, Plan
-from submission.runs import AuditRecord, RunRecord
-from submission.tree import Tree
+from submission.runs import CLIENT_REPORT, AuditRecord, RunRecord
+from submission.tree import ACCURACY_RESULTS, ENDPOINTS_CONFIG, RESULT_SUMMARY, Tree
 from submission.truncate import truncate_tree
 
 PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
@@ -44,7 +44,7 @@ def write_plan(tree: Tree, plan: Plan) -> Path:
     return write_atomic(tree.org / plan_file(plan), yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
 
 
-def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: str) -> str:
+def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: str, harness: str) -> str:
     smoke = plan.profile == "smoke"
     lines = [f"# {bench.benchmark} {scenario} on {bench.system}", ""]
     if smoke:
@@ -56,11 +56,28 @@ def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: st
         "```", f"podium run {Path(plan_file(plan)).name}   # the plan is in {plan_file(plan)}", "```", "",
         f"- engine: `{bench.engine.name}` {json.dumps(bench.engine.options) if bench.engine.options else ''}",
         f"- model: `{bench.model.name}` from `{bench.model.source}`",
-        "- loadgen settings: `user.conf` beside this file",
+        HARNESS_LINES[harness](plan),
         *_guided_decoding_line(bench),
         _warmup_line(bench),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _client_line(plan: Plan) -> str:
+    from submission.rules import load_rules
+
+    pin = load_rules(plan.round).endpoints_client
+    at = f" at commit {pin.commit}" if pin else ""
+    return (f"- measured by the MLCommons endpoints client (`inference-endpoint`{at}); its config: `config.yaml` "
+            "beside this file")
+
+
+# What measured the scenario, by the runs' `harness`: the README line, and the src/ line.
+HARNESS_LINES = {"loadgen": lambda plan: "- loadgen settings: `user.conf` beside this file",
+                 "endpoints": _client_line}
+HARNESS_SRC = {"loadgen": "Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint",
+               "endpoints": "the MLCommons endpoints client (`inference-endpoint`) against the engine's "
+                            "OpenAI-compatible endpoint, with the config Podium wrote from the plan"}
 
 
 def _warmup_line(bench: BenchmarkSpec) -> str:
@@ -103,6 +120,32 @@ def _measurements(bench: BenchmarkSpec) -> str:
     }, indent=2) + "\n"
 
 
+def _loadgen_scenario(tree: Tree, where: tuple[str, str, str], perf: RunRecord, acc: RunRecord | None) -> None:
+    """The loadgen layout: performance/run_1 and accuracy/ loadgen logs, the run's user.conf."""
+    _copy(PERF_FILES, Path(perf.run_dir), tree.performance(*where))
+    shutil.copy2(Path(perf.run_dir) / "user.conf", tree.user_conf(*where))
+    if acc is not None:
+        _copy(ACC_FILES, Path(acc.run_dir), tree.accuracy(*where))
+
+
+def _endpoints_scenario(tree: Tree, where: tuple[str, str, str], perf: RunRecord, acc: RunRecord | None) -> None:
+    """The endpoints layout, the client's own files unchanged: the performance run's config.yaml and
+    performance/result_summary.json, the accuracy run's accuracy/accuracy_results.json."""
+    report = Path(perf.run_dir) / CLIENT_REPORT
+    for src, dst in ((report / ENDPOINTS_CONFIG, tree.endpoints_config(*where)),
+                     (report / "performance" / RESULT_SUMMARY, tree.endpoints_result_summary(*where))):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    if acc is not None:
+        dst = tree.endpoints_accuracy_results(*where)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(acc.run_dir) / CLIENT_REPORT / "accuracy" / ACCURACY_RESULTS, dst)
+
+
+# Each measuring client's scenario folder layout (submission.tree), by the runs' `harness`.
+LAYOUTS = {"loadgen": _loadgen_scenario, "endpoints": _endpoints_scenario}
+
+
 def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, str]], root: Path,
              backup: Path, *, commit: str, audits: list[AuditRecord] | None = None) -> Tree:
     """Write the tree under `root` (replaced if present); return its Tree. Each audit's TESTxx folder (laid out
@@ -122,24 +165,22 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
             perf = by_label.get(f"{bench.system}/{bench.benchmark}/{scenario}/performance")
             if perf is None:
                 continue
-            _copy(PERF_FILES, Path(perf.run_dir), tree.performance(bench.system, folder, scenario))
-            base = tree.scenario(bench.system, folder, scenario)
-            shutil.copy2(Path(perf.run_dir) / "user.conf", base / "user.conf")
-            write_atomic(base / "measurements.json", _measurements(bench))
-            write_atomic(base / "README.md", _scenario_readme(plan, bench, scenario, commit))
             acc = by_label.get(f"{bench.system}/{bench.benchmark}/{scenario}/accuracy")
-            if acc is not None:
-                _copy(ACC_FILES, Path(acc.run_dir), tree.accuracy(bench.system, folder, scenario))
+            where = (bench.system, folder, scenario)
+            LAYOUTS[perf.harness](tree, where, perf, acc)
+            base = tree.scenario(*where)
+            write_atomic(base / "measurements.json", _measurements(bench))
+            write_atomic(base / "README.md", _scenario_readme(plan, bench, scenario, commit, perf.harness))
             for audit in (a for a in audits or () if a.label.startswith(f"{bench.system}/{bench.benchmark}/"
                                                                         f"{scenario}/")):
-                shutil.copytree(audit.folder, tree.compliance(bench.system, folder, scenario, audit.test))
+                shutil.copytree(audit.folder, tree.compliance(*where, audit.test))
     if mapping:
         write_atomic(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
     write_plan(tree, plan)
     write_atomic(tree.src / "podium" / "README.md",
                  f"Podium (commit {commit}) ran this submission from `{plan_file(plan)}`: `podium run "
                  f"{Path(plan_file(plan)).name}`.\n"
-                 "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.\n")
+                 "".join(f"{b.key} is measured by {HARNESS_SRC[plan.harness(b)]}.\n" for b in plan.benchmarks))
     if plan.division == "closed":
         write_atomic(tree.calibration, "# Calibration\n\n" + "\n".join(
             f"- {b.benchmark}: weights {b.model.weight_data_types}, transformations: {b.model.weight_transformations}"

@@ -114,6 +114,10 @@ class EngineSpec(Strict):
 class DatasetSpec(Strict):
     performance: str
     accuracy: str
+    scenarios: dict[str, str] = Field(default_factory=dict,
+                                      description="a scenario's own data set for its performance and accuracy runs, "
+                                                  "where the round gives it one, e.g. Interactive: "
+                                                  "/data/shopify_product_catalogue_8k.parquet (Qwen3-VL)")
     compliance: dict[str, str] = Field(default_factory=dict,
                                        description="a compliance test's own data set, e.g. "
                                                    "TEST07: acc/acc_eval_compliance_gpqa.parquet")
@@ -176,6 +180,7 @@ class BenchmarkSpec(Strict):
         return [("model.source", "models", self.model.source),
                 ("dataset.performance", "datasets", self.dataset.performance),
                 ("dataset.accuracy", "datasets", self.dataset.accuracy),
+                *((f"dataset.scenarios.{name}", "datasets", path) for name, path in self.dataset.scenarios.items()),
                 *((f"dataset.compliance.{test}", "datasets", path) for test, path in self.dataset.compliance.items())]
 
     @model_validator(mode="after")
@@ -268,6 +273,10 @@ class Plan(Strict):
                                      f"{did_you_mean(name, bench.allowed_scenarios)}")
                 if name != "Offline" and sc.target_qps is None:
                     raise ValueError(f"{where}.scenarios.{name}.target_qps is required for {name}, e.g. target_qps: 2")
+            for name in b.dataset.scenarios:
+                if name not in b.scenarios:
+                    raise ValueError(f"{where}.dataset.scenarios.{name}: the plan runs no {name}; "
+                                     f"{did_you_mean(name, b.scenarios)}")
             if not b.scenarios:
                 raise ValueError(f"{where}.scenarios: name at least one scenario, e.g. Offline: {{target_qps: 10}}")
             self._harness(where, b, bench)
@@ -362,6 +371,12 @@ class Plan(Strict):
             raise ValueError(f"{where}.scenarios: {b.benchmark} requires {', '.join(missing)}")
         if bench.one_of_scenarios and not set(bench.one_of_scenarios) & set(b.scenarios):
             raise ValueError(f"{where}.scenarios: {b.benchmark} needs one of {', '.join(bench.one_of_scenarios)}")
+        for name in b.scenarios:
+            own = bench.scenario(name).dataset
+            if own is not None and name not in b.dataset.scenarios:
+                raise ValueError(f"{where}.dataset.scenarios.{name}: {b.benchmark} {name} runs its own data set, "
+                                 f"{own.name} ({own.size} rows); name its file, e.g. scenarios: {{{name}: "
+                                 f"/data/{own.name.rsplit('/', 1)[-1]}.parquet}}")
         durations = [("loadgen.min_duration_ms", b.loadgen.min_duration_ms)] + [
             (f"scenarios.{n}.min_duration_ms", s.min_duration_ms) for n, s in b.scenarios.items()]
         for field, value in durations:

@@ -15,6 +15,7 @@ from submission.rules import Harness, Rules, load_rules
 from submission.schema import Strict
 
 Mode = Literal["performance", "accuracy"]
+CLIENT_REPORT = "report"   # the endpoints client's report folder inside an endpoints run's folder
 
 
 class RunSpec(Strict):
@@ -99,10 +100,11 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
     modes: list[Mode] = ["performance", "accuracy"] if bench.accuracy else ["performance"]
     runs = []
     for mode in modes:
-        dataset = bench.dataset.performance if mode == "performance" else bench.dataset.accuracy
+        default = bench.dataset.performance if mode == "performance" else bench.dataset.accuracy
         max_tokens = bench.generation.max_tokens if mode == "performance" else (
             bench.generation.accuracy_max_tokens or bench.generation.max_tokens)
         for scenario in scenarios:
+            dataset = bench.dataset.scenarios.get(scenario, default)
             runs.append(RunSpec(
                 plan=plan.name, profile=plan.profile, round=plan.round, system=bench.system,
                 benchmark=bench.benchmark, scenario=scenario, mode=mode, harness=harness,

@@ -37,10 +37,10 @@ import yaml
 from submission.errors import PlanError
 from submission.generation import reference_generation
 from submission.rules import Rules, load_rules
+from submission.runs import CLIENT_REPORT as REPORT
 from submission.runs import RunSpec
 from tasks.engines import Endpoint
 
-REPORT = "report"        # the client's report folder, inside the run folder
 CONFIG = "endpoints.yaml"
 # Rules data set name -> (the client's predefined data set, its split key): the cache file the client reads is
 # dataset_cache/<id>/<split>/<id>_<split>.parquet under its working folder (shopify_product_catalogue/__init__.py

@@ -50,13 +50,24 @@ def prepare(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path
     return client_config.write_config(client_config.client_config(spec, endpoint, run_dir, tokenizer), run_dir)
 
 
+def command(spec: RunSpec, config: Path, client: Path | str) -> list[str]:
+    """The client's command line for the run whose config is `config`."""
+    return [str(client), "benchmark", "from-config", "-c", str(config), "--mode", client_config.CLIENT_MODES[spec.mode]]
+
+
+def review(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path) -> dict:
+    """What the run would do, as plain data (`podium launch PLAN --dry-run`): the client's command and config."""
+    config = client_config.client_config(spec, endpoint, run_dir, tokenizer)
+    return {"label": spec.label, "command": command(spec, run_dir / client_config.CONFIG, "inference-endpoint"),
+            "config": config}
+
+
 def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, data_dir: Path,
         timeout_s: float | None = None, client: Path | None = None) -> ClientResult:
     """Run the client (`client`, else the one `make venv-endpoints` installed, checked at the round's pin) and read
     its result. CommandError when it exits non-zero or runs past `timeout_s`; RunFailed when samples failed."""
     config = prepare(spec, endpoint, run_dir, tokenizer=tokenizer, data_dir=data_dir)
-    argv = [str(client or require_client(spec.round)), "benchmark", "from-config", "-c", str(config),
-            "--mode", client_config.CLIENT_MODES[spec.mode]]
+    argv = command(spec, config, client or require_client(spec.round))
     log = run_dir / LOG
     with log.open("wb") as out:
         child = subprocess.Popen(argv, cwd=run_dir, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from submission import capacity as capacity_checks
 from submission.errors import PlanError, PodiumError
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
@@ -131,6 +133,9 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
     out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
+    from tasks import clients   # here: the clients' steps run on an EngineSession, which launches through this module
+
+    out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
     sized = sizing(plan, bench)
     out["capacity"] = sized.as_dict()
     return out
@@ -168,6 +173,18 @@ def _routing(processes: list[dict[str, Any]]) -> list[str]:
     return [f"  KV router: fed by {source}"]
 
 
+def _measuring(measuring: dict[str, Any]) -> list[str]:
+    """How each run is measured: loadgen's user.conf, or the endpoints client's command and config."""
+    if measuring["harness"] == "loadgen":
+        return [f"  measured by loadgen (Podium's SUT), {len(measuring['runs'])} run(s); user.conf of each:",
+                *(_indent(r["user_conf"], f"    {r['label']}: ") for r in measuring["runs"])]
+    lines = [f"  measured by the MLCommons endpoints client, {len(measuring['runs'])} run(s), each in its run folder:"]
+    for r in measuring["runs"]:
+        lines += [f"    {r['label']}: {shlex.join(r['command'])}",
+                  _indent(yaml.safe_dump(r["config"], sort_keys=False), "      | ")]
+    return lines
+
+
 def render(items: list[dict[str, Any]]) -> str:
     """The review as text, one block per process."""
     lines = []
@@ -203,6 +220,7 @@ def render(items: list[dict[str, Any]]) -> str:
         if "kubernetes" in r:
             kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
             lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+        lines += _measuring(r["measuring"])
         lines += r["capacity"]["text"]
         lines.append("")
     return "\n".join(lines)

@@ -21,3 +21,23 @@ def build_assets(store: Path) -> list[str]:
         data.build(folder, datasets)
         done.append(f"built {datasets}")
     return [*done, f"smoke assets ready in {store}"]
+
+
+VLM_ROWS, VLM_MAX_TOKENS = 16, 8   # deployments/plans/smoke-vlm.yaml's data set and answer length
+
+
+def build_vlm_assets(store: Path) -> list[str]:
+    """The tiny LLaVA into `<store>/models/tiny-llava` and its Shopify-shaped data set into
+    `<store>/datasets/smoke-vlm`, each only when missing (deterministic); what it did, a line each."""
+    from tasks.engines.smoke import vlm_data, vlm_model
+
+    done = []
+    folder = store / "models" / vlm_model.MODEL_NAME
+    if not (folder / "model.safetensors").is_file():
+        files = vlm_model.build(folder)
+        done.append(f"built {folder}: " + ", ".join(f"{k} {v[:12]}" for k, v in files.items()))
+    datasets = store / "datasets" / "smoke-vlm"
+    if not (datasets / vlm_data.FILE).is_file():
+        vlm_data.build(folder, datasets, count=VLM_ROWS, max_tokens=VLM_MAX_TOKENS)
+        done.append(f"built {datasets}")
+    return [*done, f"VLM smoke assets ready in {store}"]
