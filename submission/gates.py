@@ -66,7 +66,8 @@ def accuracy_margin(records: Iterable[Any], targets: Mapping[tuple[str, str], fl
     `min_margin` percent or more."""
     gates = []
     for r in records:
-        if getattr(r, "mode", None) != "accuracy" or getattr(r, "accuracy", None) is None:
+        if getattr(r, "mode", None) != "accuracy" or getattr(r, "accuracy", None) is None \
+                or getattr(r, "accuracy_pass", None) is None:   # not judged: a smoke stand-in's score
             continue
         target = targets.get((r.benchmark, r.scenario))
         if not target:

@@ -32,7 +32,8 @@ from submission.tree import (
     RESULT_SUMMARY,
 )
 
-# config.yaml `type` (or `benchmark_mode` of a `type: submission` config) -> loadgen scenario; online is Server
+# config.yaml `type` -> loadgen scenario; online is Server (constants.py ENDPOINTS_YAML_FIELD_MAP: the official checker
+# reads `effective_scenario` from `type` alone, so a `type: submission` config is no scenario there)
 CONFIG_SCENARIOS = {"offline": "Offline", "online": "Server", "server": "Server"}
 SCORE_KEYS = ("F1_HIERARCHICAL", "f1_hierarchical", "hierarchical", "f1", "score", "accuracy")  # accuracy_check.py
 P99 = "99.0"
@@ -110,13 +111,12 @@ def config(ctx: Context, path: Path, sc: ScenarioRules, result: ScenarioResult) 
         ctx.add("endpoints-config", path, "not a YAML mapping", "copy the run's config.yaml unchanged")
         return
     kind = str(data.get("type", "")).lower()
-    if kind == "submission":
-        kind = str(data.get("benchmark_mode", "")).lower()
     scenario = CONFIG_SCENARIOS.get(kind)
     result.log_scenario = scenario
-    if scenario is None:
-        ctx.add("endpoints-config", path, f"type {data.get('type')!r} is not offline or online",
-                "use the endpoints config the run was made with")
+    if scenario is None:   # the official checker takes `type` as the scenario; `benchmark_mode` is not read
+        ctx.add("endpoints-config", path, f"type {data.get('type')!r} is not offline or online (the checker reads "
+                "the scenario from `type`)", "run the client with a `type: offline` or `type: online` config "
+                "(submission_ref still pins the round's seeds)")
     elif scenario != sc.loadgen_scenario:
         ctx.add("scenario-mismatch", path, f"an endpoints {kind} run in the {sc.name} folder",
                 f"put an endpoints {'offline' if sc.loadgen_scenario == 'Offline' else 'online'} run here")

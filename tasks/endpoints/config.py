@@ -4,12 +4,14 @@
 
 What it holds, and where each value comes from (the client's source is mlcommons/endpoints at the commit the round's
 rules pin, `endpoints_client` in submission/rules/<round>.yaml; paths below are under its src/inference_endpoint/):
-- `type: submission`, `benchmark_mode` offline (Offline) or online (Server, Interactive), and `submission_ref`
-  naming the client's own ruleset of the round (`mlperf-inference-v6.1`: config/ruleset_registry.py
-  `_auto_register_mlcommons`, config/rulesets/mlcommons/rules.py `_v6_1`).
-  With it the client pins the scheduler and dataloader seeds (and reseeds warmup) from that ruleset itself, and
-  refuses to run if it has none (config/schema.py `_apply_ruleset_seed_overrides`); Podium writes the same seeds
-  from its rules data (`seeds:`), so config.yaml says them either way. The examples' seed 42 is not the round's.
+- `type` offline (Offline) or online (Server, Interactive): the official v6.1 checker reads the scenario from
+  config.yaml's `type` alone (submission_checker/constants.py ENDPOINTS_YAML_FIELD_MAP `effective_scenario`), so a
+  `type: submission` config (whose scenario is in `benchmark_mode`) is rejected there as "Scenario: submission";
+  `submission_ref` naming the client's own ruleset of the round (`mlperf-inference-v6.1`:
+  config/ruleset_registry.py `_auto_register_mlcommons`, config/rulesets/mlcommons/rules.py `_v6_1`), with which
+  the client pins the scheduler and dataloader seeds (and reseeds warmup) from that ruleset whatever the type
+  (config/schema.py `_apply_ruleset_seed_overrides`); Podium writes the same seeds from its rules data (`seeds:`),
+  so config.yaml says them either way. The examples' seed 42 is not the round's.
 - load pattern: Offline `max_throughput` (its target_qps sizes the issued count: config/runtime_settings.py
   `total_samples_to_issue`, target_qps x min duration x 1.1, rounded up to whole data sets), Server and Interactive
   `poisson` at the plan's target_qps; `min_duration_ms` as the run's user.conf lines carry it, else the rules'.
@@ -105,8 +107,7 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
         load["target_qps"] = float(target_qps)
     return {
         "name": f"podium-{spec.key()}",
-        "type": "submission",
-        "benchmark_mode": "online" if online else "offline",
+        "type": "online" if online else "offline",
         "submission_ref": {"model": spec.benchmark, "ruleset": f"mlperf-inference-{spec.round}"},
         "model_params": {"name": endpoint.model, "tokenizer_name": str(tokenizer), "streaming": "on",
                          "max_new_tokens": spec.max_tokens, **sampling(spec, endpoint)},

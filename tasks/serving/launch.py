@@ -133,7 +133,7 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
     out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
-    from tasks import clients   # here: the clients' steps run on an EngineSession, which launches through this module
+    from tasks import clients  # here: the clients' steps run on an EngineSession, which launches through this module
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
     sized = sizing(plan, bench)
