@@ -1,4 +1,5 @@
-"""The checker on trees assembled from real loadgen logs (a fake SUT behind the real loadgen)."""
+"""The checker on trees assembled from real loadgen logs (a fake SUT behind the real loadgen), and on a tree assembled
+from endpoints client runs (their report folders written as tests/checker_corpus.py writes an endpoints folder)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from submission.assemble import assemble
 from submission.checker import check_tree
 from submission.runs import RunRecord
 from submission.systems import describe
+from submission.tree import Tree
+from tests import checker_corpus as corpus
 from tests.loadgen_fake import run_fake
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
+QWEN_50_50 = SMOKE.with_name("qwen3-vl-dynamo-50-50.yaml")
 FAST_SERVER = ["*.Server.target_qps = 2000", "*.Server.min_duration = 100", "*.Server.min_query_count = 480"]
 
 
@@ -146,3 +150,51 @@ def test_closed_tree_needs_compliance_and_calibration(tmp_path: Path, runs: dict
     report = check_tree(root, "v6.1", profile="submission")
     errors = rules_of(report, "error")
     assert {"compliance-missing", "calibration", "system-description"} <= errors   # system says division "open"
+
+
+def client_runs(base: Path, system: str) -> list[RunRecord]:
+    """An endpoints performance and accuracy run per Qwen3-VL scenario, each run folder holding the client's
+    `report/` (its files as the corpus writes an endpoints scenario folder)."""
+    written = Tree(base / "written", "closed", corpus.ORG)
+    records = []
+    for sc in ("Offline", "Server", "Interactive"):
+        corpus.qwen_scenario(written, sc)
+        where = (corpus.SYSTEM, corpus.QWEN, sc)
+        files = {"config.yaml": written.endpoints_config(*where),
+                 "performance/result_summary.json": written.endpoints_result_summary(*where),
+                 "accuracy/accuracy_results.json": written.endpoints_accuracy_results(*where)}
+        for mode in ("performance", "accuracy"):
+            run_dir = base / "runs" / f"{sc}-{mode}"
+            for name, src in files.items():
+                (run_dir / "report" / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, run_dir / "report" / name)
+            records.append(RunRecord(key=f"{sc}-{mode}", system=system, benchmark=corpus.QWEN, scenario=sc,
+                                     mode=mode, run_dir=str(run_dir), harness="endpoints",
+                                     valid=True if mode == "performance" else None,
+                                     validity="VALID" if mode == "performance" else None))
+    return records
+
+
+def test_endpoints_runs_assemble_into_the_endpoints_layout(tmp_path: Path) -> None:
+    plan = plans.load(QWEN_50_50)
+    system = plan.benchmarks[0].system
+    records = client_runs(tmp_path, system)
+    root = tmp_path / "tree"
+    tree = assemble(plan, records, {system: corpus.system_description()}, root, tmp_path / "backup", commit="t")
+    for sc in ("Offline", "Server", "Interactive"):
+        folder = tree.scenario(system, corpus.QWEN, sc)
+        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        assert files == ["README.md", "accuracy/accuracy_results.json", "config.yaml", "measurements.json",
+                         "performance/result_summary.json"]   # no user.conf, no loadgen logs
+        report = tmp_path / "runs" / f"{sc}-performance" / "report"
+        for name in ("config.yaml", "performance/result_summary.json"):
+            assert (folder / name).read_bytes() == (report / name).read_bytes()
+        acc = tmp_path / "runs" / f"{sc}-accuracy" / "report" / "accuracy" / "accuracy_results.json"
+        assert (folder / "accuracy" / "accuracy_results.json").read_bytes() == acc.read_bytes()
+        readme = (folder / "README.md").read_text()
+        assert "measured by the MLCommons endpoints client (`inference-endpoint`" in readme
+        assert "user.conf" not in readme
+    report = check_tree(root, "v6.1")
+    assert report.scenarios_checked == 3 and report.ok, [f.line() for f in report.errors]
+    found = [f.line() for f in report.findings if f.rule in ("endpoints-files", "unexpected-file")]
+    assert found == []

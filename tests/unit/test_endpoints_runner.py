@@ -1,8 +1,10 @@
 """tasks/endpoints without the client: what the config leaves out for an engine, what it refuses, the data set's
-row count for a submission run, and a report's results read back (a null early-stopping p99, failed samples)."""
+row count for a submission run, a report's results read back (a null early-stopping p99, failed samples), and a run
+judged and recorded (tasks.endpoints.measure)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,9 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from submission.errors import PlanError, RunFailed
+from submission.rules import load_rules
 from submission.runs import RunSpec
-from tasks.endpoints import config, dataset
-from tasks.endpoints.results import read_result
+from tasks.accuracy import AccuracyResult, MetricVerdict, Verdict
+from tasks.endpoints import config, dataset, measure
+from tasks.endpoints.results import ClientResult, read_result
 from tasks.engines import Endpoint
 
 BENCH = "qwen3-vl-235b-a22b"
@@ -75,3 +79,46 @@ def test_results_are_read_and_failed_samples_carry_the_reason(tmp_path: Path) ->
         (tmp_path / "ok" / "accuracy").mkdir()
         (tmp_path / "ok" / "accuracy" / "accuracy_results.json").write_text(json.dumps({"accuracy_scores": []}))
         read_result(tmp_path / "ok", accuracy=True, log=tmp_path / "log")
+
+
+def result(**update: object) -> ClientResult:
+    """The seed's Interactive run: 40 q/s for 630 s, p99 latency (early stopping) 1487 ms under its 1500 ms limit."""
+    base = ClientResult(report_dir="r", issued=25200, completed=25200, failed=0, qps=39.85, duration_s=630.0,
+                        ttft_p99_ms=None, tpot_p99_ms=None, latency_p99_ms=1487.0)
+    return dataclasses.replace(base, **update)
+
+
+def test_a_run_is_judged_by_its_early_stopping_p99_and_its_duration() -> None:
+    rules = load_rules("v6.1")
+    interactive = spec("Interactive")
+    assert measure.invalid_reasons(interactive, result(), rules) == []
+    [over] = measure.invalid_reasons(interactive, result(latency_p99_ms=1516.0), rules)
+    assert "early stopping" in over and "1516 ms exceeds 1500 ms" in over
+    [unknown] = measure.invalid_reasons(interactive, result(latency_p99_ms=None), rules)
+    assert "could not estimate the early-stopping p99 latency" in unknown
+    assert measure.invalid_reasons(spec("Offline"), result(latency_p99_ms=None), rules) == []   # no Offline limit
+    offline, fast = spec("Offline"), result(duration_s=120.0, qps=400.0, latency_p99_ms=None)
+    [short] = measure.invalid_reasons(offline, fast, rules)
+    assert "under its min duration of 600 s" in short
+    assert "scenarios.Offline.target_qps to at least 600" in measure.resize(offline, fast, [short])
+    assert measure.resize(interactive, result(duration_s=120.0), [short]) is None   # only an Offline run is resized
+
+
+def test_the_record_carries_the_clients_numbers_and_podiums_verdict(tmp_path: Path) -> None:
+    rules = load_rules("v6.1")
+    rec = measure.record(spec("Server"), tmp_path, result(latency_p99_ms=9800.0), rules, None)
+    assert (rec.harness, rec.valid, rec.validity, rec.metric, rec.unit) == (
+        "endpoints", True, "VALID", 39.85, "Queries/s")
+    assert rec.latency_p99_ms == 9800.0 and rec.key == spec("Server").key()
+    bad = measure.record(spec("Interactive"), tmp_path, result(latency_p99_ms=1516.0), rules, None)
+    assert (bad.valid, bad.validity) == (False, "INVALID") and "1516" in bad.invalid_reasons[0]
+    metric = rules.benchmark(BENCH).scenario("Offline").accuracy[0].metric
+    failing = Verdict(BENCH, "Offline", "v6.1", (MetricVerdict(metric, 0.0, 0.7, None, False),))
+    scored = AccuracyResult(metrics={metric: 0.0}, samples=16, verdict=failing)
+    accuracy = spec("Offline", mode="accuracy")
+    rec = measure.record(accuracy, tmp_path, result(accuracy=0.0), rules, scored)
+    assert (rec.valid, rec.metric, rec.accuracy_metric, rec.accuracy, rec.accuracy_pass) == (
+        None, None, metric, 0.0, False)
+    smoke = measure.record(spec("Offline", mode="accuracy", profile="smoke"), tmp_path, result(accuracy=0.0), rules,
+                           scored)
+    assert smoke.accuracy_pass is None   # a stand-in model's score is reported, never gated on

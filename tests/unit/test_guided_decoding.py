@@ -76,6 +76,6 @@ def test_run_key_and_readme_record_it() -> None:
                          dataset_sha256={bench.dataset.performance: "p", bench.dataset.accuracy: "a"})
         assert all(run.guided_decoding is guided for run in runs)
         keys[guided] = runs[0].key()
-        readme = _scenario_readme(plan, bench, "Offline", "abc")
+        readme = _scenario_readme(plan, bench, "Offline", "abc", plan.harness(bench))
         assert f"- guided decoding: {'on' if guided else 'off'}" in readme
     assert keys[True] != keys[False]

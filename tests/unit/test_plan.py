@@ -165,3 +165,57 @@ def test_every_problem_is_listed(data: dict) -> None:
     data["division"] = "secret"
     message = _error(data)
     assert "sumbitter" in message and "division" in message
+
+
+# The measuring client (`harness:`) and a scenario's own data set, on the shipped Qwen3-VL plans.
+PLANS = SMOKE.parent
+
+
+def _plan(name: str) -> dict:
+    return yaml.safe_load((PLANS / name).read_text())
+
+
+def test_a_submission_plan_cannot_measure_qwen3_vl_with_loadgen() -> None:
+    data = _plan("qwen3-vl-dynamo-50-50.yaml")
+    data["benchmarks"][0]["harness"] = "loadgen"
+    message = _error(data)
+    assert "benchmarks.0.harness" in message and "measured by the endpoints client" in message
+    assert "multimodal/qwen3-vl/README.md" in message   # the rule's source
+    data |= {"profile": "smoke", "division": "open"}  # the smoke profile may choose loadgen, a named deviation
+    data["benchmarks"][0]["model"]["name"] = "tiny-qwen"
+    del data["benchmarks"][0]["scenarios"]["Interactive"]
+    del data["benchmarks"][0]["dataset"]["scenarios"]
+    p = plans.parse(data, "plan.yaml")
+    assert p.harness(p.benchmarks[0]) == "loadgen"
+
+
+def test_gpt_oss_cannot_be_measured_by_the_endpoints_client(data: dict) -> None:
+    data["benchmarks"][0]["harness"] = "endpoints"
+    message = _error(data)
+    assert "benchmarks.0.harness: gpt-oss-120b is measured by the loadgen client" in message
+    assert "remove harness: endpoints" in message
+
+
+def test_loadgen_has_no_qwen3_vl_interactive() -> None:
+    data = _plan("smoke-vlm.yaml")
+    p = plans.parse(copy.deepcopy(data), "plan.yaml")
+    assert p.harness(p.benchmarks[0]) == "endpoints"   # the round's client for Qwen3-VL
+    data["benchmarks"][0]["harness"] = "loadgen"
+    message = _error(data)
+    assert "benchmarks.0.scenarios.Interactive: loadgen has no qwen3-vl-235b-a22b Interactive" in message
+    assert "harness: endpoints, or drop Interactive" in message
+
+
+def test_a_submission_plan_names_the_interactive_data_set() -> None:
+    data = _plan("qwen3-vl-dynamo-50-50.yaml")
+    plans.parse(copy.deepcopy(data), "plan.yaml")
+    del data["benchmarks"][0]["dataset"]["scenarios"]
+    message = _error(data)
+    assert "benchmarks.0.dataset.scenarios.Interactive" in message and "(8000 rows)" in message
+
+
+def test_a_scenario_data_set_needs_its_scenario() -> None:
+    data = _plan("qwen3-vl-dynamo-50-50.yaml")
+    del data["benchmarks"][0]["scenarios"]["Interactive"]
+    message = _error(data)
+    assert "benchmarks.0.dataset.scenarios.Interactive: the plan runs no Interactive" in message

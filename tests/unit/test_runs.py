@@ -8,9 +8,10 @@ import yaml
 
 from submission import plan as plans
 from submission.rules import load_rules
-from submission.runs import plan_runs
+from submission.runs import RunSpec, plan_runs
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
+QWEN_50_50 = SMOKE.with_name("qwen3-vl-dynamo-50-50.yaml")
 
 
 def _runs(data: dict | None = None):
@@ -58,3 +59,31 @@ def test_submission_profile_sets_offline_minimum_queries() -> None:
     data["benchmarks"][0]["loadgen"] = {}
     offline = _runs(data)[0]
     assert ("gpt-oss-120b.Offline.min_query_count", "6396") in offline.user_conf
+
+
+def test_qwen3_vl_runs_are_measured_by_the_endpoints_client() -> None:
+    p = plans.load(QWEN_50_50)
+    bench = p.benchmarks[0]
+    shas = {path: "d" for _, kind, path in bench.sources() if kind == "datasets"}
+    runs = plan_runs(p, bench, load_rules(p.round), model_sha256="m", dataset_sha256=shas, engine="dynamo x")
+    assert [(r.scenario, r.mode) for r in runs] == [
+        ("Offline", "performance"), ("Server", "performance"), ("Interactive", "performance"),
+        ("Offline", "accuracy"), ("Server", "accuracy"), ("Interactive", "accuracy")]
+    assert {r.harness for r in runs} == {"endpoints"}
+    interactive = [r for r in runs if r.scenario == "Interactive"]
+    assert {r.dataset for r in interactive} == {bench.dataset.scenarios["Interactive"]}
+    assert all(r.dataset.endswith("shopify_product_catalogue_8k.parquet") for r in interactive)
+    assert all(r.dataset == bench.dataset.performance for r in runs if r.scenario != "Interactive")
+    # the endpoints client needs no loadgen Interactive model (Qwen3-VL has none): the run's settings are the model's
+    assert {(r.loadgen_model, r.loadgen_scenario) for r in interactive} == {("qwen3-vl-235b-a22b", "Server")}
+    assert ("qwen3-vl-235b-a22b.Server.target_qps", "40") in interactive[0].user_conf
+
+
+def test_a_loadgen_run_keeps_the_key_it_had_before_the_harness_field() -> None:
+    fields = dict(plan="p", profile="smoke", round="v6.1", system="s", benchmark="gpt-oss-120b", scenario="Server",
+                  mode="performance", loadgen_model="gpt-oss-120b", loadgen_scenario="Server",
+                  user_conf=(("gpt-oss-120b.Server.target_qps", "25"),), dataset="d.parquet", dataset_sha256="d",
+                  model_sha256="m", engine="e", max_tokens=16, temperature=0.0, max_concurrency=8)
+    pinned = "51587500255524efb0e8"   # this spec's key before RunSpec had `harness` (results already stored)
+    assert RunSpec(**fields).key() == RunSpec(**fields, harness="loadgen").key() == pinned
+    assert RunSpec(**fields, harness="endpoints").key() != pinned

@@ -149,11 +149,13 @@ def test_the_plan_sets_it_and_each_scenario_readme_says_what_ran_before_the_time
     bench = plan.benchmarks[0]
     spec = qwen_spec(tmp_path / "products.parquet")
     assert planned(bench.engine, [spec]) == WarmUp(spec, 8, 600)   # the defaults
-    line = next(x for x in _scenario_readme(plan, bench, "Offline", "abc").splitlines() if x.startswith("- warm-up:"))
+    readme = _scenario_readme(plan, bench, "Offline", "abc", plan.harness(bench))
+    line = next(x for x in readme.splitlines() if x.startswith("- warm-up:"))
     assert "the engine answered 8 untimed requests" in line and '"top_k": 20' in line and '"top_p": 0.8' in line
     assert "inference_rules.adoc, LoadGen Operation, run procedure steps 2-3" in line
 
     data["benchmarks"][0]["engine"] |= {"warmup_requests": 0}
     off = plans.parse(data, "plan.yaml")
     assert planned(off.benchmarks[0].engine, [spec]) is None
-    assert "- warm-up: none (`engine.warmup_requests: 0`)" in _scenario_readme(off, off.benchmarks[0], "Offline", "x")
+    readme = _scenario_readme(off, off.benchmarks[0], "Offline", "x", off.harness(off.benchmarks[0]))
+    assert "- warm-up: none (`engine.warmup_requests: 0`)" in readme
