@@ -6,14 +6,16 @@ PYTHON    ?= python3
 PY        := $(VENV)/bin/python
 PODIUM    := $(VENV)/bin/podium
 WORKSPACE ?= .podium
-STAMP     := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+CARRY     := deployments/gpu/carry.txt
+STAMP     := $(VENV)/.installed-$(shell cat pyproject.toml $(CARRY) | sha256sum | cut -c1-12)
 
 .PHONY: system-deps install smoke-assets demo test lint unit integration down clean venv-vllm venv-dynamo engines
 
-$(STAMP): pyproject.toml
+# The GPU acceptance script's carried wheels constrain the install: the versions it carries are the ones tested here.
+$(STAMP): pyproject.toml $(CARRY)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[smoke,dev]'
+	$(PY) -m pip install --quiet -e '.[smoke,dev]' -c $(CARRY)
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

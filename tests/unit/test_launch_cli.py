@@ -109,14 +109,15 @@ def test_the_review_shows_how_each_run_is_measured(tmp_path: Path) -> None:
     assert measuring["harness"] == "endpoints" and len(measuring["runs"]) == 6
     by_label = {r["label"].split("/", 2)[2]: r for r in measuring["runs"]}
     interactive = by_label["Interactive/performance"]["config"]
-    assert interactive["type"] == "submission" and interactive["settings"]["load_pattern"]["type"] == "poisson"
+    assert interactive["type"] == "online" and interactive["settings"]["load_pattern"]["type"] == "poisson"
     assert [d["name"] for d in interactive["datasets"]] == ["shopify_product_catalogue_8k::q3vl"]
     assert by_label["Offline/accuracy"]["command"][-2:] == ["--mode", "both"]
     text = launch.render([qwen])
     assert "measured by the MLCommons endpoints client, 6 run(s)" in text
     assert "Interactive/performance: inference-endpoint benchmark from-config -c " in text
     assert "--mode perf" in text and "--mode both" in text
-    assert "| type: submission" in text and "shopify_product_catalogue_8k::q3vl" in text and "type: poisson" in text
+    assert "| type: offline" in text and "| type: online" in text
+    assert "shopify_product_catalogue_8k::q3vl" in text and "type: poisson" in text
     assert not (tmp_path / "ws").exists()   # a review writes nothing
     gpt = launch.render(launch.reviews(plans.load(PLANS / "smoke.yaml"), tmp_path / "ws"))
     assert "measured by loadgen (Podium's SUT), 6 run(s)" in gpt and "inference-endpoint" not in gpt
