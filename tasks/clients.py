@@ -6,6 +6,7 @@ docs/architecture.md, "Where to add".
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,16 +15,17 @@ from submission.plan import BenchmarkSpec, Plan
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.endpoints import runner as endpoints_runner
-from tasks.endpoints.step import run_endpoints
 from tasks.engines import Endpoint
-from tasks.harness.step import run_loadgen
 
-STEPS: dict[str, Callable[..., Any]] = {"loadgen": run_loadgen, "endpoints": run_endpoints}
+# The run steps by harness, imported when first asked for (as tasks.engines.BACKENDS): a step runs on an
+# EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured.
+STEPS = {"loadgen": "tasks.harness.step:run_loadgen", "endpoints": "tasks.endpoints.step:run_endpoints"}
 
 
 def run_step(spec: RunSpec) -> Callable[..., Any]:
     """The run step of the client that measures `spec`."""
-    return STEPS[spec.harness]
+    module, _, name = STEPS[spec.harness].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _loadgen_review(spec: RunSpec, endpoint: Endpoint, run_dir: Path, model_dir: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from submission.errors import PlanError, PodiumError
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
 from submission.rules import load_rules
 from submission.systems import accelerators
+from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
 from tasks.workspace import Workspace
@@ -133,7 +134,6 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
     out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
-    from tasks import clients  # here: the clients' steps run on an EngineSession, which launches through this module
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
     sized = sizing(plan, bench)

@@ -46,10 +46,13 @@ def test_scaling_efficiency_math() -> None:
 
 def test_accuracy_margin() -> None:
     rec = SimpleNamespace(mode="accuracy", system="s", benchmark="b", scenario="Offline", accuracy=84.0,
-                          accuracy_metric="exact_match")
-    low = SimpleNamespace(**{**vars(rec), "scenario": "Server", "accuracy": 82.0})
-    found = gates.accuracy_margin([rec, low, SimpleNamespace(mode="performance")],
-                                  {("b", "Offline"): 82.2987, ("b", "Server"): 82.2987}, min_margin=0.5)
+                          accuracy_metric="exact_match", accuracy_pass=True)
+    low = SimpleNamespace(**{**vars(rec), "scenario": "Server", "accuracy": 82.0, "accuracy_pass": False})
+    stand_in = SimpleNamespace(**{**vars(rec), "scenario": "Interactive", "accuracy": 0.0, "accuracy_pass": None})
+    found = gates.accuracy_margin([rec, low, stand_in, SimpleNamespace(mode="performance")],
+                                  {("b", "Offline"): 82.2987, ("b", "Server"): 82.2987, ("b", "Interactive"): 80.0},
+                                  min_margin=0.5)
+    assert len(found) == 2   # a smoke stand-in's score (accuracy_pass None) is reported, not gated
     assert found[0].value == pytest.approx(100 * (84 - 82.2987) / 82.2987, abs=1e-3) and found[0].passed
     assert found[1].passed is False and found[1].value < 0
 
