@@ -57,17 +57,11 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def plan_specs() -> list[RunSpec]:
-    """Every run of the shipped Qwen3-VL plan (Offline, Server), and Interactive ones at 10 q/s. `plan_runs` cannot
-    make those yet (rules' `loadgen_model_for` has no Interactive model for an endpoints benchmark): they are the
-    Server runs with the Interactive scenario and target_qps."""
+    """Every run of the shipped Qwen3-VL plan: Offline, Server and Interactive (on the 8k set), each with accuracy."""
     plan = plans.load(PLAN)
     bench = plan.benchmarks[0]
-    specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256="m", engine="e",
-                      dataset_sha256={bench.dataset.performance: "d", bench.dataset.accuracy: "d"})
-    conf = ((f"{BENCH}.Server.target_qps", "10"),)
-    interactive = [s.model_copy(update={"scenario": "Interactive", "user_conf": conf}) for s in specs
-                   if s.scenario == "Server"]
-    return specs + interactive
+    return plan_runs(plan, bench, load_rules(plan.round), model_sha256="m", engine="e",
+                     dataset_sha256={p: "d" for _, kind, p in bench.sources() if kind == "datasets"})
 
 
 def test_every_scenario_and_mode_gives_a_config_the_client_accepts(client: Path, staged: dict[str, Path],
@@ -91,7 +85,8 @@ def test_every_scenario_and_mode_gives_a_config_the_client_accepts(client: Path,
             "frequency_penalty": 0.0}
         assert load == {"Offline": {"type": "max_throughput", "target_qps": 60.0},
                         "Server": {"type": "poisson", "target_qps": 40.0},
-                        "Interactive": {"type": "poisson", "target_qps": 10.0}}[scenario]
+                        "Interactive": {"type": "poisson", "target_qps": 40.0}}[scenario]
+        assert c["type"] == ("offline" if scenario == "Offline" else "online")
         name = "shopify_product_catalogue_8k::q3vl" if scenario == "Interactive" else "shopify_product_catalogue::q3vl"
         assert [(d["name"], d["type"]) for d in c["datasets"]] == \
             [(name, "performance")] + ([(name, "accuracy")] if mode == "accuracy" else [])
