@@ -54,9 +54,10 @@ from tasks.engines.simulated.queueing import (
     query_count,
     replay,
 )
+from tasks.harness.probe import run_probe
 from tasks.launchers.local import free_port
 from tasks.tuning.bisection import SearchSettings, search
-from tasks.tuning.probes import ProbeCache, Prober, run_probe, with_rate
+from tasks.tuning.probes import ProbeCache, Prober, target_qps, with_rate
 
 M, SAMPLES, TOKENS, WITHIN = "gpt-oss-120b", 32, 16, 0.02
 RULES = load_rules("v6.1")
@@ -194,11 +195,11 @@ def live_once(name: str, options: dict, args: argparse.Namespace, work: Path, da
         offline_spec = spec(data, "Offline", [(f"{M}.Offline.target_qps", f"{1.2 * cfg.capacity(TOKENS):g}"),
                                               (f"{M}.Offline.min_duration", str(1000 * OFFLINE_S)),
                                               (f"{M}.*.performance_sample_count_override", str(SAMPLES))])
-        offline = run_probe(offline_spec, "offline", endpoint, work / "offline").completed_qps
+        offline = run_probe(offline_spec, "offline", target_qps(offline_spec), endpoint, work / "offline").completed_qps
         base = server_spec(data, offline, args.full_queries)
 
         def run(s: RunSpec, stage: str, qps: float, engine: object, folder: str) -> object:
-            return run_probe(s, stage, endpoint, Path(folder))
+            return run_probe(s, stage, qps, endpoint, Path(folder))
 
         settings = SearchSettings(precision=WITHIN, probe_queries=args.probe_queries, probe_duration_ms=1000)
         prober = Prober(base, settings, ProbeCache(work / "cache", base), None, str(work / "podium"), run)
@@ -206,8 +207,8 @@ def live_once(name: str, options: dict, args: argparse.Namespace, work: Path, da
         methods = {"podium": outcome(result.qps, true, result.run_seconds, result.runs, result.confirmed)}
         qps, seconds, runs = offline, 0.0, 0
         while True:
-            probe = run_probe(with_rate(base, qps, min_duration_ms=None, min_query_count=None), "confirm", endpoint,
-                              work / "linear")
+            probe = run_probe(with_rate(base, qps, min_duration_ms=None, min_query_count=None), "confirm", qps,
+                              endpoint, work / "linear")
             seconds, runs = seconds + probe.duration_s, runs + 1
             if probe.valid or qps < offline * 0.2:
                 break

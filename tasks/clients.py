@@ -1,38 +1,61 @@
-"""The measuring clients, by the name the rules and the plan give them (`harness:`): each one's run step, called the
-same way for every run (`step(spec, engine, work_dir, evaluator, tokenizer, **prefect_call)`), so the flows never ask
-which client measures a run; and what each is given for a run, for the launch review. Adding one:
-docs/architecture.md, "Where to add".
+"""The measuring clients, by the name the rules and the plan give them (`harness:`): what the flows need of each, so
+they never ask which client measures a run. Adding one: docs/architecture.md, "Where to add".
+
+- `step`: its cached run step, called the same way for every run
+  (`step(spec, engine, work_dir, evaluator, tokenizer, **prefect_call)`);
+- `review`: what it is given for a run, for the launch review (`review(spec, endpoint, run_dir, model_dir)`);
+- `probe`: one run of the peak-QPS search at a rate, judged by the bar its checker applies
+  (`probe(spec, stage, qps, engine, work_dir, tokenizer) -> Probe`; tasks.tuning.probes runs it as the probe task);
+- `probe_length`: how long a probe at a rate runs, in the client's own terms
+  (`probe_length(qps, settings) -> (min_duration_ms, min_query_count)`; None: the plan's own line stays).
+
+Each is named by dotted path and imported when first asked for (as tasks.engines.BACKENDS): a step or a probe runs on
+an EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from submission.plan import BenchmarkSpec, Plan
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
-from tasks.endpoints import runner as endpoints_runner
 from tasks.engines import Endpoint
 
-# The run steps by harness, imported when first asked for (as tasks.engines.BACKENDS): a step runs on an
-# EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured.
-STEPS = {"loadgen": "tasks.harness.step:run_loadgen", "endpoints": "tasks.endpoints.step:run_endpoints"}
+
+@dataclass(frozen=True)
+class Client:
+    step: str
+    review: str
+    probe: str
+    probe_length: str
+
+    def part(self, name: str) -> Callable[..., Any]:
+        """The function `name` (step, review, probe or probe_length) of this client."""
+        module, _, attr = getattr(self, name).partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+CLIENTS: dict[str, Client] = {
+    "loadgen": Client(step="tasks.harness.step:run_loadgen", review="tasks.harness.runner:review",
+                      probe="tasks.harness.probe:probe", probe_length="tasks.harness.probe:probe_length"),
+    "endpoints": Client(step="tasks.endpoints.step:run_endpoints", review="tasks.endpoints.runner:review",
+                        probe="tasks.endpoints.probe:probe", probe_length="tasks.endpoints.probe:probe_length"),
+}
+
+
+def client(spec: RunSpec) -> Client:
+    """The client that measures `spec`."""
+    return CLIENTS[spec.harness]
 
 
 def run_step(spec: RunSpec) -> Callable[..., Any]:
     """The run step of the client that measures `spec`."""
-    module, _, name = STEPS[spec.harness].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _loadgen_review(spec: RunSpec, endpoint: Endpoint, run_dir: Path, model_dir: Path) -> dict[str, Any]:
-    return {"label": spec.label, "user_conf": spec.user_conf_text()}
-
-
-REVIEWS: dict[str, Callable[..., dict[str, Any]]] = {"loadgen": _loadgen_review, "endpoints": endpoints_runner.review}
+    return client(spec).part("step")
 
 
 def review(plan: Plan, bench: BenchmarkSpec, endpoint: Endpoint, model_dir: Path, work_dir: Path) -> dict[str, Any]:
@@ -42,5 +65,6 @@ def review(plan: Plan, bench: BenchmarkSpec, endpoint: Endpoint, model_dir: Path
     sources = {path for _, kind, path in bench.sources() if kind == "datasets"}
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256="staged", engine=bench.engine.name,
                       dataset_sha256=dict.fromkeys(sources, "staged"))
-    runs = [REVIEWS[s.harness](s, endpoint, work_dir / "runs" / f"<{s.scenario}-{s.mode}>", model_dir) for s in specs]
+    runs = [client(s).part("review")(s, endpoint, work_dir / "runs" / f"<{s.scenario}-{s.mode}>", model_dir)
+            for s in specs]
     return {"harness": plan.harness(bench), "runs": runs}

@@ -28,6 +28,11 @@ from tasks.harness.child import client_for, die_with_parent, requests_for
 STATS = "sut_stats.json"
 
 
+def review(spec: RunSpec, endpoint: Endpoint, run_dir: Path, model_dir: Path) -> dict:
+    """What the run would be given, as plain data (`podium launch PLAN --dry-run`): its user.conf."""
+    return {"label": spec.label, "user_conf": spec.user_conf_text()}
+
+
 def run_in_process(run_dir: Path, stall_s: float | None = None) -> None:
     """The child's body: read the spec, drive loadgen, write the logs and the SUT's own statistics. With
     `harness_workers` > 1 the samples are served by that many worker processes (`tasks.harness.workers`)."""

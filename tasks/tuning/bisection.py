@@ -1,7 +1,8 @@
 """Peak-QPS search: the bracketing, bisection and confirmation logic, as plain functions over a `judge`.
 
-A judge runs (or recalls) one loadgen run at a rate and says what loadgen said: `judge(qps, stage) -> Probe`, with
-stage "probe" (a short run) or "confirm" (a full-length run). The search:
+A judge runs (or recalls) one run at a rate, measured by the plan's client, and says what that client's checker
+would say: `judge(qps, stage) -> Probe`, with stage "probe" (a short run) or "confirm" (a full-length run). The
+search:
 
 1. probes at `start_fraction` x the Offline throughput; while probes fail it steps down by `step_down`, while they
    pass it steps up by `step_up`, until one passing and one failing rate bracket the peak;
@@ -34,7 +35,10 @@ class SearchSettings(Strict):
     max_probes: int = Field(24, ge=2, description="short probes at most")
     max_confirmations: int = Field(10, ge=1, description="full-length runs at most (the first one included)")
     probe_duration_ms: int = Field(60_000, ge=0, description="a probe's min_duration (a full run: 600 s)")
-    probe_queries: int = Field(640, ge=1, description="a probe's min_query_count (early stopping needs ~460)")
+    probe_queries: int = Field(640, ge=1, description="a probe's samples at least: loadgen's min_query_count (early "
+                                                        "stopping needs ~460); the endpoints client, which has none, "
+                                                        "runs long enough to issue them, and at least the 662 its "
+                                                        "early-stopping p99 needs (tasks.endpoints.probe)")
     refine_up: bool = Field(False, description="after the confirmation passes, also try higher rates with "
                                                "full-length runs (short probes can be pessimistic too)")
     interpolate: bool = Field(True, description="aim each bisection step where the p99 margins say the limit is "
@@ -42,7 +46,8 @@ class SearchSettings(Strict):
 
 
 class Probe(Strict):
-    """One run of the search: its rate, loadgen's verdict and what was measured."""
+    """One run of the search: its rate, its verdict (loadgen's, or the endpoints checker's bar) and what was
+    measured."""
 
     qps: float
     stage: Stage
@@ -50,9 +55,9 @@ class Probe(Strict):
     reasons: tuple[str, ...] = ()
     ttft_p99_ms: float | None = None
     tpot_p99_ms: float | None = None
-    latency_p99_ms: float | None = None
+    latency_p99_ms: float | None = None         # the endpoints client's: its early-stopping estimate, the checker's
     metric: float | None = None                 # the scenario's result (e.g. completed tokens/s)
-    completed_qps: float | None = None          # loadgen's completed samples per second
+    completed_qps: float | None = None          # completed samples per second (loadgen's, or the client's qps)
     margin: float | None = None                 # the worst p99 over its limit (TTFT, TPOT or latency); < 1 is under
     duration_s: float = 0.0                     # wall seconds the run took (when it ran)
     cached: bool = False                        # recalled from the probe cache, not run now
@@ -87,6 +92,16 @@ class SearchResult(Strict):
 
 
 Judge = Callable[[float, Stage], Probe]
+
+
+def margin(scenario, ttft_ms: float | None, tpot_ms: float | None, latency_ms: float | None) -> float | None:
+    """A probe's `margin`: the worst p99 over its limit (`submission.rules.ScenarioRules`), TTFT and TPOT where the
+    scenario limits them, else end-to-end latency; None for Offline. Each client passes the p99 its checker judges
+    (loadgen's, the endpoints client's early-stopping estimate)."""
+    pairs = [(ttft_ms, scenario.ttft_ms), (tpot_ms, scenario.tpot_ms)] if scenario.ttft_ms or scenario.tpot_ms \
+        else [(latency_ms, scenario.latency_ms)]
+    ratios = [value / limit for value, limit in pairs if value is not None and limit]
+    return round(max(ratios), 4) if ratios else None
 
 
 def round_qps(qps: float) -> float:

@@ -1,20 +1,21 @@
-"""Probe runs of the peak-QPS search: the run spec of a probe, the run judged by loadgen's own verdict, and the
-probe cache that keeps every verdict so a re-run never repeats a probe.
+"""Probe runs of the peak-QPS search: the run spec of a probe, the probe task (the run measured and judged by the
+plan's client, tasks.clients: loadgen's verdict, or the endpoints client's early-stopping p99 against the limit), and
+the probe cache that keeps every verdict so a re-run never repeats a probe.
 
 The cache is a JSON file per deployment config (`<workspace>/search/<config hash>.json`): the engine with its
-version and options, the model and data set hashes, the benchmark, scenario and request settings. Inside it each
-probe is keyed by the content key of its run spec, which adds the rate and the probe length (target_qps,
-min_duration, min_query_count), so a probe is reused exactly when loadgen would be asked the same question. A
-JSON file rather than Prefect's task cache: the search reads earlier verdicts as data to choose its next rate,
-the file is readable (`podium search` prints where it is), survives a reset Prefect database, and the sweep and the
-benchmark share it.
+version and options, the model and data set hashes, the benchmark, scenario, measuring client and request settings.
+Inside it each probe is keyed by the content key of its run spec, which adds the rate and the probe length
+(target_qps, min_duration, min_query_count), so a probe is reused exactly when the client would be asked the same
+question. A JSON file rather than Prefect's task cache: the search reads earlier verdicts as data to choose its next
+rate, the file is readable (`podium search` prints where it is), survives a reset Prefect database, and the sweep and
+the benchmark share it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,11 +23,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from submission.files import write_atomic
-from submission.logs import load_run
-from submission.rules import load_rules
 from submission.runs import RunSpec
-from tasks.harness import runner
-from tasks.measuring import set_aside
+from tasks.clients import client
 from tasks.reporting import progress
 from tasks.serving.session import EngineSession
 from tasks.steps import retry_transient, run_logger
@@ -37,8 +35,10 @@ IDENTITY_FIELDS = ("round", "system", "benchmark", "scenario", "loadgen_model", 
 
 
 def deployment_identity(spec: RunSpec) -> dict:
-    """What a probe's verdict depends on besides its rate and length."""
-    return {name: getattr(spec, name) for name in IDENTITY_FIELDS}
+    """What a probe's verdict depends on besides its rate and length (the measuring client where it is not loadgen:
+    loadgen's deployments keep the keys they had before the endpoints client)."""
+    identity = {name: getattr(spec, name) for name in IDENTITY_FIELDS}
+    return identity if spec.harness == "loadgen" else identity | {"harness": spec.harness}
 
 
 def deployment_key(spec: RunSpec) -> str:
@@ -59,10 +59,11 @@ def with_rate(spec: RunSpec, qps: float, *, min_duration_ms: int | None, min_que
 
 
 def stage_spec(base: RunSpec, qps: float, stage: Stage, settings: SearchSettings) -> RunSpec:
-    """A probe is short (the search's length); a confirmation keeps the plan's own length."""
+    """A probe is short (the search's length, in the terms of the client that measures it: `probe_length`); a
+    confirmation keeps the plan's own length."""
     if stage == "probe":
-        return with_rate(base, qps, min_duration_ms=settings.probe_duration_ms,
-                         min_query_count=settings.probe_queries)
+        duration_ms, queries = client(base).part("probe_length")(round_qps(qps), settings)
+        return with_rate(base, qps, min_duration_ms=duration_ms, min_query_count=queries)
     return with_rate(base, qps, min_duration_ms=None, min_query_count=None)
 
 
@@ -96,53 +97,19 @@ def target_qps(spec: RunSpec) -> float:
     return float(dict(spec.user_conf).get(f"{spec.loadgen_model}.{spec.loadgen_scenario}.target_qps", 0))
 
 
-def margin(scenario, ttft_ms: float | None, tpot_ms: float | None, latency_ms: float | None) -> float | None:
-    """The worst p99 over its limit (`submission.rules.ScenarioRules`): TTFT and TPOT where the scenario limits
-    them, else end-to-end latency; None for Offline."""
-    pairs = [(ttft_ms, scenario.ttft_ms), (tpot_ms, scenario.tpot_ms)] if scenario.ttft_ms or scenario.tpot_ms \
-        else [(latency_ms, scenario.latency_ms)]
-    ratios = [value / limit for value, limit in pairs if value is not None and limit]
-    return round(max(ratios), 4) if ratios else None
-
-
-def run_probe(spec: RunSpec, stage: Stage, endpoint, work_dir: Path, stall_s: float | None = None) -> Probe:
-    """Run one probe and judge it by loadgen's verdict (VALID, with no loadgen errors and no failed requests)."""
-    qps = target_qps(spec)
-    run_dir = Path(work_dir) / "search-runs" / spec.key()
-    if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
-        set_aside(run_dir)
-    started = time.monotonic()
-    stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
-    duration = time.monotonic() - started
-    run = load_run(run_dir)
-    scenario = load_rules(spec.round).benchmark(spec.benchmark).scenario(spec.scenario)
-    reasons = list(run.invalid_reasons)
-    if run.num_errors:
-        reasons.append(f"{run.num_errors} loadgen error(s)")
-    if stats.get("failed"):
-        reasons.append(f"{stats['failed']} request(s) failed")
-
-    def ms(ns: int | None) -> float | None:
-        return None if ns is None else round(ns / 1e6, 3)
-
-    ttft, tpot, latency = ms(run.ttft_p99_ns), ms(run.tpot_p99_ns), ms(run.latency_ns.get("99.00"))
-    return Probe(qps=qps, stage=stage, valid=run.valid and not run.num_errors and not stats.get("failed"),
-                 reasons=tuple(reasons), ttft_p99_ms=ttft, tpot_p99_ms=tpot, latency_p99_ms=latency,
-                 margin=margin(scenario, ttft, tpot, latency), metric=run.result(scenario.result_field),
-                 completed_qps=run.completed_samples_per_second or run.samples_per_second,
-                 duration_s=round(duration, 3), run_dir=str(run_dir))
-
-
 @task(name="probe", task_run_name="{stage}[{spec.scenario}@{qps}]", cache_policy=NO_CACHE, retries=1,
       retry_delay_seconds=2, retry_condition_fn=retry_transient)
-def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str) -> Probe:
-    """One probe on the (lazily launched, relaunched when dead) engine; a harness crash is retried once. A hung
-    engine (the harness's stall watchdog) is stopped first, so the retry gets a fresh one."""
-    with engine.stopped_if_hung():
-        probe = run_probe(spec, stage, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s)
-    run_logger("probes").info("%s %s q/s: %s (TTFT p99 %s ms, TPOT p99 %s ms) in %.1f s%s", stage, qps,
-                              probe.verdict, probe.ttft_p99_ms, probe.tpot_p99_ms, probe.duration_s,
-                              f": {'; '.join(probe.reasons)}" if probe.reasons else "")
+def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str,
+               tokenizer: str | None = None) -> Probe:
+    """One probe on the (lazily launched, relaunched when dead) engine, measured and judged by the spec's client
+    (tasks.clients; its p99s are those its checker judges: the endpoints client's are early-stopping estimates); a
+    client crash or a dead engine is retried once."""
+    probe = client(spec).part("probe")(spec, stage, qps, engine, work_dir, tokenizer)
+    p99s = ", ".join(f"{name} p99 {value:g} ms" for name, value in (
+        ("TTFT", probe.ttft_p99_ms), ("TPOT", probe.tpot_p99_ms), ("latency", probe.latency_p99_ms))
+        if value is not None)
+    run_logger("probes").info("%s %s q/s: %s (%s) in %.1f s%s", stage, qps, probe.verdict, p99s or "no p99",
+                              probe.duration_s, f": {'; '.join(probe.reasons)}" if probe.reasons else "")
     return probe
 
 
@@ -150,10 +117,12 @@ class Prober:
     """The search's judge for one deployment: a cached verdict when there is one, else a probe run now."""
 
     def __init__(self, base: RunSpec, settings: SearchSettings, cache: ProbeCache, engine: EngineSession | None,
-                 work_dir: str, run: Callable[..., Probe] | None = None) -> None:
+                 work_dir: str, run: Callable[..., Probe] | None = None, tokenizer: str | None = None) -> None:
         self.base, self.settings, self.cache = base, settings, cache
         self.engine, self.work_dir = engine, work_dir
-        self.run = run or probe_task        # (spec, stage, qps, engine, work_dir) -> Probe
+        # run(spec, stage, qps, engine, work_dir) -> Probe: the probe task, given the staged model's tokenizer.json
+        # (the endpoints client reads it), unless a test brings its own
+        self.run = run or functools.partial(probe_task, tokenizer=tokenizer)
         self.ran = 0
 
     def __call__(self, qps: float, stage: Stage) -> Probe:
@@ -164,8 +133,11 @@ class Prober:
         return self._run(spec, "offline")
 
     def _run(self, spec: RunSpec, stage: Stage) -> Probe:
+        """The verdict on `spec` in the role `stage` (a probe as long as the plan's runs is also its confirmation)."""
         probe = self.cache.get(spec)
-        if probe is None:
+        if probe is not None:
+            probe = probe.model_copy(update={"stage": stage})
+        else:
             probe = self.run(spec, stage, target_qps(spec), self.engine, self.work_dir)
             self.cache.put(spec, probe)
             self.ran += 1

@@ -1,0 +1,83 @@
+"""One run of the peak-QPS search (tasks.tuning) measured by the MLCommons endpoints client: the Offline run that
+starts the bracket (`max_throughput`) or a Server/Interactive run at a rate (`poisson`), judged by the bar the official
+v6.1 checker applies (tasks.endpoints.measure.invalid_reasons): the early-stopping p99 latency against the scenario's
+limit (Qwen3-VL: 12 s Server, 1.5 s Interactive), never the plain p99. The peer of tasks.harness.probe; tasks.clients
+names it as the endpoints client's probe.
+
+Why not the plain p99: the seed's Interactive submission tracked it by hand, and its first config (target_qps 43,
+plain p99 1481 ms) failed the checker (early-stopping p99 1516 ms over 1500); 40 (1487 ms) was the highest that passed.
+
+A probe's length (`probe_length`). The client has no min_query_count: it issues ceil(1.1 x target_qps x min_duration)
+samples, rounded up to whole data sets (its config/runtime_settings.py `total_samples_to_issue`), and estimates no
+early-stopping p99 from fewer than P99_MIN_SAMPLES. So a probe lasts the search's `probe_duration_ms`, or long enough
+to issue max(`probe_queries`, P99_MIN_SAMPLES) samples at its rate, whichever is longer. A run the client still
+could not estimate is a failing probe with that reason, never a pass. A confirmation keeps the plan's own length.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from submission.errors import CommandError, LaunchError, PlanError, RunFailed
+from submission.rules import load_rules
+from submission.runs import RunSpec
+from tasks.endpoints import runner
+from tasks.endpoints.measure import invalid_reasons
+from tasks.endpoints.results import ClientResult
+from tasks.measuring import Engine, set_aside
+from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
+
+# The fewest samples the client estimates an early-stopping p99 from: its metrics/early_stopping.py
+# `es_percentile_estimate` (min_queries = find_min_passing(1, 0.99) + 1, loadgen's early_stopping.cc at confidence
+# 0.99, tolerance 0); its log prints it ("p99.0: estimate=None ... min_queries=662").
+P99_MIN_SAMPLES = 662
+
+
+def probe_length(qps: float, settings: SearchSettings) -> tuple[int, None]:
+    """(min_duration_ms, min_query_count) of a probe at `qps`: long enough that the client issues the probe's samples
+    (it has no min_query_count of its own, so none is set)."""
+    samples = max(settings.probe_queries, P99_MIN_SAMPLES)
+    return max(settings.probe_duration_ms, math.ceil(1000 * samples / qps)), None
+
+
+def judge(spec: RunSpec, stage: Stage, qps: float, result: ClientResult, *, duration_s: float = 0.0,
+          run_dir: str | None = None) -> Probe:
+    """The probe of a finished client run: the checker's verdict (invalid_reasons), the early-stopping p99 as its
+    latency and margin, the client's qps as its throughput (the Offline result, and where the bracket starts)."""
+    rules = load_rules(spec.round)
+    scenario = rules.benchmark(spec.benchmark).scenario(spec.scenario)
+    reasons = invalid_reasons(spec, result, rules)
+    return Probe(qps=qps, stage=stage, valid=not reasons, reasons=tuple(reasons), ttft_p99_ms=result.ttft_p99_ms,
+                 tpot_p99_ms=result.tpot_p99_ms, latency_p99_ms=result.latency_p99_ms,
+                 margin=margin(scenario, result.ttft_p99_ms, result.tpot_p99_ms, result.latency_p99_ms),
+                 metric=result.qps, completed_qps=result.qps, duration_s=round(duration_s, 3), run_dir=run_dir)
+
+
+def probe(spec: RunSpec, stage: Stage, qps: float, engine: Engine, work_dir: str, tokenizer: str | None) -> Probe:
+    """Run the client once at the spec's rate and length and judge it. Samples that failed (an engine refusing work
+    under load) fail the probe with the client's reasons; an engine that died is a LaunchError, so the probe task's
+    retry relaunches it. `tokenizer`: the staged model's tokenizer.json (the client reads the folder it is in)."""
+    if tokenizer is None:
+        raise PlanError(f"{spec.label}: the endpoints client needs the staged model's tokenizer for a search run",
+                        fix="pass the staged model's tokenizer.json to the search's Prober")
+    run_dir = Path(work_dir) / "search-runs" / spec.key()
+    if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
+        set_aside(run_dir)
+    started = time.monotonic()
+    try:
+        result = runner.run(spec, engine.endpoint(), run_dir, tokenizer=Path(tokenizer).parent,
+                            data_dir=Path(work_dir) / "endpoints-data")
+    except (CommandError, RunFailed) as error:
+        if not engine.alive():
+            report = engine.log_report()
+            engine.close()
+            raise LaunchError(f"{spec.label}: the engine stopped during a search run at {qps:g} q/s\n{error}\n"
+                              f"{report}", fix="read the engine log; the probe is retried once on a relaunched "
+                                               "engine") from None
+        if isinstance(error, CommandError):
+            raise
+        return Probe(qps=qps, stage=stage, valid=False, reasons=(str(error).splitlines()[0],),
+                     duration_s=round(time.monotonic() - started, 3), run_dir=str(run_dir))
+    return judge(spec, stage, qps, result, duration_s=time.monotonic() - started, run_dir=str(run_dir))

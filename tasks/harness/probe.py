@@ -1,0 +1,60 @@
+"""One run of the peak-QPS search (tasks.tuning) measured by loadgen: a Server-type run at a rate, judged by loadgen's
+own verdict (VALID, with no loadgen errors and no failed requests); the peer of tasks.endpoints.probe, and what
+tasks.clients names as loadgen's probe.
+
+A probe's length: `min_duration` and `min_query_count`, both loadgen's own settings, from the search's settings.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from submission.logs import load_run
+from submission.rules import load_rules
+from submission.runs import RunSpec
+from tasks.harness import runner
+from tasks.measuring import set_aside
+from tasks.serving.session import EngineSession
+from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
+
+
+def probe_length(qps: float, settings: SearchSettings) -> tuple[int | None, int | None]:
+    """(min_duration_ms, min_query_count) of a probe at `qps`: the settings' own, loadgen honours both."""
+    return settings.probe_duration_ms, settings.probe_queries
+
+
+def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
+              stall_s: float | None = None) -> Probe:
+    """Run one probe and judge it by loadgen's verdict (VALID, with no loadgen errors and no failed requests)."""
+    run_dir = Path(work_dir) / "search-runs" / spec.key()
+    if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
+        set_aside(run_dir)
+    started = time.monotonic()
+    stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
+    duration = time.monotonic() - started
+    run = load_run(run_dir)
+    scenario = load_rules(spec.round).benchmark(spec.benchmark).scenario(spec.scenario)
+    reasons = list(run.invalid_reasons)
+    if run.num_errors:
+        reasons.append(f"{run.num_errors} loadgen error(s)")
+    if stats.get("failed"):
+        reasons.append(f"{stats['failed']} request(s) failed")
+
+    def ms(ns: int | None) -> float | None:
+        return None if ns is None else round(ns / 1e6, 3)
+
+    ttft, tpot, latency = ms(run.ttft_p99_ns), ms(run.tpot_p99_ns), ms(run.latency_ns.get("99.00"))
+    return Probe(qps=qps, stage=stage, valid=run.valid and not run.num_errors and not stats.get("failed"),
+                 reasons=tuple(reasons), ttft_p99_ms=ttft, tpot_p99_ms=tpot, latency_p99_ms=latency,
+                 margin=margin(scenario, ttft, tpot, latency), metric=run.result(scenario.result_field),
+                 completed_qps=run.completed_samples_per_second or run.samples_per_second,
+                 duration_s=round(duration, 3), run_dir=str(run_dir))
+
+
+def probe(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str,
+          tokenizer: str | None = None) -> Probe:
+    """The probe on the search's engine session; a hung engine (the harness's stall watchdog) is stopped first, so
+    the probe task's retry gets a fresh one. Loadgen's requests need no tokenizer."""
+    with engine.stopped_if_hung():
+        return run_probe(spec, stage, qps, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s)

@@ -1,0 +1,101 @@
+"""The peak search through the endpoints client: a probe is judged by the bar the v6.1 checker applies (the
+early-stopping p99 against the scenario's limit, never the plain p99), and a probe runs long enough for the client to
+estimate it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from submission.rules import load_rules
+from submission.runs import RunSpec
+from tasks.clients import client
+from tasks.endpoints import config
+from tasks.endpoints.probe import P99_MIN_SAMPLES, judge, probe_length
+from tasks.endpoints.results import read_result
+from tasks.tuning.bisection import Probe, SearchSettings, search
+from tasks.tuning.probes import ProbeCache, Prober, stage_spec, target_qps
+
+B = "qwen3-vl-235b-a22b"
+RULES = load_rules("v6.1")
+
+
+def interactive(qps: float = 40, duration_ms: int = 600_000) -> RunSpec:
+    return RunSpec(plan="p", profile="submission", round="v6.1", system="s", benchmark=B, scenario="Interactive",
+                   mode="performance", harness="endpoints", loadgen_model=B, loadgen_scenario="Server",
+                   user_conf=((f"{B}.Server.target_qps", f"{qps:g}"), (f"{B}.Server.min_duration", str(duration_ms))),
+                   dataset="/d.parquet", dataset_sha256="d", model_sha256="m", engine="e", max_tokens=150,
+                   temperature=0.7, max_concurrency=512)
+
+
+def report(tmp: Path, qps: float, plain_ms: float, early_stopping_ms: float | None, samples: int = 27_000) -> Path:
+    """A report folder as the client leaves it: result_summary.json with the plain and early-stopping p99 latency
+    (None: what the client writes when it had too few samples to estimate it)."""
+    (tmp / "performance").mkdir(parents=True)
+    estimate = None if early_stopping_ms is None else early_stopping_ms * 1e6
+    summary = {"n_samples_issued": samples, "n_samples_completed": samples, "n_samples_failed": 0, "qps": qps,
+               "duration_ns": int(samples / qps * 1e9), "state": "complete", "complete": True,
+               "latency": {"percentiles": {"99.0": plain_ms * 1e6}, "early_stopping_percentiles": {"99.0": estimate}}}
+    (tmp / "performance" / "result_summary.json").write_text(json.dumps(summary))
+    return tmp
+
+
+def test_a_probe_is_judged_by_the_early_stopping_p99_not_the_plain_one(tmp_path: Path) -> None:
+    """The seed's Interactive submission: at target_qps 43 the plain p99 was 1481 ms, under the 1.5 s limit, but the
+    checker's early-stopping p99 was 1516 ms: a failing probe. At 40 the early-stopping p99 was 1487 ms: a pass."""
+    at_43 = read_result(report(tmp_path / "43", 43, plain_ms=1481, early_stopping_ms=1516), accuracy=False,
+                        log=tmp_path / "client.log")
+    probe = judge(interactive(43), "confirm", 43, at_43)
+    assert not probe.valid and probe.verdict == "FAIL"
+    assert probe.reasons == ("p99 latency (early stopping) 1516 ms exceeds 1500 ms",)
+    assert probe.latency_p99_ms == 1516 and probe.margin == round(1516 / 1500, 4) > 1
+    assert probe.completed_qps == probe.metric == 43
+    at_40 = read_result(report(tmp_path / "40", 40, plain_ms=1487, early_stopping_ms=1487), accuracy=False,
+                        log=tmp_path / "client.log")
+    passed = judge(interactive(40), "confirm", 40, at_40)
+    assert passed.valid and passed.reasons == () and passed.margin < 1
+
+
+def test_a_probe_the_client_could_not_estimate_fails(tmp_path: Path) -> None:
+    few = read_result(report(tmp_path, 40, plain_ms=900, early_stopping_ms=None, samples=600), accuracy=False,
+                      log=tmp_path / "client.log")
+    probe = judge(interactive(40, duration_ms=15_000), "probe", 40, few)
+    assert not probe.valid and probe.latency_p99_ms is None and probe.margin is None
+    assert probe.reasons == ("the client could not estimate the early-stopping p99 latency (too few samples)",)
+
+
+def test_a_probe_lasts_long_enough_for_an_early_stopping_p99() -> None:
+    settings = SearchSettings(probe_duration_ms=5000, probe_queries=640)
+    assert probe_length(40, settings) == (math.ceil(1000 * P99_MIN_SAMPLES / 40), None)    # 16.55 s, not 5 s
+    assert probe_length(400, settings) == (5000, None)                                     # 2000 samples in 5 s
+    assert probe_length(40, SearchSettings(probe_duration_ms=5000, probe_queries=1000)) == (25_000, None)
+    for qps in (0.5, 3, 7.77, 41.3, 150):
+        spec = stage_spec(interactive(), qps, "probe", settings)
+        duration = config.min_duration_ms(spec, RULES)
+        # what the client issues (config/runtime_settings.py): ceil(1.1 x target_qps x min_duration), at least 662
+        assert math.ceil(1.1 * target_qps(spec) * duration / 1000) >= P99_MIN_SAMPLES, qps
+        assert not any(k.endswith("min_query_count") for k, _ in spec.user_conf)   # the client has none
+    full = stage_spec(interactive(), 41.3, "confirm", settings)
+    assert config.min_duration_ms(full, RULES) == 600_000 and target_qps(full) == 41.3
+    assert client(interactive()).part("probe_length") is probe_length
+
+
+
+def test_a_probe_as_long_as_the_plan_s_runs_is_its_own_confirmation(tmp_path: Path) -> None:
+    """Probes of the plan's length ask the client exactly what a confirmation asks: the search recalls the passing
+    probe as its confirmation (one run, not two), and reports it as the confirmation."""
+    ran: list[tuple[str, float]] = []
+
+    def run(spec: RunSpec, stage: str, qps: float, engine: object, work_dir: str) -> Probe:
+        ran.append((stage, qps))
+        return Probe(qps=qps, stage=stage, valid=qps <= 100, latency_p99_ms=14 * qps, margin=14 * qps / 1500,
+                     metric=qps)
+
+    base = interactive(90, duration_ms=20_000)
+    settings = SearchSettings(precision=0.05, probe_duration_ms=20_000)
+    result = search(Prober(base, settings, ProbeCache(tmp_path, base), None, str(tmp_path), run), 90, settings)
+    assert result.confirmed and 100 / 1.05 <= result.qps <= 100
+    assert all(stage == "probe" for stage, _ in ran) and len(ran) == len(result.trace) - 1
+    last = result.trace[-1]
+    assert last.stage == "confirm" and last.cached and result.confirmation == last and last.metric == result.qps
