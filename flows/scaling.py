@@ -28,7 +28,7 @@ from tasks.workspace import Workspace
 def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: OptionsLike,
                    nodes: int) -> tuple[float | None, dict[str, Any]]:
     """The Offline result of the deployment `options` (cached in the probe cache like every search run)."""
-    specs, session = prepare(plan, bench, ws, options)
+    specs, session, tokenizer = prepare(plan, bench, ws, options)
     base = scenario_spec(specs, "Offline")
     if base is None:
         raise PlanError(f"{bench.key} has no Offline scenario to measure", fix="add scenarios.Offline to the plan")
@@ -36,7 +36,9 @@ def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, 
         if target_qps(base) else base
     log_dir = ws.root / "logs" / "scaling" / f"{bench.key.replace('/', '-')}-{nodes}"
     with EngineSession(**session, log_dir=str(log_dir)) as engine:
-        probe = Prober(spec, SearchSettings(), ProbeCache(ws.root / "search", spec), engine, str(ws.work)).offline(spec)
+        prober = Prober(spec, SearchSettings(), ProbeCache(ws.root / "search", spec), engine, str(ws.work),
+                        tokenizer=tokenizer)
+        probe = prober.offline(spec)
     return probe.metric, {"valid": probe.valid, "samples_per_s": probe.completed_qps, "cached": probe.cached,
                           "reasons": list(probe.reasons)}
 

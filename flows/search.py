@@ -39,23 +39,24 @@ from tasks.workspace import Workspace
 
 
 def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options: OptionsLike) -> tuple[
-        list[RunSpec], dict[str, Any]]:
-    """Stage the model and the performance data set and build the engine, as the benchmark flow does; the
-    performance run specs for the engine `options`, and the EngineSession arguments of that deployment."""
+        list[RunSpec], dict[str, Any], str]:
+    """Stage the model and the performance data sets (the plan's, and a scenario's own where it has one) and build
+    the engine, as the benchmark flow does; the performance run specs for the engine `options`, the EngineSession
+    arguments of that deployment, and the staged model's tokenizer.json (what the endpoints client reads)."""
     access = asdict(S3Access.for_plan(plan.storage, ws.s3))
     model = stage_task(bench.model.source, str(ws.stage / "models"), access)
-    staged = stage_task(bench.dataset.performance, str(ws.stage / "datasets"), access)
-    sha = {bench.dataset.performance: staged["sha256"], bench.dataset.accuracy: staged["sha256"]}
+    sources = sorted({bench.dataset.performance, *bench.dataset.scenarios.values()})
+    staged = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sources}
     specs = plan_runs(plan, bench.model_copy(update={"accuracy": False}), load_rules(plan.round),
-                      model_sha256=model["sha256"], dataset_sha256=sha,
+                      model_sha256=model["sha256"], dataset_sha256={p: d["sha256"] for p, d in staged.items()},
                       engine=engine_identity(bench.engine.name, options))
     built = build_engine(bench.engine.name, options, model["path"], model["sha256"], str(ws.builds))
-    specs = [s.model_copy(update={"dataset": staged["path"]}) for s in specs]
+    specs = [s.model_copy(update={"dataset": staged[s.dataset]["path"]}) for s in specs]
     session = {"engine_name": bench.engine.name, "options": options, "state_dir": str(ws.pids),
                "model_dir": str(model_dir_for(bench.engine, Path(model["path"]))),
                "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine), "build_dir": built["path"],
                "stall_s": bench.engine.stall_timeout_s, "warmup": warmup.planned(bench.engine, specs)}
-    return specs, session
+    return specs, session, str(Path(model["path"]) / "tokenizer.json")
 
 
 def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
@@ -64,7 +65,8 @@ def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
 
 def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
     return [{"step": i, "stage": p.stage, "target_qps": p.qps, "verdict": p.verdict, "valid": p.valid,
-             "ttft_p99_ms": p.ttft_p99_ms, "tpot_p99_ms": p.tpot_p99_ms, "metric": p.metric,
+             "ttft_p99_ms": p.ttft_p99_ms, "tpot_p99_ms": p.tpot_p99_ms, "latency_p99_ms": p.latency_p99_ms,
+             "margin": p.margin, "metric": p.metric,
              "seconds": p.duration_s, "cached": p.cached, "reason": "; ".join(p.reasons)[:160]}
             for i, p in enumerate(result.trace, 1)]
 
@@ -96,7 +98,7 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     ws = Workspace.at(workspace)
     cfg = SearchSettings(**(settings or {}))
     options = bench.engine.config() if engine_options is None else parse_options(bench.engine.name, engine_options)
-    specs, session = prepare(plan, bench, ws, options)
+    specs, session, tokenizer = prepare(plan, bench, ws, options)
     base = scenario_spec(specs, scenario)
     if base is None or base.loadgen_scenario != "Server":
         raise PlanError(f"the search needs a Server-type scenario of {bench.key} in the plan; {scenario!r} is not one",
@@ -110,7 +112,7 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     log_dir = ws.root / "logs" / "search" / tag
     with progress.tracking(runs_at_most(cfg, start_qps), bounded=True), \
             EngineSession(**session, log_dir=str(log_dir)) as engine:
-        prober = Prober(base, cfg, ProbeCache(folder, base), engine, str(ws.work))
+        prober = Prober(base, cfg, ProbeCache(folder, base), engine, str(ws.work), tokenizer=tokenizer)
         first: Probe | None = None
         if start_qps is None:
             first = prober.offline(offline)
@@ -187,6 +189,7 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
     lines = [f"prefill:decode sweep of {bench.key} {scenario} on {gpus} GPUs: " +
              (f"best {winner['label']} at {winner['qps']:g} q/s, {winner['metric_per_gpu']:g} {unit} per GPU"
               if winner else "no split confirmed a rate")]
+    lines += [note for note in (splits.sharing_note(rows),) if note]
     fragment_file = None
     if winner:
         note = (f"podium sweep: the best prefill:decode split of {bench.key} {scenario} on {gpus} GPUs\n"
@@ -219,4 +222,5 @@ def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, s
     return {"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
             "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
             "metric_per_gpu": None if metric is None else round(metric / split.gpus, 4),
-            "valid": out["confirmed"], "runs": out["runs"], "options": options.as_plan()}
+            "valid": out["confirmed"], "runs": out["runs"], "shared_nodes": list(split.shared_nodes),
+            "options": options.as_plan()}

@@ -20,7 +20,9 @@ PlanArg = Annotated[Path, typer.Argument(help="the plan YAML")]
 Bench = Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key; default: the first")]
 Precision = Annotated[float, typer.Option(help="stop bisecting when the bracket is this narrow (relative)")]
 ProbeMs = Annotated[int, typer.Option("--probe-ms", help="a probe's min_duration (ms)")]
-ProbeQueries = Annotated[int, typer.Option("--probe-queries", help="a probe's min_query_count")]
+ProbeQueries = Annotated[int, typer.Option("--probe-queries", help="a probe's queries at least: loadgen's "
+                                           "min_query_count; the endpoints client runs long enough to issue them "
+                                           "(and 662 at least, for its early-stopping p99)")]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
@@ -50,7 +52,8 @@ def search(plan: PlanArg, benchmark: Bench = None,
            start_fraction: Annotated[float, typer.Option(help="first probe at this x Offline throughput")] = 1.0,
            start_qps: Annotated[float | None, typer.Option(help="start here instead of at Offline")] = None,
            workspace: Workspace = Path(".podium"), as_json: AsJson = False) -> None:
-    """Find the highest target QPS loadgen calls VALID: short probes, then one full-length confirmation."""
+    """Find the highest target QPS the benchmark's checker calls VALID (loadgen's verdict; for the endpoints client,
+    the early-stopping p99 within the limit): short probes, then one full-length confirmation."""
     _load(plan, workspace)
     from flows.search import search_peak_qps
 
@@ -61,7 +64,7 @@ def search(plan: PlanArg, benchmark: Bench = None,
         typer.echo(json.dumps(out, indent=2, default=str))
     else:
         typer.echo(_table(out["trace"], ("step", "stage", "target_qps", "verdict", "ttft_p99_ms", "tpot_p99_ms",
-                                         "seconds", "cached")))
+                                         "latency_p99_ms", "seconds", "cached")))
         typer.echo(out["summary"])
         if out["confirmed"]:
             typer.echo(f"plan: scenarios.{scenario}.target_qps: {out['qps']:g}")
@@ -90,7 +93,8 @@ def sweep(plan: PlanArg, gpus: Annotated[int, typer.Option(help="GPUs of the dis
     if as_json:
         typer.echo(json.dumps(result, indent=2, default=str))
     else:
-        typer.echo(_table(result["rows"], ("label", "qps", "confirmed", "metric", "metric_per_gpu", "runs")))
+        typer.echo(_table(result["rows"], ("label", "qps", "confirmed", "metric", "metric_per_gpu", "runs",
+                                           "shared_nodes")))
         typer.echo(result["summary"])
     if result["best"] is None:
         raise RunFailed("no prefill:decode split confirmed a rate", fix="read the table above")
