@@ -66,13 +66,17 @@ def server_spec(dataset: Path, *, qps: float, duration_ms: int, workers: int, en
 
 
 @contextlib.contextmanager
-def simulated_engine() -> Iterator[tuple[subprocess.Popen, Endpoint]]:
+def simulated_engine(options: dict | None = None) -> Iterator[tuple[subprocess.Popen, Endpoint]]:
     """The simulated server (tasks.engines.simulated.server) in a process of its own on 127.0.0.1, so a test can kill
-    or stop it; yields the process and its Endpoint, and always ends it (a stopped one is continued first)."""
+    or stop it; yields the process and its Endpoint, and always ends it (a stopped one is continued first).
+    `options`: the simulated engine's plan options (its defaults without them)."""
+    from tasks.engines.simulated import server_args
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "tasks.engines.simulated.server", "--port", str(port)],
+    flags = server_args(options) if options is not None else []
+    server = subprocess.Popen([sys.executable, "-m", "tasks.engines.simulated.server", "--port", str(port), *flags],
                               stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert "listening" in server.stdout.readline()
@@ -83,6 +87,33 @@ def simulated_engine() -> Iterator[tuple[subprocess.Popen, Endpoint]]:
             os.kill(server.pid, signal.SIGCONT)
         server.kill()
         server.wait()
+
+
+def shopify_store(base: Path, rows: int) -> dict[str, Path]:
+    """What the endpoints client tests stage: a tokenizer folder (the tiny smoke Llama's, `tokenizer`) and a
+    Shopify-catalogue parquet file of `rows` products with 8x8 PNG images (`data`); `data_dir`: where the runner
+    converts it for the client."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from tasks.engines.smoke import model
+
+    model.build(base / "model")
+    rng, products = np.random.default_rng(0), []
+    for i in range(rows):
+        image = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(image, format="PNG")
+        products.append({"product_title": f"product {i}", "product_description": "a thing",
+                         "potential_product_categories": ["Home > Lamps", "Home > Pots"],
+                         "product_image": {"bytes": image.getvalue(), "path": None},
+                         "ground_truth_category": "Home > Lamps", "ground_truth_brand": "Contoso",
+                         "ground_truth_is_secondhand": False})
+    pq.write_table(pa.Table.from_pylist(products), base / "shopify.parquet")
+    return {"tokenizer": base / "model", "data": base / "shopify.parquet", "data_dir": base / "converted"}
 
 
 def listening(pgids: set[int]) -> list[str]:

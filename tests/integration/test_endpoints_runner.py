@@ -6,7 +6,6 @@ client past its timeout is ended with its process group. About 45 s."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
 from tasks.endpoints import config, runner
 from tasks.engines import Endpoint
-from tests.integration.engines_support import REPO, simulated_engine
+from tests.integration.engines_support import REPO, shopify_store, simulated_engine
 
 pytestmark = pytest.mark.integration
 BENCH, ROWS, MAX_TOKENS = "qwen3-vl-235b-a22b", 4, 4
@@ -35,25 +34,7 @@ PLAN = REPO / "deployments" / "plans" / "qwen3-vl-dynamo-50-50.yaml"
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tokenizer folder (the tiny smoke Llama's) and a Shopify parquet file as staging leaves them."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from PIL import Image
-
-    from tasks.engines.smoke import model
-
-    base = tmp_path_factory.mktemp("endpoints-runner")
-    model.build(base / "model")
-    rng, rows = np.random.default_rng(0), []
-    for i in range(ROWS):
-        image = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(image, format="PNG")
-        rows.append({"product_title": f"product {i}", "product_description": "a thing", "potential_product_categories":
-                     ["Home > Lamps", "Home > Pots"], "product_image": {"bytes": image.getvalue(), "path": None},
-                     "ground_truth_category": "Home > Lamps", "ground_truth_brand": "Contoso",
-                     "ground_truth_is_secondhand": False})
-    pq.write_table(pa.Table.from_pylist(rows), base / "shopify.parquet")
-    return {"tokenizer": base / "model", "data": base / "shopify.parquet", "data_dir": base / "converted"}
+    return shopify_store(tmp_path_factory.mktemp("endpoints-runner"), ROWS)
 
 
 def plan_specs() -> list[RunSpec]:

@@ -31,6 +31,14 @@ def config(options: OptionsLike) -> SimConfig:
                      tpot_load=o.tpot_load, output_tokens=o.output_tokens)
 
 
+def server_args(options: OptionsLike) -> list[str]:
+    """The server's command-line flags for `options` (`python -m tasks.engines.simulated.server --port N ...`)."""
+    argv = []
+    for name, value in asdict(config(options)).items():
+        argv += ["--" + name.replace("_", "-"), str(value)]
+    return [*argv, "--chunk-tokens", str(parse_options("simulated", options).chunk_tokens)]
+
+
 class SimulatedBackend(EngineBackend):
     name = "simulated"
     ports_needed = 1
@@ -40,13 +48,9 @@ class SimulatedBackend(EngineBackend):
 
     def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
-        cfg = config(options)
         port = placement.ports[0]
         argv = [sys.executable, "-m", "tasks.engines.simulated.server", "--host", placement.bind_host(0),
-                "--port", str(port)]
-        for name, value in asdict(cfg).items():
-            argv += ["--" + name.replace("_", "-"), str(value)]
-        argv += ["--chunk-tokens", str(self.options(options).chunk_tokens)]
+                "--port", str(port), *server_args(options)]
         probe = HttpProbe("/v1/completions", {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 1})
         return [ProcessSpec(role="server", name="simulated-server", argv=tuple(argv),
                             cwd=str(Path(__file__).resolve().parents[3]), host=placement.address(0, "simulated-server"),
