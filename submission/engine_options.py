@@ -373,9 +373,12 @@ class DynamoOptions(Common, Hardware):
         return self._with(**changes)
 
     def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> DynamoOptions:
+        """The pools resized, and placed afresh: a pool's `nodes` pin was sized for the plan's own worker counts, so
+        it is dropped and Podium's placement (first fit, prefill then decode) puts both roles on a node where the
+        split needs it (the 5 prefill TP2 + 6 decode TP1 split of 4 x 4 GPUs shares node 2)."""
         pools = {"prefill": (self.prefill, prefill, prefill_tp), "decode": (self.decode, decode, decode_tp)}
-        return self._with(**{role: {**(pool.model_dump(mode="json", exclude_unset=True) if pool else {}),
-                                    "workers": workers, "tensor_parallel_size": tp}
+        return self._with(**{role: {**(pool.model_dump(mode="json", exclude_unset=True, exclude={"nodes"})
+                                       if pool else {}), "workers": workers, "tensor_parallel_size": tp}
                              for role, (pool, workers, tp) in pools.items()})
 
     def pools(self) -> list[Pool]:

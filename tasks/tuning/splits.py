@@ -5,6 +5,12 @@ A split of G GPUs gives `prefill` workers of `prefill_tp` GPUs each and `decode`
 using every GPU: prefill TP2 and decode TP1 on 4 nodes x 4 GPUs allow 2+14, 4+12, ..., 14+2 GPUs; "75:25" is
 6 prefill workers (12 GPUs) and 4 decode workers (4 GPUs). Each split must also place on the nodes
 (`submission.topology.place`: no worker spans nodes).
+
+Podium's placement is first fit, prefill then decode, so a node may hold workers of both roles: 5 prefill workers at
+TP2 + 6 decode at TP1 on 4 x 4 GPUs put two prefill and two decode workers on node 2. Where each role takes whole
+nodes, as the Slurm scripts of the seed's v6.1 Qwen3-VL submission did, that split cannot be placed (its Interactive
+README: 6 + 4 and 4 + 8 were measured, 5 + 6 was not). Each split records the nodes it shares (`shared_nodes`) and the
+sweep's output says so (`sharing_note`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class Split(Strict):
     decode: int           # decode workers
     prefill_tp: int
     decode_tp: int
+    shared_nodes: tuple[int, ...] = ()   # nodes Podium's placement gives workers of both roles (none on one node)
 
     @property
     def gpus(self) -> int:
@@ -64,16 +71,30 @@ def splits(gpus: int, *, prefill_tp: int = 1, decode_tp: int = 1, nodes: int = 1
         if split.prefill < min_workers or split.decode < min_workers:
             continue
         try:
-            place([Pool("prefill", split.prefill, prefill_tp), Pool("decode", split.decode, decode_tp)], nodes,
-                  per_node)
+            slots = place([Pool("prefill", split.prefill, prefill_tp), Pool("decode", split.decode, decode_tp)], nodes,
+                          per_node)
         except TopologyError:
             continue
-        found.append(split)
+        roles = {n: {s.role for s in slots if s.node == n} for n in range(nodes)}
+        shared = tuple(n for n, held in roles.items() if len(held) == 2) if nodes > 1 else ()
+        found.append(split.model_copy(update={"shared_nodes": shared}))
     if not found:
         raise PlanError(f"no prefill:decode split of {gpus} GPUs fits {nodes} node(s) x {per_node} GPUs with "
                         f"prefill TP{prefill_tp} and decode TP{decode_tp}",
                         fix="check --gpus, --nodes and the TP sizes")
     return found
+
+
+def sharing_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The sweep's line on the splits that put both roles on a node (rows with `label` and `shared_nodes`), or None
+    when none does."""
+    shared = [r for r in rows if r.get("shared_nodes")]
+    if not shared:
+        return None
+    which = "; ".join(f"{r['label']} on node(s) {', '.join(map(str, r['shared_nodes']))}" for r in shared)
+    return (f"prefill and decode workers share a node in {len(shared)} split(s): {which}. Podium's placement mixes "
+            "roles on a node; where each role takes whole nodes (the Slurm scripts of the seed's v6.1 Qwen3-VL "
+            "submission) these splits cannot be placed, e.g. 5 prefill TP2 + 6 decode TP1 on 16 GPUs")
 
 
 def best(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import yaml
 
 from submission.engine_options import parse_options
 from submission.errors import PlanError
-from tasks.tuning.splits import Split, best, fragment, splits
+from tasks.tuning.splits import Split, best, fragment, sharing_note, splits
 
 
 def test_the_seed_s_splits_of_sixteen_gpus() -> None:
@@ -19,6 +19,27 @@ def test_the_seed_s_splits_of_sixteen_gpus() -> None:
     assert [s.prefill for s in found] == [7, 6, 5, 4, 3, 2, 1]           # most prefill first
     assert all(s.gpus == 16 for s in found)
     assert by_ratio["50:50"].label == "50:50 (4P x TP2 + 8D x TP1)"
+
+
+def test_podium_places_splits_that_whole_node_roles_could_not() -> None:
+    """The seed's 16 GPUs: 5 prefill TP2 + 6 decode TP1 could not be placed where each role took whole Slurm nodes;
+    Podium's placement puts both roles on node 2, and the sweep's output says so."""
+    found = {s.ratio: s for s in splits(16, prefill_tp=2, decode_tp=1, nodes=4, gpus_per_node=4)}
+    assert (found["62:38"].prefill, found["62:38"].decode, found["62:38"].shared_nodes) == (5, 6, (2,))
+    assert found["75:25"].shared_nodes == found["50:50"].shared_nodes == ()      # the seed's two: whole nodes
+    note = sharing_note([{"label": s.label, "shared_nodes": s.shared_nodes} for s in found.values()])
+    assert note.startswith("prefill and decode workers share a node in 4 split(s): 88:12 (7P x TP2 + 2D x TP1) on "
+                           "node(s) 3; 62:38 (5P x TP2 + 6D x TP1) on node(s) 2;")
+    assert "Podium's placement mixes roles on a node" in note and "5 prefill TP2 + 6 decode TP1" in note
+    assert sharing_note([{"label": "50:50", "shared_nodes": []}]) is None
+    assert all(s.shared_nodes == () for s in splits(3))                            # one node: nothing to say
+    # a plan that pins each role to its nodes (the shipped 50:50 Dynamo plan) is placed afresh when split
+    pinned = parse_options("dynamo", {"worker": "vllm", "nodes": 4, "gpus_per_node": 4,
+                                      "prefill": {"workers": 4, "tensor_parallel_size": 2, "nodes": [0, 1]},
+                                      "decode": {"workers": 8, "nodes": [2, 3]}})
+    five_six = found["62:38"].apply(pinned).as_plan()
+    assert five_six["prefill"] == {"workers": 5, "tensor_parallel_size": 2}
+    assert five_six["decode"] == {"workers": 6, "tensor_parallel_size": 1}
 
 
 def test_splits_that_do_not_place_are_left_out() -> None:
