@@ -3,7 +3,8 @@ own ephemeral Prefect API) over the Dynamo mocker topology, whose workers listen
 
     unshare -n python -m tests.integration.sweep_netns SPEC.json      (from the repository root)
 
-SPEC.json names the plan and the work folder; the flow's result goes to `<work>/result.json`.
+SPEC.json names the plan, the scenario, the GPU count, the search settings and the work folder; the flow's result
+goes to `<work>/result.json`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def main(spec_file: Path) -> None:
     (work / "prefect").mkdir(parents=True, exist_ok=True)
     from flows.search import sweep_prefill_decode
 
-    result = sweep_prefill_decode(spec["plan"], scenario="Server", workspace=str(work / "ws"), gpus=spec["gpus"],
-                                  settings=spec["settings"])
+    result = sweep_prefill_decode(spec["plan"], scenario=spec["scenario"], workspace=str(work / "ws"),
+                                  gpus=spec["gpus"], settings=spec["settings"])
     (work / "result.json").write_text(json.dumps(result, indent=2, default=str))
 
 
