@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import curation_cli, search_cli
+from flows import curation_cli, inference_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
@@ -65,7 +65,7 @@ def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/,
           csv_file: Annotated[Path | None, typer.Option("--csv", help="write the summary CSV (official columns)")]
           = None,
           inference_src: Annotated[Path | None, typer.Option(
-              "--inference-src", help="a checkout of mlcommons/inference: run its checker too and compare")] = None,
+              "--inference-src", help="the folder `podium fetch-inference` prints: run its checker too")] = None,
           ) -> None:
     """Check a submission tree. Exit 0 clean, 1 errors (Podium's or the official checker's), 2 could not run."""
     from submission.official_checker import check_all
@@ -308,7 +308,8 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
 
 
 for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
-                curation_cli.assemble):                                  # and curation
+                curation_cli.assemble,                                   # curation
+                inference_cli.fetch_inference):                          # and the official tools' sources
     app.command()(command)
 
 

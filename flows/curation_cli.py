@@ -24,7 +24,7 @@ def assemble(
         out: Annotated[Path, typer.Option(help="where the tree (out/submission/) and curation.json go")],
         pick: Annotated[str, typer.Option(help="best, latest, or a run id (a unique prefix will do)")] = "best",
         inference_src: Annotated[Path | None, typer.Option(
-            "--inference-src", help="a checkout of mlcommons/inference: run its checker too and compare")] = None,
+            "--inference-src", help="the folder `podium fetch-inference` prints: run its checker too")] = None,
         bucket: Annotated[str, typer.Option(help="bucket of plan-name sources")] = "podium",
         prefix: Annotated[str, typer.Option(help="key prefix of plan-name sources")] = "runs",
         workspace: Workspace = Path(".podium")) -> None:

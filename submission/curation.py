@@ -42,8 +42,8 @@ PICKS = ("best", "latest")   # anything else is a run id
 RESULTS, COMPLIANCE, TREE = "results.json", "compliance.json", "submission"
 LEGACY_PLAN = "src/podium/plan.yaml"   # where trees assembled before plan_file() kept their one plan
 # A result is submitted in one division: chosen scenarios that share these fields (of their plan's benchmark entry)
-# must come from one division; a system may still be in closed for one benchmark and open for another. Source: issue 15
-# (the MLPerf practice of one division per result); Podium's curation policy, which the official checker, reading
+# must come from one division; a system may still be in closed for one benchmark and open for another. Source: the
+# MLPerf practice of one division per result; Podium's curation policy, which the official checker, reading
 # one tree folder at a time, does not check across divisions.
 ONE_DIVISION_PER = ("system", "benchmark")
 

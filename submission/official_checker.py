@@ -5,9 +5,10 @@ verdict differs from Podium's.
     python -m submission_checker.main --input TREE --version v6.1 --csv out.csv [--submitter ORG]
 
 Its exit code is 0 ("submission looks OK") or 1 ("submission has errors"); its CSV lists one row per result it
-accepted; it logs `ERROR:...` lines and `NoResults <path>` for the rest (reference §2.1-2.3, §2.6). It needs only
-PyYAML, which Podium's environment has. Podium never fetches the checkout: the plan (`inference_src`) or
-`podium check --inference-src DIR` names it. The comparison is pure: `compare(ours, theirs)`.
+accepted; it logs `ERROR:...` lines and `NoResults <path>` for the rest (`main.py`, `results.py` at the commit the
+round's rules pin, `inference_sources`). It needs only PyYAML, which Podium's environment has. The checks never fetch
+the sources: `podium fetch-inference` does (tasks/ops/inference_sources.py), and the plan (`inference_src`) or
+`podium check --inference-src DIR` names the folder. The comparison is pure: `compare(ours, theirs)`.
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def checker_dir(inference_src: str | Path) -> Path:
     if not (folder / "submission_checker" / "main.py").is_file():
         raise OfficialCheckerUnavailable(
             f"no official checker at {folder / 'submission_checker' / 'main.py'}",
-            fix="point --inference-src (or the plan's inference_src) at a checkout of mlcommons/inference "
-                "(git clone https://github.com/mlcommons/inference) at a commit of the round")
+            fix="run `podium fetch-inference` (mlcommons/inference at the round's pinned commit) and pass the folder "
+                "it prints as --inference-src (or the plan's inference_src)")
     return folder
 
 

@@ -242,9 +242,9 @@ class Plan(Strict):
     storage: StorageSpec
     compliance: ComplianceSpec = ComplianceSpec()
     gates: GatesSpec = GatesSpec()
-    inference_src: str | None = Field(None, description="a local checkout of mlcommons/inference: its official "
-                                                        "compliance/TESTxx/run_verification.py scripts and its "
-                                                        "submission checker run too")
+    inference_src: str | None = Field(None, description="mlcommons/inference, the folder `podium fetch-inference` "
+                                                        "prints: its official compliance/TESTxx/run_verification.py "
+                                                        "scripts and its submission checker run too")
 
 
     @field_validator("round")

@@ -44,6 +44,11 @@ class Workspace:
         return self.root / "s3"
 
     @property
+    def inference(self) -> Path:
+        """mlcommons/inference sources for the official checks, one folder per commit (`podium fetch-inference`)."""
+        return self.root / "inference"
+
+    @property
     def builds(self) -> Path:
         """Engine builds, one content-addressed folder each (tasks/serving/build.py)."""
         return self.root / "builds"

@@ -218,8 +218,9 @@ class AuditRules(Strict):
             self.extra_lines)
 
 
-class ClientPin(Strict):
-    """A measuring client pinned by its source: the repository and the full commit the round's results use."""
+class SourcePin(Strict):
+    """Upstream sources pinned: the git repository and the full commit the round uses (the official tools' sources,
+    the measuring client's)."""
 
     repository: str
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
@@ -228,7 +229,8 @@ class ClientPin(Strict):
 class Rules(Strict):
     round: str
     seeds: Seeds
-    endpoints_client: ClientPin | None = None   # None: the round has no endpoints (loadgen-less) results
+    inference_sources: SourcePin   # mlcommons/inference: the checker, audits and references every value cites
+    endpoints_client: SourcePin | None = None   # None: the round has no endpoints (loadgen-less) results
     min_duration_ms: int
     max_accuracy_log_bytes: int
     system_fields: SystemFields

@@ -2,7 +2,8 @@
 
 Each audit knows its `audit.config` (read from the round's rules, never from model names), the run settings it
 needs on top of the scenario's user.conf, how to verify its run against the reference pass criteria
-(`../shared/reference/mlperf-rules.md` §4) and which files it leaves in `TESTxx/` (§1.5). Which tests run comes
+(mlcommons/inference `compliance/TESTxx/run_verification.py` at the round's `inference_sources` commit) and which
+files it leaves in `TESTxx/` (the checker's `checks/compliance_check.py` there). Which tests run comes
 from the rules: `required_tests(rules, benchmark)`.
 
     audit("TEST09").verify(run_dir, job) -> Verdict   # plain functions; tasks/compliance/step.py is the task

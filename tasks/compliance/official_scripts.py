@@ -42,7 +42,7 @@ def run_official(impl: Audit, job: AuditJob, run_dir: Path) -> Official:
     assert job.inference_src is not None
     script = script_for(job.inference_src, job.test)
     if not script.is_file():
-        return Official(f"not run: {script} does not exist (is inference_src a checkout of mlcommons/inference?)")
+        return Official(f"not run: {script} does not exist (inference_src: the folder `podium fetch-inference` prints)")
     work = run_dir / "official"
     if work.exists():
         shutil.rmtree(work)

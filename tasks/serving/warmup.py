@@ -5,8 +5,8 @@ An engine may compile or set up on the first request that needs it what its read
 short text prompt) never needed: the vision encoder at real image sizes, the guided-decoding grammar of the answer
 schema, batched sampling. vLLM 0.31.0 samples top-k/top-p with FlashInfer by default (`VLLM_USE_FLASHINFER_SAMPLER`,
 vllm/envs.py:869-876; `TopKTopPSampler.__init__`, vllm/v1/sample/ops/topk_topp_sampler.py:218-226) and
-flashinfer-python 0.7.0.post1 ships no prebuilt kernels: compiling them took 87 s, 38 s and 12 s on a CPU (issue
-#24). vLLM's own start-up profile run samples once with top-k/top-p (`_dummy_sampler_run`,
+flashinfer-python 0.7.0.post1 ships no prebuilt kernels: compiling them took 87 s, 38 s and 12 s on a CPU. vLLM's
+own start-up profile run samples once with top-k/top-p (`_dummy_sampler_run`,
 vllm/v1/worker/gpu_model_runner.py:6203-6250, from `profile_run`), so with that version the compile falls inside the
 readiness wait; the warm-up makes sure that whatever an engine still compiles on first use is compiled here, not in
 the first timed run (a Server run would turn INVALID on latency).

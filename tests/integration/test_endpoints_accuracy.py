@@ -1,4 +1,4 @@
-"""The endpoints client's accuracy score and `podium score` agree on the same answers (issue 20, item 5), on the
+"""The endpoints client's accuracy score and `podium score` agree on the same answers, on the
 known-answer Qwen3-VL cases (tests/qwen3_vl_cases.py: code fences, nulls, extra keys, duplicate keys, lax booleans,
 ...), whose official hierarchical F1 is 0.5142857: a stub engine answers each request with its case's answer, the
 REAL client runs an accuracy run (`--mode both`), and `tasks.endpoints.answers` hands the accuracy phase's answers to

@@ -203,7 +203,7 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert "## Plots" in report and "## Data checks" in report and plot.name in report
     artifacts = post(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}})
     assert any(a["key"] == "bringup-preflight" and "GPUs and driver" in a["data"] for a in artifacts)
-    # what the bring-up run itself shows (issue 14): its outcome line, the summary, live progress, named subflows
+    # what the bring-up run itself shows: its outcome line, the summary, live progress, named subflows
     line, tree = flow_run["state"]["message"], re.escape(str(folder / "submission"))
     assert re.fullmatch(rf"bring-up of ci: (\d+)/\1 preflight checks passed \| full plan smoke: 1/1 runs VALID, "
                         rf"1/1 accuracy PASS, checker 0 errors, \d+ deviations; tree {tree}; "

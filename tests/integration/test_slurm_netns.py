@@ -1,4 +1,4 @@
-"""Dynamo on a Slurm cluster that looks like a real one (issue 12, items 1 and 6): three nodes, each slurmd in a
+"""Dynamo on a Slurm cluster that looks like a real one: three nodes, each slurmd in a
 network, mount and UTS namespace of its own with its own IPv4 on a bridge and its own host name, `NodeAddr` set to the
 names (a hosts file bind-mounted over /etc/hosts resolves them), the controller and Podium on the bridge as a head
 node (deployments/slurm/local-cluster.sh with PODIUM_SLURM_NETNS=1, all of it inside network, mount, UTS and PID

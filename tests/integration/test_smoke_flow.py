@@ -106,7 +106,7 @@ def test_artifacts_in_prefect(smoke: dict) -> None:
 
 
 def test_the_run_itself_says_how_it_went(smoke: dict) -> None:
-    """Issue 14: the final state's one line, the live progress and the tables on the run the user started."""
+    """The final state's one line, the live progress and the tables on the run the user started."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 

@@ -1,11 +1,16 @@
 """The layout docs/architecture.md describes, kept true: imports go flows -> tasks -> submission only, no module
 imports another that imports it back (imports inside functions count), no function runs over 60 lines outside
-bench/, and tasks/ keeps its concerns in folders (at most 10 modules at its top level)."""
+bench/, tasks/ keeps its concerns in folders (at most 10 modules at its top level), and no tracked file leans on what
+sits beside the checkout or on this project's issue numbers."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).parents[2]
 PACKAGES = ("flows", "tasks", "submission")
@@ -108,3 +113,58 @@ def test_tasks_keeps_its_concerns_in_folders() -> None:
                        "serving", "staging", "storage", "tuning"]
     for folder in folders:   # each says what it holds (docs/architecture.md is the map)
         assert ast.get_docstring(ast.parse((REPO / "tasks" / folder / "__init__.py").read_text())), folder
+
+
+# The project stands on its own: no tracked file names a folder beside the checkout (where the development machines
+# keep notes and archives), and none cites an issue number of this project, which a reader of the repository cannot
+# open; sources are cited by their upstream location and commit, upstream issues as owner/repo#N. `.ci/run` alone
+# names where CI finds the endpoints client's archive (GitHub is out of reach there). The names are spelled in
+# pieces below so that this file passes its own test and a plain `git grep` for them.
+NEIGHBOUR, ISSUE, HASH = "shared", "issue", "#"
+OUTSIDE = re.compile(rf"\.\./{NEIGHBOUR}|/work/{NEIGHBOUR}|{NEIGHBOUR}/(?:reference|tools|vendor)")
+PROJECT_ISSUE = re.compile(r"\b[Ii]ssues?[\s#]*(?:no\.\s*)?\d+|(?<![\w/.&-])#\d+\b")
+MAY_NAME_OUTSIDE = {".ci/run"}
+
+
+def _self_reference_findings(files: dict[str, str]) -> list[str]:
+    found = []
+    for name, text in sorted(files.items()):
+        for pattern, what in ((OUTSIDE, "names a path outside the repository"),
+                              (PROJECT_ISSUE, "cites an issue of this project")):
+            if pattern is OUTSIDE and name in MAY_NAME_OUTSIDE:
+                continue
+            for match in pattern.finditer(text):
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(f"{name}:{line} {what}: {match.group(0)!r}")
+    return found
+
+
+def test_no_tracked_file_names_the_neighbours_or_an_issue_number() -> None:
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: no list of tracked files")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    files = {}
+    for name in filter(None, (n.decode() for n in names)):
+        path = REPO / name
+        data = path.read_bytes() if path.is_file() else b""
+        if b"\0" not in data:   # text files only (the plots are PNGs)
+            files[name] = data.decode("utf-8", errors="replace")
+    assert len(files) > 100 and "tests/unit/test_architecture.py" in files   # the listing worked
+    assert _self_reference_findings(files) == []
+
+
+def test_the_self_reference_finder_finds_each_kind() -> None:
+    planted = {
+        "docs/a.md": f"see ../{NEIGHBOUR}/reference/rules.md §2 ({ISSUE} 13's review)\n",
+        "b.py": f"# the fix of\n# {ISSUE}\n# 24, and {HASH}7\n",
+        "c.yaml": f"x: 1  # /work/{NEIGHBOUR}/vendor/x.tar.gz\n",
+        ".ci/run": f"make test SRC=../{NEIGHBOUR}/vendor/x.tar.gz\n",
+        "ok.md": "upstream mlcommons/inference#2654 and minio/minio#21647; issues of the fleet; #!/bin/sh; &#38;\n",
+    }
+    assert _self_reference_findings(planted) == [
+        f"b.py:2 cites an issue of this project: '{ISSUE}\\n# 24'",
+        f"b.py:3 cites an issue of this project: '{HASH}7'",
+        f"c.yaml:1 names a path outside the repository: '/work/{NEIGHBOUR}'",
+        f"docs/a.md:1 names a path outside the repository: '../{NEIGHBOUR}'",
+        f"docs/a.md:1 cites an issue of this project: '{ISSUE} 13'",
+    ]

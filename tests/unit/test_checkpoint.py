@@ -1,7 +1,7 @@
 """The staged checkpoint against the plan's model.weight_data_types (submission/checkpoint.py), on small checkpoints of
 each kind written with safetensors: ModelOpt NVFP4 (config.json or the legacy hf_quant_config.json), compressed-tensors
 NVFP4, gpt-oss MXFP4 and plain BF16. Before the check, a plan declaring nvfp4 over a BF16 folder was sized at a
-quarter of what the engine loads (issue #24)."""
+quarter of what the engine loads."""
 
 from __future__ import annotations
 

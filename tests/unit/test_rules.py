@@ -1,4 +1,5 @@
-"""The rules data pinned against shared/reference/mlperf-rules.md, and once against the real loadgen."""
+"""The rules data pinned against mlcommons/inference at the commit it names (`inference_sources`: constants.py,
+mlperf.conf, the compliance configs), and once against the real loadgen."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def v60() -> Rules:
 def test_rounds_are_discovered_from_the_data_files() -> None:
     assert ROUNDS == ("v6.0", "v6.1")
     assert load_rules("v6.1") is load_rules("v6.1")  # cached
+
+
+@pytest.mark.parametrize("round_", ["v6.0", "v6.1"])
+def test_each_round_pins_the_inference_sources_its_values_cite(round_: str) -> None:
+    # the v6.1 checker's commit, which also checks v6.0 trees (`podium fetch-inference` fetches it)
+    pin = load_rules(round_).inference_sources
+    assert (pin.repository, pin.commit) == ("https://github.com/mlcommons/inference",
+                                            "b66003e10e2db4b8c36a448b0545ec90fcc6e9e9")
 
 
 @pytest.mark.parametrize(("round_", "seeds"), [

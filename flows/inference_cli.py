@@ -1,0 +1,37 @@
+"""`podium fetch-inference`: the mlcommons/inference sources the official checks run from, at the commit the round's
+rules pin, into the workspace (flows/cli.py registers it; the fetch is tasks/ops/inference_sources.py's).
+
+The folder goes to stdout alone (`SRC=$(podium fetch-inference)`), what happened to stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flows.cli_common import Workspace, exits_on_error
+
+
+@exits_on_error
+def fetch_inference(
+        round: Annotated[str, typer.Option(help="the round whose pinned commit to fetch")] = "v6.1",
+        repository: Annotated[str | None, typer.Option(
+            help="a git URL or path of mlcommons/inference or a mirror of it (default: the round's rules name it)")]
+        = None,
+        workspace: Workspace = Path(".podium")) -> None:
+    """Fetch the parts of mlcommons/inference that the official checks use (the checker, the audits' scripts, the
+    references' accuracy scripts) at the round's pinned commit into <workspace>/inference/<commit>, or check the copy
+    already there; print that folder, for `podium check --inference-src` or a plan's `inference_src`."""
+    from submission.rules import load_rules
+    from tasks.ops.inference_sources import fetch
+    from tasks.workspace import Workspace as Ws
+
+    pin = load_rules(round).inference_sources
+    fetched = fetch(pin, Ws.at(workspace).inference, repository=repository)
+    what = "already there, checked" if fetched.reused else f"fetched from {repository or pin.repository}"
+    typer.echo(f"mlcommons/inference at {fetched.commit[:12]} (the {round} pin): {what}", err=True)
+    typer.echo(f"next: podium check TREE --inference-src {fetched.path}, or `inference_src: {fetched.path}` in a plan",
+               err=True)
+    typer.echo(str(fetched.path))
