@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import curation_cli, search_cli
+from flows import curation_cli, link_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
@@ -308,7 +308,8 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
 
 
 for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
-                curation_cli.assemble):                                  # and curation
+                curation_cli.assemble,                                   # curation
+                link_cli.link):                                          # and download links
     app.command()(command)
 
 
