@@ -101,9 +101,9 @@ def where_markdown(folder: str | None, tree: str | None, s3: str | None, objects
     if link is not None:
         lines.append(f"- a download link: `{link.command}` prints a presigned URL to that object, valid "
                      f"{link.lifetime} (the plan's `storage.link_expiry_s`) and signed with your own S3 credentials; "
-                     "for another object "
-                     "put its `s3://` URL (the prefix above and its name) in place. Anyone holding the URL can "
-                     "download that object until it expires; the URL shows your access key id, never the secret.")
+                     "for another object put its `s3://` URL (the prefix above and its name) in place. Anyone "
+                     "holding the URL can download that object until it expires; the URL shows your access key id, "
+                     "never the secret.")
     return "\n## Where everything went\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
