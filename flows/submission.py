@@ -30,6 +30,7 @@ from tasks.reporting import expectations as validation
 from tasks.reporting import progress
 from tasks.reporting.expectations import validate_results
 from tasks.reporting.gate_inputs import acceptance_gates
+from tasks.storage import links as storage_links
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tasks.storage.publish import publish
@@ -95,30 +96,32 @@ def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path, cfg:
 def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, systems: dict[str, dict],
                        cfg: storage.StorageConfig, ws: Workspace, folder: Path, tags: dict[str, str]) -> dict:
     """The report (results, compliance, checker, plots, data checks, gates) into the run folder, the run folder
-    into object storage, the artifacts into Prefect; returns what the flow's result and outcome line need."""
+    into object storage, the artifacts into Prefect; returns what the flow's result and outcome line need. Objects
+    are named by their s3:// URL with the `podium link` command: no presigned URL goes anywhere a run keeps."""
     run_id, records = tags["flow-run-id"], [r.model_dump(mode="json") for r in done.records]
     key_prefix = f"{plan.name}/{run_id}"
     s3 = f"s3://{cfg.bucket}/{storage.object_key(cfg, key_prefix)}/"
-    links = {name: storage.presign(cfg, storage.object_key(cfg, key_prefix, key)) for name, key in (
-        ("manifest", storage.MANIFEST), ("submission tarball", "submission.tar.gz"), ("report", "report.md"),
-        ("data checks", validation.RESULT_FILE))}
+    objects = {"report": "report.md", "submission tarball": "submission.tar.gz", "manifest": storage.MANIFEST,
+               "data checks": validation.RESULT_FILE}
+    link = reporting.LinkCommand(storage_links.command(plan.storage, s3 + "submission.tar.gz", ws.root),
+                                 storage_links.lifetime(plan.storage.link_expiry_s))
     data_checks = validate_results(records, plan.round, str(folder))
     notifications.emit_result_events(done.records, run_id, plan.name)   # INVALID -> the notification automation
     notifications.emit_audit_events(done.audits, run_id, plan.name)
-    plots = {p.name: storage.presign(cfg, storage.object_key(cfg, key_prefix, "plots", p.name))
-             for p in reporting.plot_run(done.records, folder / "plots", plan.round)}
+    plots = reporting.plot_run(done.records, folder / "plots", plan.round)
     gate_report = acceptance_gates(plan, records, systems, cfg, run_id, str(ws.root))
     line = reporting.outcome(plan.name, planned, done.records, done.audits, done.check, failures=len(done.failures),
                              data_checks=data_checks["failed"], gates=gate_report["failed"], tree=done.tree, s3=s3)
     rows = reporting.table(done.records, done.audits)
-    text = reporting.markdown(plan.name, plan.profile, rows, done.check, links, done.failures, done.audits,
-                              folder=str(folder), tree=done.tree, s3=s3)
-    text += reporting.plots_markdown(plots) + "\n" + data_checks["markdown"] + "\n" + gate_report["markdown"]
+    text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
+                              folder=str(folder), tree=done.tree, s3=s3, link=link)
+    text += (reporting.plots_markdown([f"plots/{p.name}" for p in plots]) + "\n" + data_checks["markdown"] + "\n"
+             + gate_report["markdown"])
     write_atomic(folder / "gates.json", json.dumps(gate_report, indent=2, default=str))
     reporting.write_run_files(folder, done.records, text, done.audits)
     uploaded = publish(cfg, str(folder), key_prefix, tags)
-    reporting.publish_artifacts(rows, text, links, done.audits, outcome=line)
-    reporting.publish_images(plots)
+    reporting.publish_artifacts(rows, text, done.audits, outcome=line)
+    reporting.publish_plots(plots)
     return {"s3": s3, "objects": len(uploaded), "rows": rows, "data_checks": data_checks["failed"],
             "gates_failed": gate_report["failed"], "outcome": line}
 

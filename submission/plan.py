@@ -217,12 +217,28 @@ class GatesSpec(Strict):
                                                                        "the plan, as a fraction")
 
 
+MAX_LINK_EXPIRY_S = 7 * 24 * 3600   # SigV4 refuses X-Amz-Expires above 604800 s (AWS S3 API reference,
+                                    # "Authenticating Requests: Using Query Parameters")
+LINK_EXPIRY_S = 3600   # long enough to mint a link, hand it on and fetch a tarball (a download begun before the
+                       # expiry completes); a fresh one is one `podium link` away (docs/operations.md, "Links")
+
+
 class StorageSpec(Strict):
     endpoint_url: str | None = Field(None, description="S3 endpoint; None means AWS")
     bucket: str
     prefix: str = ""
     region: str = "us-east-1"
     embedded: bool = Field(False, description="use Podium's own local SeaweedFS server (started when not running)")
+    link_expiry_s: int = Field(LINK_EXPIRY_S, description="how long a presigned URL `podium link` mints for this "
+                                                          "storage stays valid, in seconds (at most 7 days)")
+
+    @field_validator("link_expiry_s")
+    @classmethod
+    def _link_lifetime(cls, v: int) -> int:
+        if not 0 < v <= MAX_LINK_EXPIRY_S:
+            raise ValueError(f"{v} s is outside 1..{MAX_LINK_EXPIRY_S} (SigV4 presigned URLs live at most 7 days); "
+                             f"e.g. link_expiry_s: {LINK_EXPIRY_S}")
+        return v
 
     @model_validator(mode="after")
     def _one_endpoint(self) -> StorageSpec:

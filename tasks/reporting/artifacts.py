@@ -1,11 +1,15 @@
-"""What a run tells its users: the results table, a markdown summary and links, as Prefect artifacts and as
-`results.json` and `report.md` in the run folder.
+"""What a run tells its users: the results table, a markdown summary and its plots, as Prefect artifacts and as
+`results.json` and `report.md` in the run folder. None of it holds a presigned URL or any other credential: objects
+are named by their `s3://` URL with the `podium link` command that mints a download link on demand
+(tasks/storage/links.py), and the plots travel inline.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
@@ -22,6 +26,15 @@ from tasks.reporting.plots import plot_sweep as plot_sweep
 COLUMNS = ("system", "benchmark", "scenario", "metric", "unit", "valid", "ttft_p99_ms", "tpot_p99_ms", "accuracy",
            "compliance")
 AUDIT_COLUMNS = ("system", "benchmark", "scenario", "test", "verdict", "measured", "bound", "attempts", "official")
+INLINE_PLOT_BYTES = 1024 * 1024   # a larger PNG is named, not inlined, in the `plots` artifact (Prefect's database)
+
+
+@dataclass(frozen=True)
+class LinkCommand:
+    """How a reader gets a download link: the `podium link` command line, and how long the link it prints lives."""
+
+    command: str
+    lifetime: str   # e.g. "1 h"
 
 
 def table(records: list[RunRecord], audits: Sequence[AuditRecord] = ()) -> list[dict]:
@@ -59,9 +72,9 @@ def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
     return rows
 
 
-def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, links: dict[str, str],
+def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, objects: dict[str, str],
              failures: list[str], audits: Sequence[AuditRecord] = (), *, folder: str | None = None,
-             tree: str | None = None, s3: str | None = None) -> str:
+             tree: str | None = None, s3: str | None = None, link: LinkCommand | None = None) -> str:
     lines = [f"# Podium run of `{plan_name}`", ""]
     if profile == "smoke":
         lines += ["> **SMOKE RUN**: a CPU run of a tiny model with shortened durations. Its tree is not, and does not",
@@ -74,16 +87,23 @@ def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport 
     if check is not None:
         lines += ["", "## Checker", "", check.summary(), ""]
         lines += [f"- `{f.severity}` **{f.rule}** `{f.path}`: {f.message}" for f in check.findings]
-    return "\n".join(lines) + "\n" + where_markdown(folder, tree, s3, links)
+    return "\n".join(lines) + "\n" + where_markdown(folder, tree, s3, objects, link)
 
 
-def where_markdown(folder: str | None, tree: str | None, s3: str | None, links: dict[str, str]) -> str:
-    """`## Where everything went`: the run folder, the tree, the object storage prefix, and short links."""
+def where_markdown(folder: str | None, tree: str | None, s3: str | None, objects: dict[str, str],
+                   link: LinkCommand | None = None) -> str:
+    """`## Where everything went`: the run folder, the tree, the object storage prefix with the objects under it
+    (name -> path under the prefix), and how to get a download link (never a link itself: see the module's doc)."""
     places = (("run folder", folder), ("submission tree", tree), ("object storage", s3))
     lines = [f"- {name}: `{value}`" for name, value in places if value]
-    if links:
-        lines.append("- " + ", ".join(f"[{name}]({url})" for name, url in links.items())
-                     + " (presigned links, valid 7 days)")
+    if s3 and objects:
+        lines[-1] += " holding " + ", ".join(f"{name} `{rel}`" for name, rel in objects.items())
+    if link is not None:
+        lines.append(f"- a download link: `{link.command}` prints a presigned URL to that object, valid "
+                     f"{link.lifetime} (the plan's `storage.link_expiry_s`) and signed with your own S3 credentials; "
+                     "for another object put its `s3://` URL (the prefix above and its name) in place. Anyone "
+                     "holding the URL can download that object until it expires; the URL shows your access key id, "
+                     "never the secret.")
     return "\n## Where everything went\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
@@ -122,11 +142,11 @@ def artifact_tables(rows: list[dict], audits: Sequence[AuditRecord] = ()) -> dic
     return {key: [{k: md.cell(v) for k, v in row.items()} for row in table] for key, table in tables.items()}
 
 
-def publish_artifacts(rows: list[dict], report_md: str, links: dict[str, str],
-                      audits: Sequence[AuditRecord] = (), outcome: str | None = None) -> None:
+def publish_artifacts(rows: list[dict], report_md: str, audits: Sequence[AuditRecord] = (),
+                      outcome: str | None = None) -> None:
     """Create the Prefect artifacts of the run (inside a flow run); the summary goes on the top-level run too, when
     this one is a subflow (of a bring-up), with the run's outcome line as its description."""
-    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     descriptions = {"results": "One row per system, benchmark and scenario",
                     "compliance": "One row per compliance audit: verdict, measured value and bound"}
@@ -136,8 +156,6 @@ def publish_artifacts(rows: list[dict], report_md: str, links: dict[str, str],
     top = top_run_id()
     if top and top != current_run_id():
         create_on(top, "markdown", report_md, key="summary", description=outcome or "Podium run summary")
-    for name, url in links.items():
-        create_link_artifact(key=_key(name), link=url, link_text=name)
 
 
 def current_run_id() -> str | None:
@@ -163,21 +181,31 @@ def create_on(flow_run_id: str, kind: str, data: object, *, key: str | None, des
                                                      flow_run_id=UUID(flow_run_id))).id
 
 
-def publish_images(images: dict[str, str]) -> None:
-    """An image artifact per plot (name -> URL, e.g. a presigned link to the PNG in object storage)."""
-    from prefect.artifacts import create_image_artifact
+def publish_plots(pngs: Sequence[Path]) -> None:
+    """The `plots` markdown artifact: every plot inline (`inline_plots`), so the Prefect UI shows them with no URL
+    into object storage (a presigned one would put a credential into Prefect); nothing when there are none."""
+    from prefect.artifacts import create_markdown_artifact
 
-    for name, url in images.items():
-        create_image_artifact(image_url=url, key=_key(name), description=name)
-
-
-def _key(name: str) -> str:
-    """An artifact key from a name (Prefect takes lower-case letters, digits and dashes)."""
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    if pngs:
+        create_markdown_artifact(key="plots", markdown=inline_plots(pngs), description=f"{len(pngs)} plot(s)")
 
 
-def plots_markdown(plots: dict[str, str]) -> str:
-    """A `## Plots` section linking each PNG (name -> URL); empty when there are none."""
-    if not plots:
+def inline_plots(pngs: Sequence[Path]) -> str:
+    """Markdown showing each PNG as a `data:` image (up to INLINE_PLOT_BYTES each; a larger one is named)."""
+    lines = ["## Plots", ""]
+    for png in pngs:
+        data = Path(png).read_bytes()
+        if len(data) > INLINE_PLOT_BYTES:
+            lines += [f"- `plots/{png.name}`: {len(data):,} bytes, too large to show here; in the run folder and "
+                      "object storage", ""]
+            continue
+        lines += [f"### {png.stem}", "", f"![{png.stem}](data:image/png;base64,{base64.b64encode(data).decode()})", ""]
+    return "\n".join(lines)
+
+
+def plots_markdown(names: Sequence[str]) -> str:
+    """A `## Plots` section naming each PNG under the run's prefix (`plots/<file>`); empty when there are none."""
+    if not names:
         return ""
-    return "\n## Plots\n\n" + "".join(f"- [{name}]({url})\n" for name, url in plots.items())
+    return ("\n## Plots\n\n" + "".join(f"- `{name}`\n" for name in names)
+            + "\nShown in the run's `plots` artifact in Prefect; in the run folder and object storage as named.\n")

@@ -27,13 +27,14 @@ from botocore.config import Config
 
 from submission.errors import StorageError
 from submission.files import replace_atomic, sha256_file
+from submission.plan import LINK_EXPIRY_S, MAX_LINK_EXPIRY_S
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 MIB = 1024 * 1024
 TRANSFER = TransferConfig(multipart_threshold=8 * MIB, multipart_chunksize=8 * MIB, max_concurrency=4)
-MAX_PRESIGN_S = 7 * 24 * 3600  # SigV4 presigned URLs live at most 7 days
+MAX_PRESIGN_S = MAX_LINK_EXPIRY_S  # SigV4 presigned URLs live at most 7 days
 MAX_TAGS = 10  # S3 allows 10 tags per object
 CONNECTION_ERRORS = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError,
                      botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectionClosedError)
@@ -151,8 +152,10 @@ def verify_manifest(cfg: StorageConfig, key_prefix: str) -> list[str]:
     return problems
 
 
-def presign(cfg: StorageConfig, key: str, expires_s: int = MAX_PRESIGN_S) -> str:
-    """A presigned GET URL for the full object `key` (SigV4 caps `expires_s` at 7 days)."""
+def presign(cfg: StorageConfig, key: str, expires_s: int = LINK_EXPIRY_S) -> str:
+    """A presigned GET URL for the full object `key`, valid `expires_s` (SigV4 caps it at 7 days). The URL carries
+    the access key id (X-Amz-Credential) and a signature: anyone holding it can read the object until it expires,
+    so it belongs in no artifact or report (`tasks.storage.links` mints them on demand for `podium link`)."""
     if not 0 < expires_s <= MAX_PRESIGN_S:
         raise StorageError(f"presigned URL lifetime {expires_s} s is outside 1..{MAX_PRESIGN_S}",
                            fix="pass expires_s of at most 7 days", where=f"s3://{cfg.bucket}/{key}")

@@ -5,7 +5,8 @@ and runs a plan whose storage is that server as a non-embedded endpoint: the cre
 boto3's default chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Then it searches every output for the secret:
 the CLI's stdout and stderr, every file of the workspace (run folder, tree, loadgen folders, staged copies), each
 member of the submission tarball, every object in the bucket (tarballs opened too), and every log and artifact the
-Prefect server holds.
+Prefect server holds. The access key id and a presigned URL's marks (X-Amz-Credential, X-Amz-Signature) appear
+nowhere either: a run keeps no download link (tasks/storage/links.py).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _blobs(name: str, data: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-def _leaks(blobs: list[tuple[str, bytes]], secret: str) -> list[str]:
-    needles = {secret.encode(), secret.encode().hex().encode()}
+def _leaks(blobs: list[tuple[str, bytes]], *words: str) -> list[str]:
+    needles = {form for w in words for form in (w.encode(), w.encode().hex().encode())}
     return [name for name, data in blobs if any(n in data for n in needles)]
 
 
@@ -120,6 +121,9 @@ def test_a_planted_secret_appears_nowhere(prefect_server: None, smoke_store: Pat
     assert len(blobs) > 100 and any("submission.tar.gz!" in name for name, _ in blobs)
     assert _leaks(blobs, secret) == []
     assert _leaks([("planted", f"x{secret}x".encode())], secret) == ["planted"]   # the search finds it when there
+    link = storage.presign(cfg, keys[0])   # what the search would find of a presigned URL, had a run kept one
+    assert _leaks([("a link", link.encode())], "X-Amz-Credential", "X-Amz-Signature", access_key) == ["a link"]
+    assert _leaks(blobs, "X-Amz-Credential", "X-Amz-Signature", access_key) == []   # no link, no access key id
     print(f"searched {len(blobs)} outputs ({sum(len(d) for _, d in blobs):,} bytes) for the planted secret: none")
 
 

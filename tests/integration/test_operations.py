@@ -211,7 +211,7 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert line in run.stdout and "2 of 2 runs done; last: cpu-smoke/gpt-oss-120b/Offline/accuracy: " in run.stdout
     summary = next(a for a in artifacts if a["key"] == "summary")
     assert summary["description"] in line and f"object storage: `s3://podium/runs/smoke/{folder.name}/`" in \
-        summary["data"] and "[manifest](http" in summary["data"]
+        summary["data"] and "`podium link --embedded " in summary["data"] and "X-Amz-" not in summary["data"]
     assert [(a["data"], a["description"]) for a in artifacts if a["type"] == "progress"] == [
         (100, "2 of 2 runs done: finished")]
     children = post(stack, "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run["id"]]}}})
@@ -222,7 +222,8 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     everything = post(stack, "/artifacts/filter", {"limit": 200})
     assert any(a["type"] == "progress" and a["data"] == 100 and "staging" in a["description"] for a in everything)
     assert any(a["key"] == "validation" and "podium-results passed" in a["data"] for a in everything)
-    assert any(a["type"] == "image" and "latency-cpu-smoke" in a["description"] for a in everything)
+    assert any(a["key"] == "plots" and "](data:image/png;base64," in a["data"] for a in everything)
+    assert not any("X-Amz-Credential" in json.dumps(a["data"]) for a in everything)   # no link kept (issue 25)
     server = s3server.running(stack.ws / "s3")
     assert server is not None
     cfg = storage.StorageConfig(server.endpoint_url, "podium", "runs", "us-east-1", server.credentials.access_key,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,9 +102,9 @@ def test_artifacts_in_prefect(smoke: dict) -> None:
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert {row["scenario"] for row in rows} == {"Offline", "Server", "Interactive"}
     summary = Artifact.get("summary")
-    assert summary is not None and "SMOKE RUN" in summary.data
-    manifest_link = Artifact.get("manifest")
-    assert manifest_link is not None and "manifest.json" in manifest_link.data
+    assert summary is not None and "SMOKE RUN" in summary.data and "manifest `manifest.json`" in summary.data
+    plots = Artifact.get("plots")
+    assert plots is not None and plots.data.count("](data:image/png;base64,iVBORw0KGgo") == 3   # inline PNGs
 
 
 def test_the_run_itself_says_how_it_went(smoke: dict) -> None:
@@ -123,7 +125,40 @@ def test_the_run_itself_says_how_it_went(smoke: dict) -> None:
     assert artifacts["summary"].description == state.message
     compliance = json.loads(artifacts["compliance"].data)
     assert {row["bound"][:2] for row in compliance if row["test"] == "TEST07"} == {"≥ "}   # not a blockquote
-    assert "## Where everything went" in artifacts["summary"].data and "[report](http" in artifacts["summary"].data
+    assert "## Where everything went" in artifacts["summary"].data and "`podium link " in artifacts["summary"].data
+
+
+def test_nothing_the_run_keeps_holds_a_credential(smoke: dict) -> None:
+    """Issue 25: the run's Prefect artifacts, its report (the run folder's and object storage's), its result and its
+    state message hold no presigned URL, access key id or secret; the report's `podium link` command mints a link
+    to the tarball, signed now, that lives the plan's storage.link_expiry_s (1 h) and serves the bytes."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    state, result, cfg = smoke["first"], smoke["first"].result(), smoke["cfg"]
+    folder = Path(result["run_folder"])
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    kept = {f"artifact {a.key or a.type}": json.dumps(a.data, default=str) + str(a.description) for a in found}
+    assert {"artifact summary", "artifact results", "artifact compliance", "artifact plots"} <= set(kept)
+    report_key = f"runs/smoke/{result['run_id']}/report.md"
+    kept |= {"report.md": (folder / "report.md").read_text(), "the flow's result": json.dumps(result, default=str),
+             "report.md in object storage": storage.client(cfg).get_object(Bucket=cfg.bucket, Key=report_key)[
+                 "Body"].read().decode(), "the final state's message": str(state.message)}
+    marks = ("X-Amz-Credential", "X-Amz-Signature", str(cfg.access_key), str(cfg.secret_key))
+    assert {name: m for name, text in kept.items() for m in marks if m in text} == {}
+    command = re.search(r"`(podium link [^`]+)`", kept["report.md"])
+    assert command and "--expires 3600 " in command.group(1), kept["report.md"][-2000:]
+    out = CliRunner().invoke(app, shlex.split(command.group(1))[1:])   # as `podium link ...` would run it
+    assert out.exit_code == 0, out.output
+    url = out.stdout.strip()
+    assert all(m in url for m in marks[:3]) and "X-Amz-Expires=3600&" in url   # what the run kept none of
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.read() == (folder / "submission.tar.gz").read_bytes()
 
 
 def test_rerun_skips_every_finished_step(smoke: dict) -> None:

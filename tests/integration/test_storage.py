@@ -113,6 +113,37 @@ def test_presigned_url_serves_the_bytes(cfg: storage.StorageConfig, tmp_path: Pa
         storage.presign(cfg, "runs/presigned/summary.txt", expires_s=8 * 24 * 3600)
 
 
+def test_podium_link_mints_a_url_from_the_callers_credentials(cfg: storage.StorageConfig, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`podium link` against an S3 endpoint, credentials from the environment (boto3's chain, as for a user): the URL
+    serves the bytes and lives what --expires says (default 1 h); a missing object is refused, not signed."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    files = make_tree(tmp_path / "src")
+    storage.put_tree(cfg, tmp_path / "src", "linked")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", str(cfg.access_key))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", str(cfg.secret_key))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    where = ["--endpoint-url", str(cfg.endpoint_url)]
+    obj = f"s3://{BUCKET}/runs/linked/summary.txt"
+    out = CliRunner().invoke(app, ["link", *where, obj, f"s3://{BUCKET}/runs/linked/logs/detail.txt"])
+    assert out.exit_code == 0, out.output
+    urls = out.stdout.splitlines()
+    assert len(urls) == 2 and all("X-Amz-Expires=3600&" in u for u in urls) and cfg.secret_key not in out.output
+    assert "valid 1 h, until " in out.stderr and "anyone holding a URL can download" in out.stderr
+    with urllib.request.urlopen(urls[0], timeout=10) as response:
+        assert response.read() == files["summary.txt"]
+    short = CliRunner().invoke(app, ["link", *where, "--expires", "60", obj])
+    assert short.exit_code == 0 and "X-Amz-Expires=60&" in short.stdout, short.output
+    missing = CliRunner().invoke(app, ["link", *where, f"s3://{BUCKET}/runs/linked/nothing.txt"])
+    assert missing.exit_code == StorageError.exit_code and "no object s3://" in missing.output, missing.output
+    assert "http" not in missing.stdout
+
+
 def test_wrong_secret_is_refused_without_leaking_it(s3_server: S3Server, cfg: storage.StorageConfig,
                                                     tmp_path: Path) -> None:
     wrong = "not-the-secret-0123456789abcdef"

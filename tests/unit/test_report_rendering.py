@@ -3,8 +3,10 @@ of its own there), the pipe tables of the summary, its links; and the one line t
 
 from __future__ import annotations
 
+import base64
 import html
 import re
+from pathlib import Path
 
 from markdown_it import MarkdownIt
 
@@ -15,7 +17,8 @@ from tasks.reporting import artifacts as reporting
 
 MD = MarkdownIt("commonmark").enable("table")
 BASE = {"system": "cpu-smoke", "benchmark": "gpt-oss-120b", "scenario": "Offline"}
-URL = "http://127.0.0.1:8333/podium/runs/smoke/r1/manifest.json?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab"
+LINK = reporting.LinkCommand("podium link --embedded --workspace /ws --expires 3600 "
+                              "s3://podium/runs/smoke/r1/submission.tar.gz", "1 h")
 
 
 def _records() -> tuple[list[RunRecord], list[AuditRecord]]:
@@ -56,13 +59,29 @@ def test_summary_tables_and_links_render_as_written() -> None:
     rows = reporting.table(records, audits)
     gate = gates.Gate(gate="regression", subject="cpu-smoke/gpt-oss-120b/Offline", value=-1.5, bound=">= -5 %",
                       passed=True, detail="a | b")
-    text = reporting.markdown("smoke", "smoke", rows, None, {"manifest": URL}, [], audits, folder="/ws/runs/r1",
-                              tree="/ws/runs/r1/submission", s3="s3://podium/runs/smoke/r1/") + gates.markdown([gate])
+    text = reporting.markdown("smoke", "smoke", rows, None, {"manifest": "manifest.json"}, [], audits,
+                              folder="/ws/runs/r1", tree="/ws/runs/r1/submission", s3="s3://podium/runs/smoke/r1/",
+                              link=LINK) + gates.markdown([gate])
     cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", MD.render(text))]
     assert "≥ 60.698" in cells and "≥ -5 %" in cells and "a | b" in cells and "—" in cells
-    link = re.search(r'<a href="([^"]+)">([^<]+)</a>', MD.render(text))
-    assert link and link.group(2) == "manifest" and html.unescape(link.group(1)) == URL   # a short label
+    codes = [html.unescape(c) for c in re.findall(r"<code>(.*?)</code>", MD.render(text))]
+    assert LINK.command in codes and "manifest.json" in codes   # the command copies as written; no URL to click
+    assert "<a href" not in MD.render(text) and "valid 1 h" in text
     assert "`/ws/runs/r1`" in text and "`s3://podium/runs/smoke/r1/`" in text and "/ws/runs/r1/submission" in text
+
+
+def test_plots_travel_inline_and_the_report_names_them(tmp_path: Path) -> None:
+    """The `plots` artifact shows each PNG as a data: image (no URL into object storage); one over the size cap is
+    named instead; the report lists the objects under the run's prefix."""
+    small, large = tmp_path / "latency-a.png", tmp_path / "latency-b.png"
+    small.write_bytes(b"\x89PNG\r\n\x1a\n" + b"x" * 64)
+    large.write_bytes(b"\x89PNG" + b"y" * (reporting.INLINE_PLOT_BYTES + 1))
+    rendered = MD.render(reporting.inline_plots([small, large]))
+    sources = re.findall(r'<img src="([^"]+)"', rendered)
+    assert sources == ["data:image/png;base64," + base64.b64encode(small.read_bytes()).decode()]
+    assert "<code>plots/latency-b.png</code>" in rendered and "http" not in rendered
+    assert "- `plots/latency-a.png`" in reporting.plots_markdown(["plots/latency-a.png"])
+    assert reporting.plots_markdown([]) == ""
 
 
 def test_the_outcome_line_counts_against_the_plan() -> None:
