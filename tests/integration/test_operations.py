@@ -223,7 +223,7 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert any(a["type"] == "progress" and a["data"] == 100 and "staging" in a["description"] for a in everything)
     assert any(a["key"] == "validation" and "podium-results passed" in a["data"] for a in everything)
     assert any(a["key"] == "plots" and "](data:image/png;base64," in a["data"] for a in everything)
-    assert not any("X-Amz-Credential" in json.dumps(a["data"]) for a in everything)   # no link kept (issue 25)
+    assert not any("X-Amz-Credential" in json.dumps(a["data"]) for a in everything)   # no presigned link kept
     server = s3server.running(stack.ws / "s3")
     assert server is not None
     cfg = storage.StorageConfig(server.endpoint_url, "podium", "runs", "us-east-1", server.credentials.access_key,

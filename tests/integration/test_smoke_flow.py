@@ -129,7 +129,7 @@ def test_the_run_itself_says_how_it_went(smoke: dict) -> None:
 
 
 def test_nothing_the_run_keeps_holds_a_credential(smoke: dict) -> None:
-    """Issue 25: the run's Prefect artifacts, its report (the run folder's and object storage's), its result and its
+    """The run's Prefect artifacts, its report (the run folder's and object storage's), its result and its
     state message hold no presigned URL, access key id or secret; the report's `podium link` command mints a link
     to the tarball, signed now, that lives the plan's storage.link_expiry_s (1 h) and serves the bytes."""
     from prefect.client.orchestration import get_client
