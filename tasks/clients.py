@@ -1,7 +1,7 @@
 """The measuring clients, by the name the rules and the plan give them (`harness:`): each one's run step, called the
-same way for every run (`step(spec, engine, work_dir, evaluator, tokenizer, **prefect_call)`), so the flows never ask
-which client measures a run; and what each is given for a run, for the launch review. Adding one:
-docs/architecture.md, "Where to add".
+same way for every run (`step(spec, engine, work_dir, evaluator, tokenizer, reuse, **prefect_call)`; `reuse`: how it
+uses its cache entry, `tasks.steps.call_cached`), so the flows never ask which client measures a run; and what each is
+given for a run, for the launch review. Adding one: docs/architecture.md, "Where to add".
 """
 
 from __future__ import annotations
