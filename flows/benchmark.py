@@ -136,7 +136,7 @@ def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], 
             failures: list[str], skipped: list[str], only: Sequence[str],
             ) -> tuple[list[AuditRecord], list[str], list[str]]:
     """The compliance audits after the accuracy runs, on the same (lazily launched) engine. Under `--only`, a
-    scenario whose runs were left out has its audits left out too (they are not failures: nobody asked for them)."""
+    scenario with a run left out has its audits left out too (not failures: nobody asked for them)."""
     left_out = {s.scenario for s in specs if s.label in skipped}
     jobs, unplanned = audit_jobs(plan, bench, load_rules(plan.round), [s for s in specs if s.scenario not in left_out],
                                  records, datasets=datasets, model_dir=model_dir, tokenizer=tokenizer)
