@@ -2,12 +2,14 @@
 compliance audits the rules name, per scenario.
 
 Every run is cached by its content key, and the engine starts only when a run is not cached, so re-running an
-unchanged plan repeats nothing. Returns the records of the finished runs and the failures of the others.
+unchanged plan repeats nothing. Under `podium run --only` (submission.selection) the selected scenarios' runs and audits
+are measured afresh and the others only taken from the cache. Returns the records of the finished runs, the failures
+of the others and the runs not run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,12 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from submission import plan as plans
+from submission.plan import SCENARIOS
 from submission.rules import load_rules
 from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
+from submission.selection import NOT_RUN, reuse
 from tasks.clients import run_step
+from tasks.compliance import required_tests
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit_task
 from tasks.engines import engine_identity
@@ -41,13 +46,15 @@ def run_name() -> str:
 
 
 @flow(name="benchmark", flow_run_name=run_name)
-def benchmark(plan_path: str, key: str, workspace: str, log_dir: str) -> dict:
-    return measure(plans.load(plan_path), key, Workspace.at(workspace), Path(log_dir))
+def benchmark(plan_path: str, key: str, workspace: str, log_dir: str, only: list[str] | None = None) -> dict:
+    return measure(plans.load(plan_path), key, Workspace.at(workspace), Path(log_dir), only or ())
 
 
-def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path) -> dict:
+def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequence[str] = ()) -> dict:
     """Stage, build, serve and run every measured run and audit of benchmark `key` (inside a benchmark flow run: here,
-    or a fleet member on its own cluster, flows/fleet.py). Returns the records, audits, failures and launches."""
+    or a fleet member on its own cluster, flows/fleet.py); `only`: the scenario keys `--only` selected
+    (submission.selection.resolve), none for a plain run. Returns the records, audits, failures, the labels of the
+    runs and audits not run, and the engine launches."""
     bench = plan.benchmark(key)
     logger = get_run_logger()
     access = asdict(S3Access.for_plan(plan.storage, ws.s3))   # for s3:// sources (no secrets in it)
@@ -67,25 +74,31 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path) -> dict:
                        timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
                        build_dir=built["path"], stall_s=bench.engine.stall_timeout_s,
                        warmup=warmup.planned(bench.engine, specs)) as engine:
-        records, failures = _runs(specs, engine, ws, bench.evaluator, tokenizer)
-        audits, failures = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine, ws,
-                                   failures)
+        records, failures, skipped = _runs(specs, engine, ws, bench.evaluator, tokenizer, only)
+        audits, failures, skipped = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine,
+                                            ws, failures, skipped, only)
         launches = engine.launches
-    logger.info("%s: %d run(s) recorded, %d failed, engine launched %d time(s)", key, len(records), len(failures),
-                launches)
+    logger.info("%s: %d run(s) recorded, %d failed, %d not run, engine launched %d time(s)", key, len(records),
+                len(failures), len(skipped), launches)
     return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches,
-            "audits": [a.model_dump(mode="json") for a in audits]}
+            "audits": [a.model_dump(mode="json") for a in audits], "skipped": skipped}
 
 
-def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator: str | None,
-          tokenizer: str) -> tuple[list[RunRecord], list[str]]:
-    """The performance and accuracy runs, in order, on the (lazily launched) engine."""
+def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator: str | None, tokenizer: str,
+          only: Sequence[str]) -> tuple[list[RunRecord], list[str], list[str]]:
+    """The performance and accuracy runs, in order, on the (lazily launched) engine; under `--only` an unselected
+    run that is not cached is left out (its label in the third list)."""
     records: list[RunRecord] = []
     failures: list[str] = []
+    skipped: list[str] = []
     for spec in specs:
-        state = run_step(spec)(spec, engine, str(ws.work), evaluator, tokenizer, return_state=True)
-        _settle(state, spec.label, RunRejected, records, failures, summary)
-    return records, failures
+        state = run_step(spec)(spec, engine, str(ws.work), evaluator, tokenizer,
+                               reuse(only, spec.system, spec.benchmark, spec.scenario), return_state=True)
+        if state is None:
+            _not_run(spec.label, skipped)
+        else:
+            _settle(state, spec.label, RunRejected, records, failures, summary)
+    return records, failures, skipped
 
 
 def _settle(state: Any, label: str, rejected: type[Exception], done: list, failures: list[str],
@@ -94,7 +107,7 @@ def _settle(state: Any, label: str, rejected: type[Exception], done: list, failu
     `failures`, and one progress line on the run a person started."""
     if state.is_completed():
         done.append(state.result())
-        progress.finished(f"{label}: {says(done[-1])}")
+        progress.finished(f"{label}: {says(done[-1])}" + (" (cached)" if state.name == "Cached" else ""))
         return
     error = state.result(raise_on_failure=False)
     if isinstance(error, rejected):
@@ -102,6 +115,11 @@ def _settle(state: Any, label: str, rejected: type[Exception], done: list, failu
     failures.append(f"{label}: {error}")
     progress.finished(f"{label}: failed: {_first_line(error)}")
     get_run_logger().error("%s failed: %s", label, error)
+
+
+def _not_run(label: str, skipped: list[str]) -> None:
+    skipped.append(label)
+    progress.finished(f"{label}: {NOT_RUN}")
 
 
 def _first_line(error: object) -> str:
@@ -115,14 +133,25 @@ def check_staged(plan: plans.Plan, bench: plans.BenchmarkSpec, model: str, datas
 
 def _audits(plan: plans.Plan, bench: plans.BenchmarkSpec, specs: list[RunSpec], records: list[RunRecord],
             datasets: dict[str, dict], model_dir: str, tokenizer: str, engine: EngineSession, ws: Workspace,
-            failures: list[str]) -> tuple[list[AuditRecord], list[str]]:
-    """The compliance audits after the accuracy runs, on the same (lazily launched) engine."""
-    jobs, skipped = audit_jobs(plan, bench, load_rules(plan.round), specs, records, datasets=datasets,
-                               model_dir=model_dir, tokenizer=tokenizer)
-    audits, failures = [], failures + skipped
-    for line in skipped:
+            failures: list[str], skipped: list[str], only: Sequence[str],
+            ) -> tuple[list[AuditRecord], list[str], list[str]]:
+    """The compliance audits after the accuracy runs, on the same (lazily launched) engine. Under `--only`, a
+    scenario with a run left out has its audits left out too (not failures: nobody asked for them)."""
+    left_out = {s.scenario for s in specs if s.label in skipped}
+    jobs, unplanned = audit_jobs(plan, bench, load_rules(plan.round), [s for s in specs if s.scenario not in left_out],
+                                 records, datasets=datasets, model_dir=model_dir, tokenizer=tokenizer)
+    audits, failures, skipped = [], failures + unplanned, list(skipped)
+    for line in unplanned:
         progress.finished(line)
+    tests = required_tests(load_rules(plan.round), bench.benchmark) if plan.audits_enabled else ()
+    for label in (f"{bench.key}/{scenario}/{test}" for scenario in SCENARIOS if scenario in left_out for test in tests):
+        _not_run(label, skipped)
     for job in jobs:
-        state = run_audit_task(job, engine, str(ws.work), return_state=True)
-        _settle(state, job.label, AuditFailed, audits, failures, AuditRecord.summary)
-    return audits, failures
+        spec = job.spec
+        state = run_audit_task(job, engine, str(ws.work), reuse(only, spec.system, spec.benchmark, spec.scenario),
+                               return_state=True)
+        if state is None:
+            _not_run(job.label, skipped)
+        else:
+            _settle(state, job.label, AuditFailed, audits, failures, AuditRecord.summary)
+    return audits, failures, skipped

@@ -23,12 +23,19 @@ app.add_typer(dev, name="dev")
 @app.command()
 @exits_on_error
 def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
+        only: Annotated[list[str] | None, typer.Option(
+            "--only", metavar="SYSTEM/BENCHMARK[/SCENARIO]",
+            help="measure this scenario (or all of a benchmark's) afresh: its performance, accuracy and audit runs, "
+                 "cached or not; every other run only from the cache, not run when it is not there (repeatable; "
+                 "docs/operations.md, \"When a run is INVALID\")")] = None,
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission import plan as plans
+    from submission import selection
     from tasks.ops.inputs import check_capacity, check_inputs
 
     loaded = plans.load(plan)
+    chosen = selection.resolve(loaded, only or (), where=str(plan))   # a name the plan lacks: exit 2, nothing ran
     check_inputs(loaded.local(), str(plan))   # sources exist, storage credentials found: before anything starts
     check_capacity(loaded.local())            # engines fit their GPUs, runs their sequence budgets (a pooled
                                               # system's member checks both on its own cluster)
@@ -43,7 +50,7 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     if loaded.profile == "smoke":
         typer.secho("SMOKE RUN: a tiny model on the CPU with shortened durations; not a valid MLPerf submission.",
                     fg=typer.colors.YELLOW)
-    state = submission(str(plan), str(workspace), return_state=True)
+    state = submission(str(plan), str(workspace), list(chosen) or None, return_state=True)
     latest = workspace / "runs" / "latest"
     report = latest / "report.md"
     if report.is_file():

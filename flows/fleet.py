@@ -28,6 +28,7 @@ from submission import plan as plans
 from submission.files import write_atomic
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
+from submission.selection import NOT_RUN
 from tasks.measuring import summary
 from tasks.ops import registration
 from tasks.ops.preflight import preflight
@@ -45,10 +46,12 @@ UNATTENDED_S = 600.0   # a member not yet started while its pool has no worker o
 
 
 @flow(name=registration.MEMBER_FLOW, flow_run_name=run_name)
-def member(plan: dict, key: str, key_prefix: str, workspace: str | None = None) -> State:
+def member(plan: dict, key: str, key_prefix: str, workspace: str | None = None, only: list[str] | None = None,
+           ) -> State:
     """Benchmark `key` of `plan` on this worker's cluster: preflight of its system here, every run and audit
-    (flows.benchmark.measure), then its run folder to object storage under `key_prefix`. The workspace is this
-    host's: `workspace`, else PODIUM_WORKSPACE, else `.podium` in the worker's checkout."""
+    (flows.benchmark.measure; `only`: the parent's `--only` selection), then its run folder to object storage under
+    `key_prefix`. The workspace is this host's: `workspace`, else PODIUM_WORKSPACE, else `.podium` in the worker's
+    checkout."""
     loaded = plans.parse(plan, f"plan {plan.get('name')!r} from the fleet's parent run")
     bench = loaded.benchmark(key)
     ws = Workspace.at(workspace or os.environ.get("PODIUM_WORKSPACE") or ".podium")
@@ -56,12 +59,12 @@ def member(plan: dict, key: str, key_prefix: str, workspace: str | None = None) 
     folder = ws.run_folder(run_id, latest=False)
     with s3server.plan_storage(loaded.storage, ws.s3) as cfg:
         systems = preflight(loaded.as_member(bench.system), cfg)
-        out = measure(loaded, key, ws, folder / "logs")
+        out = measure(loaded, key, ws, folder / "logs", only or ())
         records = [RunRecord.model_validate(r) for r in out["records"]]
         audits = [AuditRecord.model_validate(a) for a in out["audits"]]
         write_atomic(folder / MEMBER_FILE, json.dumps({
             "key": key, "flow_run_id": run_id, "systems": systems, "failures": out["failures"],
-            "engine_launches": out["engine_launches"], "records": carry(records, folder),
+            "engine_launches": out["engine_launches"], "skipped": out["skipped"], "records": carry(records, folder),
             "audits": carry(audits, folder)}, indent=2))
         publish(cfg, str(folder), key_prefix, {"flow-run-id": run_id, "plan-sha256": loaded.fingerprint()})
     line = (f"{key}: {len(records)} run(s), {len(audits)} audit(s), {len(out['failures'])} failed, engine launched "
@@ -101,7 +104,7 @@ class Started:
     key_prefix: str
 
 
-def start(plan: Plan, parent_run_id: str) -> list[Started]:
+def start(plan: Plan, parent_run_id: str, only: tuple[str, ...] = ()) -> list[Started]:
     """One deployment run per benchmark of every pooled system, all at once, each a subflow of the calling run.
     The idempotency key makes a retry of the parent find the members it already started."""
     from prefect.deployments import run_deployment
@@ -115,7 +118,8 @@ def start(plan: Plan, parent_run_id: str) -> list[Started]:
         prefix = f"{plan.name}/{parent_run_id}/members/{bench.key.replace('/', '--')}"
         run = run_deployment(deployments[pools[bench.system]], timeout=0, as_subflow=True,
                              idempotency_key=f"{parent_run_id}:{bench.key}",
-                             parameters={"plan": plan.model_dump(mode="json"), "key": bench.key, "key_prefix": prefix})
+                             parameters={"plan": plan.model_dump(mode="json"), "key": bench.key, "key_prefix": prefix,
+                                         **({"only": list(only)} if only else {})})
         started.append(Started(bench.key, pools[bench.system], run.id, run.name, prefix))
         get_run_logger().info("%s: started on work pool %s as flow run %r", bench.key, pools[bench.system], run.name)
     return started
@@ -175,10 +179,12 @@ def gather(s: Started, state: Any, cfg: storage.StorageConfig, folder: Path) -> 
     storage.get_tree(cfg, s.key_prefix, here)
     data = json.loads((here / MEMBER_FILE).read_text())
     records, audits = landed(data["records"], here, RunRecord), landed(data["audits"], here, AuditRecord)
-    for line in [f"{r.label}: {summary(r)}" for r in records] + [f"{a.label}: {a.summary()}" for a in audits]:
+    skipped = data.get("skipped", [])
+    for line in [f"{r.label}: {summary(r)}" for r in records] + [f"{a.label}: {a.summary()}" for a in audits] + [
+            f"{label}: {NOT_RUN}" for label in skipped]:
         progress.finished(f"{line} (on work pool {s.pool})")
     said = state.type.value == "COMPLETED" or (state.type.value == "FAILED" and data["failures"])   # by its failures
     failures = list(data["failures"]) + ([] if said else [f"{says}: {state.message}"])
     return {"records": [r.model_dump(mode="json") for r in records],
-            "audits": [a.model_dump(mode="json") for a in audits], "failures": failures,
+            "audits": [a.model_dump(mode="json") for a in audits], "failures": failures, "skipped": skipped,
             "engine_launches": data["engine_launches"], "systems": data["systems"]}

@@ -1,6 +1,7 @@
 """The submission pipeline: plan -> preflight -> one benchmark flow per (system, benchmark) -> assemble -> check
 -> publish -> report. Everything a run produced stays in its run folder and in object storage, even when a step
-failed; the flow then ends Failed and a re-run resumes from the cached steps.
+failed; the flow then ends Failed and a re-run resumes from the cached steps. `only` (`podium run --only`) measures
+the named scenarios afresh and takes the rest from the cache (submission.selection).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from prefect.states import Completed, Failed, State
 from flows import fleet
 from flows.benchmark import benchmark
 from submission import plan as plans
-from submission import runs
+from submission import runs, selection
 from submission.checker import CheckReport
 from submission.errors import PodiumError
 from submission.files import write_atomic
@@ -65,6 +66,7 @@ class Finished:
     records: list[RunRecord] = field(default_factory=list)
     audits: list[AuditRecord] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)   # runs and audits not run: unselected under --only, not cached
     launches: int = 0
     systems: dict[str, dict] = field(default_factory=dict)   # descriptions the fleet's members made on their hosts
     tree: str = ""                       # the assembled tree
@@ -75,17 +77,19 @@ class Finished:
         self.records += [RunRecord.model_validate(r) for r in out["records"]]
         self.audits += [AuditRecord.model_validate(a) for a in out.get("audits", [])]
         self.failures += out["failures"]
+        self.skipped += out.get("skipped", [])
         self.launches += out["engine_launches"]
         self.systems |= out.get("systems", {})
 
 
-def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path, cfg: storage.StorageConfig) -> Finished:
+def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path, cfg: storage.StorageConfig,
+                   only: tuple[str, ...] = ()) -> Finished:
     """The pooled systems' benchmarks started on their clusters (flows.fleet), meanwhile the others here, one
     benchmark flow each; then the members' results gathered. Every run's full logs end up in the run folder."""
     done, run_id = Finished(), folder.name
-    started = fleet.start(plan, run_id) if plan.pools() else []
+    started = fleet.start(plan, run_id, only) if plan.pools() else []
     for bench in (b for b in plan.benchmarks if b.system not in plan.pools()):
-        done.add(benchmark(plan_path, bench.key, str(ws.root), str(folder / "logs")))
+        done.add(benchmark(plan_path, bench.key, str(ws.root), str(folder / "logs"), list(only)))
     for member, state in fleet.wait(started):
         done.add(fleet.gather(member, state, cfg, folder))
     _keep_logs([r for r in done.records if not Path(r.run_dir).is_relative_to(folder)], folder)
@@ -111,7 +115,8 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     plots = reporting.plot_run(done.records, folder / "plots", plan.round)
     gate_report = acceptance_gates(plan, records, systems, cfg, run_id, str(ws.root))
     line = reporting.outcome(plan.name, planned, done.records, done.audits, done.check, failures=len(done.failures),
-                             data_checks=data_checks["failed"], gates=gate_report["failed"], tree=done.tree, s3=s3)
+                             data_checks=data_checks["failed"], gates=gate_report["failed"], tree=done.tree, s3=s3,
+                             not_run=len(done.skipped))
     rows = reporting.table(done.records, done.audits)
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
                               folder=str(folder), tree=done.tree, s3=s3, link=link)
@@ -127,8 +132,9 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
 
 
 @flow(name="podium-submission", flow_run_name=_run_name)
-def submission(plan_path: str, workspace: str = ".podium") -> State:
+def submission(plan_path: str, workspace: str = ".podium", only: list[str] | None = None) -> State:
     plan = plans.load(plan_path)
+    chosen = selection.resolve(plan, only or (), where=plan_path)   # a name the plan lacks: before any GPU time
     ws = Workspace.at(workspace)
     run_id = str(get_run_context().flow_run.id)
     folder = ws.run_folder(run_id)
@@ -136,16 +142,19 @@ def submission(plan_path: str, workspace: str = ".podium") -> State:
     planned = runs.planned(plan)
     get_run_logger().info("plan %s (%s profile): %d runs planned; run folder %s", plan.name, plan.profile,
                           planned.total, folder)
+    if chosen:
+        get_run_logger().info("--only: measuring %s afresh; every other run from the cache, or not at all",
+                              ", ".join(chosen))
     with progress.tracking(planned.total), s3server.plan_storage(plan.storage, ws.s3) as cfg:
         systems = preflight(plan, cfg)
-        done = run_benchmarks(plan_path, plan, ws, folder, cfg)
+        done = run_benchmarks(plan_path, plan, ws, folder, cfg, chosen)
         systems |= done.systems
         done.tree = assemble_tree(plan, done.records, systems, str(folder), commit, done.audits)
         done.check = report = check(done.tree, plan.round, plan.profile, plan.inference_src)
         tags = {"flow-run-id": run_id, "plan-sha256": plan.fingerprint(), "git-commit": commit}
         out = report_and_publish(plan, planned, done, systems, cfg, ws, folder, tags)
     result = {"run_id": run_id, "run_folder": str(folder), "tree": done.tree, "check": report.summary(),
-              "failures": done.failures, "engine_launches": done.launches,
+              "failures": done.failures, "not_run": done.skipped, "engine_launches": done.launches,
               "compliance": reporting.compliance_rows(done.audits), **out}
     get_run_logger().info(out["outcome"])
     if done.failures or not report.ok or out["data_checks"]:   # a Failed state: an expected outcome, no traceback

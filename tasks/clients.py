@@ -2,7 +2,8 @@
 they never ask which client measures a run. Adding one: docs/architecture.md, "Where to add".
 
 - `step`: its cached run step, called the same way for every run
-  (`step(spec, engine, work_dir, evaluator, tokenizer, **prefect_call)`);
+  (`step(spec, engine, work_dir, evaluator, tokenizer, reuse, **prefect_call)`; `reuse`: how it uses its cache
+  entry, `tasks.steps.call_cached`);
 - `review`: what it is given for a run, for the launch review (`review(spec, endpoint, run_dir, model_dir)`);
 - `probe`: one run of the peak-QPS search at a rate, judged by the bar its checker applies
   (`probe(spec, stage, qps, engine, work_dir, tokenizer) -> Probe`; tasks.tuning.probes runs it as the probe task);

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from submission.errors import RunFailed
 from submission.runs import RunRecord
+from submission.selection import rerun
 from tasks.engines import Endpoint
 
 
@@ -37,7 +38,8 @@ class RunRejected(RunFailed):
     """A finished run whose result cannot be used; `record` is its results row."""
 
     def __init__(self, message: str, record: RunRecord, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix or "see the run's logs in its run folder; adjust the plan and run it again")
+        super().__init__(message, fix=fix or "see the run's logs in its run folder; adjust the plan and run it again ("
+                                            f"{rerun(record.system, record.benchmark, record.scenario)})")
         self.record = record
 
 
@@ -56,9 +58,10 @@ def problems(rec: RunRecord) -> list[str]:
     return out
 
 
-def set_aside(run_dir: Path) -> Path:
-    """Move a failed attempt's run folder to `<key>.failed-<time>`, where no later step reads it."""
-    aside = run_dir.with_name(f"{run_dir.name}.failed-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
+def set_aside(run_dir: Path, why: str = "failed") -> Path:
+    """Move a run folder no later step may read to `<key>.<why>-<time>`: a failed attempt's (`failed`), or a cached
+    run's that `podium run --only` measures again (`replaced`, tasks.steps.call_cached)."""
+    aside = run_dir.with_name(f"{run_dir.name}.{why}-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
     run_dir.rename(aside)
     return aside
 

@@ -1,5 +1,5 @@
-"""What every Prefect step (task) shares: where it logs, which of its failures a retry may fix, and where a cached
-step keeps its cache entries."""
+"""What every Prefect step (task) shares: where it logs, which of its failures a retry may fix, where a cached step
+keeps its cache entries and how a call uses them (`call_cached`: `podium run --only`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from prefect import Task, get_run_logger
 
 from submission.errors import PodiumError
+from submission.selection import Reuse
 
 T = TypeVar("T", bound=Task)
 
@@ -42,3 +43,47 @@ def cached_in(step: T, work_dir: str | Path) -> T:
     pool's S3 block): the same plan in the same workspace then measured everything again, and an entry found in S3
     on a host without that workspace named logs that are not there (docs/operations.md, "The cache")."""
     return step.with_options(result_storage=Path(work_dir).resolve() / "cache")   # a Path: a local folder, no block
+
+
+def call_cached(step: Task, work_dir: str | Path, parameters: dict[str, Any], reuse: Reuse = "cache",
+                **call: Any) -> Any:
+    """`step(**parameters, **call)` with its cache entries in `<work_dir>/cache/` (`cached_in`), using its entry as
+    `reuse` says (submission.selection): "cache" as Prefect does; "fresh" measures again: the entry is dropped first
+    and the run folder its record names set aside as `<name>.replaced-<time>`, so a fresh run that fails leaves no
+    entry naming its logs (the next run measures it again, as after any rejected run); "cached" returns None, running
+    nothing, when there is no entry. `call`: Prefect's call options (`return_state=True`)."""
+    placed = cached_in(step, work_dir)
+    if reuse != "cache":
+        entry = _entry(placed, work_dir, parameters)
+        if reuse == "cached" and not entry.is_file():
+            return None
+        if reuse == "fresh":
+            _drop(entry)
+            placed = placed.with_options(refresh_cache=True)   # past Prefect's in-memory copy of the entry too
+    return placed(**parameters, **call)
+
+
+def _entry(step: Task, work_dir: str | Path, parameters: dict[str, Any]) -> Path:
+    """The file of the cache entry a call of `step` with `parameters` would find (its `cache_key_fn` names it)."""
+    assert step.cache_policy is not None, f"{step.name} is not a cached step"
+    key = step.cache_policy.compute_key(task_ctx=None, inputs=parameters, flow_parameters={})
+    return Path(work_dir).resolve() / "cache" / str(key)
+
+
+def _drop(entry: Path) -> None:
+    """Remove a cache entry, first setting aside the run folder its record names (a run's or an audit's)."""
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+
+    from tasks.measuring import set_aside
+
+    if not entry.is_file():
+        return
+    try:
+        record = ResultStore(result_storage=LocalFileSystem(basepath=str(entry.parent))).read(entry.name).result
+    except Exception:  # an entry Prefect cannot read back would not be used either; drop it all the same
+        record = None
+    run_dir = Path(getattr(record, "run_dir", "") or "")
+    if run_dir.name and run_dir.is_dir():
+        set_aside(run_dir, "replaced")
+    entry.unlink()

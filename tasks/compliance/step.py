@@ -18,13 +18,14 @@ from prefect import task
 from submission.errors import RunFailed
 from submission.logs import load_run
 from submission.runs import AuditCheck, AuditRecord
+from submission.selection import Reuse
 from tasks.compliance import AuditJob, audit
 from tasks.compliance.common import audit_config_file
 from tasks.compliance.official_scripts import Official, run_official
 from tasks.engines import Endpoint
 from tasks.harness import runner
 from tasks.serving.session import EngineSession
-from tasks.steps import cached_in, retry_transient, run_logger
+from tasks.steps import call_cached, retry_transient, run_logger
 from tasks.workspace import folder_key
 
 ATTEMPTS = 2   # a failed audit is retried once, then reported
@@ -117,7 +118,7 @@ def audit_task(job: AuditJob, engine: EngineSession, work_dir: str) -> AuditReco
     return record
 
 
-def run_audit_task(job: AuditJob, engine: EngineSession, work_dir: str, **call: Any) -> Any:
-    """The audit task with its cache entry in the workspace (`tasks.steps.cached_in`); `call`: Prefect's call options
-    (`return_state=True`)."""
-    return cached_in(audit_task, work_dir)(job, engine, work_dir, **call)
+def run_audit_task(job: AuditJob, engine: EngineSession, work_dir: str, reuse: Reuse = "cache", **call: Any) -> Any:
+    """The audit task with its cache entry in the workspace, used as `reuse` says (`tasks.steps.call_cached`: None when
+    "cached" finds none); `call`: Prefect's call options (`return_state=True`)."""
+    return call_cached(audit_task, work_dir, {"job": job, "engine": engine, "work_dir": work_dir}, reuse, **call)

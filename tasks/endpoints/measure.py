@@ -19,6 +19,7 @@ from pathlib import Path
 from submission.errors import CommandError, LaunchError, RunFailed
 from submission.rules import Rules, ScenarioRules, load_rules
 from submission.runs import RunRecord, RunSpec
+from submission.selection import rerun
 from tasks.accuracy import AccuracyResult, score
 from tasks.endpoints import answers, runner
 from tasks.endpoints import config as client_config
@@ -58,7 +59,8 @@ def resize(spec: RunSpec, result: ClientResult, reasons: list[str]) -> str | Non
         return None
     return (f"the engine did {result.qps:.1f} samples/s, more than the Offline target_qps sized the run for: set "
             f"benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
-            f"{math.ceil(1.5 * result.qps)} and run the plan again")
+            f"{math.ceil(1.5 * result.qps)} and run the plan again "
+            f"({rerun(spec.system, spec.benchmark, spec.scenario)})")
 
 
 def record(spec: RunSpec, run_dir: Path, result: ClientResult, rules: Rules, scored: AccuracyResult | None, *,

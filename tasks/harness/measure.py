@@ -14,6 +14,7 @@ from submission.errors import CommandError, LaunchError
 from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunRecord, RunSpec, record
+from submission.selection import rerun
 from tasks.accuracy import score
 from tasks.harness import liveness, runner
 from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
@@ -26,7 +27,8 @@ def offline_resize(spec: RunSpec, run) -> str | None:
         return None
     return (f"the engine did {run.samples_per_second:.1f} samples/s, more than the Offline target_qps sized the "
             f"query for: set benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
-            f"{math.ceil(1.5 * run.samples_per_second)} and run the plan again")
+            f"{math.ceil(1.5 * run.samples_per_second)} and run the plan again "
+            f"({rerun(spec.system, spec.benchmark, spec.scenario)})")
 
 
 def engine_gone(label: str, code: int, engine: Engine, aside: Path) -> LaunchError:

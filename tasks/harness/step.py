@@ -15,10 +15,11 @@ from prefect import task
 from prefect.runtime import flow_run
 
 from submission.runs import RunRecord, RunSpec
+from submission.selection import Reuse
 from tasks.harness.measure import run_once
 from tasks.measuring import summary
 from tasks.serving.session import EngineSession
-from tasks.steps import cached_in, retry_transient, run_logger
+from tasks.steps import call_cached, retry_transient, run_logger
 from tasks.workspace import folder_key
 
 
@@ -37,7 +38,8 @@ def loadgen_task(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator:
 
 
 def run_loadgen(spec: RunSpec, engine: EngineSession, work_dir: str, evaluator: str | None, tokenizer: str | None,
-                **call: Any) -> Any:
-    """The loadgen-run task with its cache entry in the workspace (`tasks.steps.cached_in`); `call`: Prefect's call
-    options (`return_state=True`)."""
-    return cached_in(loadgen_task, work_dir)(spec, engine, work_dir, evaluator, tokenizer, **call)
+                reuse: Reuse = "cache", **call: Any) -> Any:
+    """The loadgen-run task with its cache entry in the workspace, used as `reuse` says (`tasks.steps.call_cached`:
+    None when "cached" finds none); `call`: Prefect's call options (`return_state=True`)."""
+    parameters = {"spec": spec, "engine": engine, "work_dir": work_dir, "evaluator": evaluator, "tokenizer": tokenizer}
+    return call_cached(loadgen_task, work_dir, parameters, reuse, **call)

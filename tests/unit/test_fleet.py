@@ -115,19 +115,47 @@ def test_the_parent_gathers_what_a_member_published(tmp_path: Path, monkeypatch:
     (member / fleet.MEMBER_FILE).parent.mkdir(parents=True)
     (member / fleet.MEMBER_FILE).write_text(json.dumps({
         "records": fleet.carry(records, member), "audits": [], "failures": ["cpu-smoke-b/x: one failed"],
-        "engine_launches": 1, "systems": {"cpu-smoke-b": {"system_name": "cpu-smoke-b"}}}))
+        "engine_launches": 1, "systems": {"cpu-smoke-b": {"system_name": "cpu-smoke-b"}},
+        "skipped": ["cpu-smoke-b/gpt-oss-120b/Server/performance"]}))
     monkeypatch.setattr(fleet.storage, "list_keys", lambda cfg, prefix: [f"runs/{prefix}/logs/manifest.json",
                                                                          f"runs/{prefix}/manifest.json"])
     monkeypatch.setattr(fleet.storage, "get_tree", lambda cfg, prefix, dest: shutil.copytree(member, dest))
-    monkeypatch.setattr(fleet.progress, "finished", lambda line: None)
+    lines: list[str] = []
+    monkeypatch.setattr(fleet.progress, "finished", lines.append)
     started = fleet.Started("cpu-smoke-b/gpt-oss-120b", "cluster-b", "id-1", "m", "p/members/cpu-smoke-b--gpt-oss")
     out = fleet.gather(started, State("Failed", "1 failed"), CFG, tmp_path / "parent")
     (row,) = out["records"]
     assert Path(row["run_dir"]).is_relative_to(tmp_path / "parent" / "members" / "cpu-smoke-b--gpt-oss")
     assert out["failures"] == ["cpu-smoke-b/x: one failed"]   # its own failures say it; no second line for its state
     assert out["systems"] == {"cpu-smoke-b": {"system_name": "cpu-smoke-b"}} and out["engine_launches"] == 1
+    assert out["skipped"] == ["cpu-smoke-b/gpt-oss-120b/Server/performance"]   # what its --only left out
+    assert lines[-1] == ("cpu-smoke-b/gpt-oss-120b/Server/performance: not run: not selected by --only and not in "
+                         "the cache (on work pool cluster-b)")
     crashed_after = fleet.gather(started, State("Crashed", "lost"), CFG, tmp_path / "again")
     assert crashed_after["failures"][-1].endswith("ended Crashed: lost")
+
+
+def test_the_parents_only_selection_travels_to_each_member(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+    from types import SimpleNamespace
+
+    import prefect.deployments
+
+    plan = plans.parse(fleet_data())
+    calls: list[dict] = []
+
+    def run_deployment(name: str, **options: object) -> SimpleNamespace:
+        calls.append(options["parameters"])   # type: ignore[arg-type]
+        return SimpleNamespace(id="id", name="m")
+
+    monkeypatch.setattr(fleet.registration, "deploy_member", lambda pool, entrypoint, schema: f"member/{pool}")
+    monkeypatch.setattr(prefect.deployments, "run_deployment", run_deployment)
+    monkeypatch.setattr(fleet, "get_run_logger", lambda: logging.getLogger("test"))
+    pooled = [b.key for b in plan.benchmarks if b.system in plan.pools()]
+    assert pooled
+    fleet.start(plan, "parent", (f"{pooled[0]}/Offline",))
+    fleet.start(plan, "parent")
+    assert [c.get("only") for c in calls] == [[f"{pooled[0]}/Offline"]] * len(pooled) + [None] * len(pooled)
 
 
 def test_engine_state_is_kept_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,6 +34,7 @@ def test_an_offline_run_shorter_than_its_minimum_names_the_target_qps_to_set(tmp
     fix = offline_resize(spec, run)
     assert fix is not None and "benchmarks[gpt-oss-120b].scenarios.Offline.target_qps to at least " in fix
     assert int(fix.split("at least ")[1].split()[0]) >= 1.5 * run.samples_per_second
+    assert "`podium run PLAN --only cpu-smoke/gpt-oss-120b/Offline` measures just this scenario again" in fix
     assert offline_resize(spec.model_copy(update={"scenario": "Server", "loadgen_scenario": "Server"}), run) is None
     long = load_run(run_fake(tmp_path / "long", scenario="Offline", latency_s=0.6))
     assert long.min_duration_met and offline_resize(spec, long) is None

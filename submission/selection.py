@@ -1,0 +1,59 @@
+"""`podium run PLAN --only SYSTEM/BENCHMARK/SCENARIO`: the scenarios of a plan to measure afresh, the rest of the plan
+taken from the cache only (docs/operations.md, "When a run is INVALID").
+
+A selected scenario has every one of its runs measured again: its performance run, its accuracy run and its
+compliance audits, cached or not, so that the scenario's folder in the tree comes from one sitting. Every other run
+of the plan is taken from the cache when it is there and otherwise not run at all (no GPU time the user did not ask
+for); the tree then lacks it, and the run's line says how many were not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from submission.errors import PlanError, did_you_mean
+from submission.plan import SCENARIOS, Plan
+
+# How a run uses the cache (tasks.steps.call_cached): "cache", a plain run: a cached run is Cached, another is
+# measured; "fresh", a selected scenario: measured again, its old entry dropped; "cached", any other run under
+# --only: Cached when it is there, else not run.
+Reuse = Literal["cache", "fresh", "cached"]
+NOT_RUN = "not run: not selected by --only and not in the cache"
+
+
+def scenario_keys(plan: Plan) -> list[str]:
+    """Every `system/benchmark/scenario` of the plan, in the plan's order and the rules' scenario order."""
+    return [f"{b.key}/{s}" for b in plan.benchmarks for s in SCENARIOS if s in b.scenarios]
+
+
+def resolve(plan: Plan, only: Sequence[str], where: str | None = None) -> tuple[str, ...]:
+    """The scenario keys `--only` names, in plan order and each once: `system/benchmark/scenario`, or
+    `system/benchmark` for all of that benchmark's scenarios. A name the plan does not have is a PlanError listing
+    the plan's names, raised before anything starts. Empty `only`: no selection (a plain run)."""
+    keys = scenario_keys(plan)
+    benchmarks = [b.key for b in plan.benchmarks]
+    chosen: set[str] = set()
+    for name in only:
+        name = name.strip().strip("/")
+        if name in keys:
+            chosen.add(name)
+        elif name in benchmarks:
+            chosen |= {k for k in keys if k.startswith(f"{name}/")}
+        else:
+            raise PlanError(f"--only {name!r}: plan {plan.name!r} has no such scenario or benchmark", where=where,
+                            fix="name one as SYSTEM/BENCHMARK/SCENARIO (or SYSTEM/BENCHMARK for all its "
+                                f"scenarios); {did_you_mean(name, keys + benchmarks)}")
+    return tuple(k for k in keys if k in chosen)
+
+
+def reuse(only: Sequence[str], system: str, benchmark: str, scenario: str) -> Reuse:
+    """How one run of `system/benchmark/scenario` uses the cache, given the resolved selection (`resolve`)."""
+    if not only:
+        return "cache"
+    return "fresh" if f"{system}/{benchmark}/{scenario}" in only else "cached"
+
+
+def rerun(system: str, benchmark: str, scenario: str) -> str:
+    """How to measure one scenario again, for the fix of a failed run."""
+    return f"`podium run PLAN --only {system}/{benchmark}/{scenario}` measures just this scenario again"

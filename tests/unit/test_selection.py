@@ -1,0 +1,84 @@
+"""`podium run --only`: which scenarios a name selects, how each run then uses the cache, and the cache entry a
+fresh run drops (its old run folder set aside, never reused)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from submission import plan as plans
+from submission import selection
+from submission.errors import PlanError
+
+SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
+
+
+def test_names_resolve_to_the_plans_scenarios_in_plan_order() -> None:
+    plan = plans.load(SMOKE)
+    keys = ["cpu-smoke/gpt-oss-120b/Offline", "cpu-smoke/gpt-oss-120b/Server", "cpu-smoke/gpt-oss-120b/Interactive"]
+    assert selection.scenario_keys(plan) == keys
+    assert selection.resolve(plan, []) == ()
+    assert selection.resolve(plan, ["cpu-smoke/gpt-oss-120b/Interactive", "cpu-smoke/gpt-oss-120b/Offline/",
+                                    "cpu-smoke/gpt-oss-120b/Interactive"]) == (keys[0], keys[2])
+    assert selection.resolve(plan, ["cpu-smoke/gpt-oss-120b"]) == tuple(keys)   # a benchmark: all its scenarios
+
+
+def test_a_name_the_plan_lacks_is_a_plan_error_listing_its_names() -> None:
+    plan = plans.load(SMOKE)
+    with pytest.raises(PlanError) as caught:
+        selection.resolve(plan, ["cpu-smoke/gpt-oss-120b/Server", "cpu-smoke/gpt-oss-120b/server"], where="p.yaml")
+    text = str(caught.value)
+    assert caught.value.exit_code == 2 and text.startswith("p.yaml: --only 'cpu-smoke/gpt-oss-120b/server'")
+    assert "did you mean 'cpu-smoke/gpt-oss-120b/Server'?" in text
+    assert "valid values: cpu-smoke/gpt-oss-120b, cpu-smoke/gpt-oss-120b/Interactive" in text
+    with pytest.raises(PlanError, match="no such scenario"):
+        selection.resolve(plan, ["gpt-oss-120b/Server"])   # the system is part of the name
+
+
+def test_each_run_uses_the_cache_as_the_selection_says() -> None:
+    only = ("cpu-smoke/gpt-oss-120b/Server",)
+    assert selection.reuse((), "cpu-smoke", "gpt-oss-120b", "Server") == "cache"   # a plain run
+    assert selection.reuse(only, "cpu-smoke", "gpt-oss-120b", "Server") == "fresh"
+    assert selection.reuse(only, "cpu-smoke", "gpt-oss-120b", "Offline") == "cached"
+
+
+def _step(tmp_path: Path):
+    from prefect import task
+
+    from tasks.steps import cached_in
+
+    @task(name="probe", cache_key_fn=lambda _ctx, p: f"probe-{p['x']}", persist_result=True)
+    def probe(x: int) -> dict:
+        raise AssertionError("a step the cache was asked about must not run")
+
+    return cached_in(probe, tmp_path / "work")
+
+
+def test_a_run_not_in_the_cache_is_not_run_when_only_the_cache_may_serve_it(tmp_path: Path) -> None:
+    from tasks.steps import call_cached
+
+    step = _step(tmp_path)
+    assert call_cached(step, tmp_path / "work", {"x": 1}, "cached") is None
+
+
+def test_a_fresh_run_drops_its_entry_and_sets_the_old_run_folder_aside(tmp_path: Path) -> None:
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+
+    from submission.runs import RunRecord
+    from tasks.steps import _drop, _entry
+
+    old = tmp_path / "work" / "runs" / "k1"
+    old.mkdir(parents=True)
+    (old / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
+    entry = _entry(_step(tmp_path), tmp_path / "work", {"x": 1})
+    assert entry == (tmp_path / "work" / "cache" / "probe-1").resolve()
+    rec = RunRecord(key="k1", system="s", benchmark="b", scenario="Server", mode="performance", run_dir=str(old),
+                    valid=True, validity="VALID")
+    ResultStore(result_storage=LocalFileSystem(basepath=str(entry.parent))).write(rec, key=entry.name)
+    assert entry.is_file()
+    _drop(entry)
+    assert not entry.exists() and not old.exists()
+    (aside,) = (tmp_path / "work" / "runs").iterdir()
+    assert aside.name.startswith("k1.replaced-") and (aside / "mlperf_log_summary.txt").is_file()
