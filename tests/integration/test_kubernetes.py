@@ -166,8 +166,8 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
                                                                    smoke_store: Path,
                                                                    smoke_engine: tuple[str, int]) -> None:
     """Every path the launcher takes (launch, readiness through the Service, stop; a crashing pod and its log; a
-    Dynamo graph; the k8s plan's trtllm server with its ConfigMap) as the `podium` account: each call is one the Role grants in the plan's namespace, and each grant
-    of the Role is used by some call."""
+    Dynamo graph; the k8s plan's trtllm server with its ConfigMap) as the `podium` account: each call is one the
+    Role grants in the plan's namespace, and each grant of the Role is used by some call."""
     model = smoke_store / "models" / "tiny-llama"
     api.cluster.services["podium-smoke-smoke-server"] = smoke_engine
     with launched(backend("smoke"), {}, model, _launcher(api, tmp_path), tmp_path / "logs", LOG, timeout_s=60):
