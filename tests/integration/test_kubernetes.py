@@ -91,7 +91,7 @@ def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_pat
     one_token = next(r for r in api.cluster.requests if r["path"].endswith("/proxy/v1/completions"))
     assert one_token["path"] == f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server:8000/proxy/v1/completions"
     assert one_token["body"] == {"model": str(model), "prompt": "the", "max_tokens": 1}
-    assert all(r["auth"] == f"Bearer {api.cluster.sa_token('podium', 'podium')}" for r in api.cluster.requests)
+    assert all(r["auth"] == f"Bearer {api.cluster.sa_token('mlperf', 'podium')}" for r in api.cluster.requests)
     assert _calls(api, "DELETE") == [("DELETE", f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server"),
                                      ("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments/podium-smoke-smoke-server")]
     assert api.cluster.objects == {} and not (tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").exists()
@@ -187,7 +187,7 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
     trtllm.stop(trtllm.start(backend("trtllm").processes(options, Path("/models/m"), trtllm.placement(1)),
                              tmp_path / "logs", LOG))
     calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests]
-    refused = [c for c in calls if not api.cluster.authorize(api.cluster.sa_token("podium", "podium"), c)]
+    refused = [c for c in calls if not api.cluster.authorize(api.cluster.sa_token("mlperf", "podium"), c)]
     assert calls and refused == []
     assert {c.namespace for c in calls} == {NS}
     used = {(c.verb, c.group, c.resource) for c in calls}

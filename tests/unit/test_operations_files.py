@@ -19,7 +19,7 @@ SMOKE = REPO / "deployments" / "plans" / "smoke.yaml"
 
 def test_every_deployment_names_a_flow_and_a_pool() -> None:
     deployments = {d["name"]: d for d in registration.deployments()}
-    assert {"bringup", "run", "nightly", "search", "sweep", "bringup-k8s"} <= set(deployments)
+    assert {"bringup", "run", "nightly", "search", "sweep", "bringup-k8s", "run-k8s"} <= set(deployments)
     for d in deployments.values():
         assert d["work_pool"]["name"] in registration.POOLS
         assert re.fullmatch(r"flows\.\w+:\w+", d["entrypoint"]), "module entrypoints only (see prefect.yaml)"
