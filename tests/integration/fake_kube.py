@@ -1,6 +1,9 @@
 """A fake Kubernetes API server for the kubernetes launcher's tests: it records every request, keeps the objects it
 was given, reports a pod per Deployment in the state the test chooses, and forwards the service proxy
 (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/PATH`) to a real local server the test names for that Service.
+It authorises as the API server's RBAC does, in part: the admin token may do anything; a ServiceAccount's token
+(`sa_token`) may do what the Roles bound to that account grant in the request's namespace, else 403. Each request's
+attributes (verb, API group, resource, namespace) are worked out as the API server's RequestInfo does.
 It is no cluster: nothing schedules, pulls or runs a container. Listens on 127.0.0.1 only.
 """
 
@@ -19,7 +22,45 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 TOKEN = "podium-test-token"
-OBJECT = re.compile(r"^/(?:api/v1|apis/apps/v1|apis/nvidia\.com/v1alpha1)/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
+OBJECT = re.compile(r"^/(?:api/v1|apis/apps/v1|apis/nvidia\.com/v1alpha1|apis/rbac\.authorization\.k8s\.io/v1)"
+                    r"/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
+NAMESPACES = re.compile(r"^/api/v1/namespaces$")
+RESOURCE = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)"
+                      r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?(?:/.*)?$")
+VERBS = {("GET", True): "get", ("GET", False): "list", ("POST", True): "create", ("POST", False): "create",
+         ("PUT", True): "update", ("PATCH", True): "patch", ("DELETE", True): "delete",
+         ("DELETE", False): "deletecollection"}
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """What RBAC judges a request by."""
+
+    verb: str
+    group: str
+    resource: str      # with its subresource: "pods/log", "services/proxy"
+    namespace: str
+
+
+def attributes(method: str, path: str, query: dict[str, list[str]] | None = None) -> Attributes:
+    """A request's RBAC attributes, as the API server's RequestInfo resolver works them out."""
+    m = RESOURCE.match(path)
+    if m is None:
+        raise ValueError(f"not a resource path: {path}")
+    if m["ns"] is None and m["resource"] == "namespaces" and m["name"]:   # /api/v1/namespaces/NS (the object)
+        return Attributes(VERBS[(method, True)], "", "namespaces", m["name"])
+    verb = VERBS[(method, bool(m["name"]))]
+    if verb == "list" and (query or {}).get("watch", ["false"])[0] in ("true", "1"):
+        verb = "watch"
+    resource = m["resource"] + (f"/{m['sub']}" if m["sub"] else "")
+    return Attributes(verb, m["group"] or "", resource, m["ns"] or "")
+
+
+def allowed(rules: list[dict], what: Attributes) -> bool:
+    """Whether any rule of a Role grants `what` (wildcards as RBAC reads them)."""
+    return any((what.group in r.get("apiGroups", []) or "*" in r.get("apiGroups", []))
+               and (what.resource in r.get("resources", []) or "*" in r.get("resources", []))
+               and (what.verb in r.get("verbs", []) or "*" in r.get("verbs", [])) for r in rules)
 PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy(/.*)$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
@@ -33,7 +74,31 @@ class FakeCluster:
     pod_waiting: str | None = None        # e.g. "CrashLoopBackOff": every pod reports it
     pod_log: str = ""
     unready_proxy_calls: int = 0          # the first N proxy calls answer 503, as before a pod is ready
+    tokens: dict[str, tuple[str, str]] = field(default_factory=dict)   # token -> ServiceAccount (namespace, name)
+    rbac: dict[tuple[str, str, str], dict] = field(default_factory=dict)   # (kind, namespace, name) -> Role/Binding
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sa_token(self, namespace: str, name: str) -> str:
+        token = f"sa-{namespace}-{name}"
+        self.tokens[token] = (namespace, name)
+        return token
+
+    def authorize(self, token: str | None, what: Attributes) -> bool:
+        if token == TOKEN:
+            return True
+        account = self.tokens.get(token or "")
+        if account is None:
+            return False
+        for (kind, ns, _), binding in self.rbac.items():
+            if kind != "RoleBinding" or ns != what.namespace:
+                continue
+            if not any(s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == account
+                       for s in binding.get("subjects", [])):
+                continue
+            role = self.rbac.get(("Role", ns, binding["roleRef"]["name"]))
+            if role and allowed(role.get("rules", []), what):
+                return True
+        return False
 
     def pods(self, selector: str) -> list[dict]:
         wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
@@ -81,8 +146,20 @@ class Handler(BaseHTTPRequestHandler):
         with c.lock:
             c.requests.append({"method": method, "path": path, "query": parse_qs(url.query), "body": body,
                                "auth": self.headers.get("Authorization")})
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if token != TOKEN and token not in c.tokens:
             return self._status(401, "Unauthorized", "no valid bearer token")
+        try:
+            what = attributes(method, path, parse_qs(url.query))
+        except ValueError:   # not a resource (/version, discovery): the admin's only, in this fake
+            what = Attributes(method.lower(), "", path, "")
+        if not c.authorize(token, what):
+            return self._status(403, "Forbidden", f"{what.verb} {what.resource} (group {what.group!r}) in namespace "
+                                                  f"{what.namespace!r} is not granted to {c.tokens[token]}")
+        if NAMESPACES.match(path) and method == "POST":
+            with c.lock:
+                c.objects[("namespaces", body["metadata"]["name"])] = body
+            return self._send(201, body)
         if m := PROXY.match(path):
             return self._proxy(method, m.group(2), m.group(4), raw)
         if (m := PODS.match(path)) and method == "GET":
@@ -98,6 +175,8 @@ class Handler(BaseHTTPRequestHandler):
                     if key in c.objects:
                         return self._status(409, "AlreadyExists", f"{plural} \"{key[1]}\" already exists")
                     c.objects[key] = body
+                    if body.get("kind") in ("Role", "RoleBinding"):
+                        c.rbac[(body["kind"], m.group(1), key[1])] = body
                     return self._send(201, body)
                 if method == "DELETE" and name is not None:
                     gone = c.objects.pop((plural, name), None)
@@ -142,11 +221,11 @@ class FakeApiServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def kubeconfig(self, path: Path) -> Path:
+    def kubeconfig(self, path: Path, token: str = TOKEN) -> Path:
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "podium", "user": {"token": TOKEN}}],
+            "users": [{"name": "podium", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "podium"}}]}))
         return path
 
@@ -158,3 +237,14 @@ class FakeApiServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None) -> str:
+    """Apply the ServiceAccount, Roles and RoleBindings of `rbac` (the documents of a YAML file), the Roles and
+    RoleBindings moved to `namespace` when given; returns the ServiceAccount's token."""
+    [account] = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    for doc in rbac:
+        if doc["kind"] in ("Role", "RoleBinding"):
+            ns = namespace or doc["metadata"]["namespace"]
+            cluster.rbac[(doc["kind"], ns, doc["metadata"]["name"])] = doc
+    return cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])

@@ -1,6 +1,9 @@
 """The kubernetes launcher against a fake API server (tests/integration/fake_kube.py) up to the API boundary: what it
 creates and deletes, readiness through the Service (the API server's service proxy, forwarded to the real smoke
-engine), fail-fast on a crashing pod, and cleanup of what a killed run left. No real cluster is involved."""
+engine), fail-fast on a crashing pod, and cleanup of what a killed run left. Every test runs as the `podium`
+ServiceAccount of deployments/kubernetes/rbac.yaml, which the fake API server holds to its Role (a call the Role does
+not grant answers 403 and fails the test); the last test checks the Role grants nothing the launcher never uses. No
+real cluster is involved."""
 
 from __future__ import annotations
 
@@ -10,18 +13,33 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
+from submission import plan as plans
 from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
 from tasks.launchers.kubernetes import KubernetesLauncher
-from tests.integration.fake_kube import TOKEN, FakeApiServer
+from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant
 
 pytestmark = pytest.mark.integration
 LOG = logging.getLogger("test.k8s")
 NS = "podium-test"
+RBAC = Path(__file__).parents[2] / "deployments" / "kubernetes" / "rbac.yaml"
+K8S_PLAN = Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
+
+
+def rbac() -> list[dict]:
+    return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+
+
+def granted(docs: list[dict]) -> set[tuple[str, str, str]]:
+    """Every (verb, API group, resource) the shipped Role grants."""
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    return {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"]}
 
 
 @pytest.fixture
@@ -38,8 +56,10 @@ def smoke_engine(smoke_server: Endpoint) -> tuple[str, int]:
 
 
 def _launcher(api: FakeApiServer, tmp_path: Path, engine: str = "smoke", **settings: object) -> KubernetesLauncher:
-    config = KubernetesSettings(image="registry.example/podium-smoke:1", namespace=NS, name=f"podium-{engine}",
-                                kubeconfig=str(api.kubeconfig(tmp_path / "kubeconfig")), shm_gib=0, **settings)
+    token = grant(api.cluster, rbac(), namespace=NS)   # the Role, bound in the test's namespace
+    config = KubernetesSettings.model_validate({
+        "image": "registry.example/podium-smoke:1", "namespace": NS, "name": f"podium-{engine}", "shm_gib": 0,
+        "kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token)), **settings})
     return launcher("kubernetes", state_dir=tmp_path / "state", settings=config, engine=engine)  # type: ignore
 
 
@@ -71,7 +91,7 @@ def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_pat
     one_token = next(r for r in api.cluster.requests if r["path"].endswith("/proxy/v1/completions"))
     assert one_token["path"] == f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server:8000/proxy/v1/completions"
     assert one_token["body"] == {"model": str(model), "prompt": "the", "max_tokens": 1}
-    assert all(r["auth"] == f"Bearer {TOKEN}" for r in api.cluster.requests)
+    assert all(r["auth"] == f"Bearer {api.cluster.sa_token('mlperf', 'podium')}" for r in api.cluster.requests)
     assert _calls(api, "DELETE") == [("DELETE", f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server"),
                                      ("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments/podium-smoke-smoke-server")]
     assert api.cluster.objects == {} and not (tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").exists()
@@ -140,3 +160,57 @@ def test_bad_credentials_are_named(tmp_path: Path) -> None:
     where = KubernetesLauncher(tmp_path, settings, engine="smoke")
     with pytest.raises(LaunchError, match="no Kubernetes credentials"):
         _ = where.api
+
+
+def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiServer, tmp_path: Path,
+                                                                   smoke_store: Path,
+                                                                   smoke_engine: tuple[str, int]) -> None:
+    """Every path the launcher takes (launch, readiness through the Service, stop; a crashing pod and its log; a
+    Dynamo graph; the k8s plan's trtllm server with its ConfigMap) as the `podium` account: each call is one the
+    Role grants in the plan's namespace, and each grant of the Role is used by some call."""
+    model = smoke_store / "models" / "tiny-llama"
+    api.cluster.services["podium-smoke-smoke-server"] = smoke_engine
+    with launched(backend("smoke"), {}, model, _launcher(api, tmp_path), tmp_path / "logs", LOG, timeout_s=60):
+        pass
+    api.cluster.services.clear()
+    api.cluster.pod_waiting, api.cluster.pod_log = "ImagePullBackOff", "no such image\n"
+    with pytest.raises(LaunchError, match="no such image"):
+        start_ready(backend("smoke"), {}, model, _launcher(api, tmp_path), tmp_path / "logs", LOG, timeout_s=60)
+    options = {"version": "1.6.1", "nodes": 1, "gpus_per_node": 2, "discovery": "kubernetes",
+               "prefill": {"workers": 1}, "decode": {"workers": 1}}
+    graph = _launcher(api, tmp_path, engine="dynamo")
+    nodes, ports = backend("dynamo").demand(options)
+    graph.stop(graph.start(backend("dynamo").processes(options, Path("/models/m"), graph.placement(ports, nodes)),
+                           tmp_path / "logs", LOG))
+    trtllm = _launcher(api, tmp_path, engine="trtllm")   # the k8s plan's engine: its LLM-API YAML in a ConfigMap
+    options = plans.load(K8S_PLAN).benchmarks[0].engine.config()
+    trtllm.stop(trtllm.start(backend("trtllm").processes(options, Path("/models/m"), trtllm.placement(1)),
+                             tmp_path / "logs", LOG))
+    calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests]
+    refused = [c for c in calls if not api.cluster.authorize(api.cluster.sa_token("mlperf", "podium"), c)]
+    assert calls and refused == []
+    assert {c.namespace for c in calls} == {NS}
+    used = {(c.verb, c.group, c.resource) for c in calls}
+    grants = granted(rbac())
+    assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
+    assert Attributes("create", "", "services/proxy", NS) in calls   # the one-token probe: a POST through the proxy
+
+
+def test_the_fake_refuses_what_the_role_does_not_grant(api: FakeApiServer, tmp_path: Path) -> None:
+    """The check above can fail: a call outside the Role (here: listing Secrets, or a Deployment in another
+    namespace) is refused with 403, and the launcher reports it as a LaunchError naming the fix."""
+    token = grant(api.cluster, rbac(), namespace=NS)
+    core = k8s.CoreV1Api(k8s.ApiClient(_client_config(api, token)))
+    with pytest.raises(k8s.exceptions.ApiException) as e:
+        core.list_namespaced_secret(NS)
+    assert e.value.status == 403
+    elsewhere = _launcher(api, tmp_path, namespace="default")
+    specs = backend("smoke").processes({}, Path("/models/m"), elsewhere.placement(1))
+    with pytest.raises(LaunchError, match=r"(?s)403 Forbidden.*grant the service account rights"):
+        elsewhere.start(specs, tmp_path / "logs", LOG)
+
+
+def _client_config(api: FakeApiServer, token: str) -> k8s.Configuration:
+    config = k8s.Configuration()
+    config.host, config.api_key = api.url, {"authorization": f"Bearer {token}"}
+    return config

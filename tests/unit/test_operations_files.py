@@ -19,7 +19,7 @@ SMOKE = REPO / "deployments" / "plans" / "smoke.yaml"
 
 def test_every_deployment_names_a_flow_and_a_pool() -> None:
     deployments = {d["name"]: d for d in registration.deployments()}
-    assert {"bringup", "run", "nightly", "search", "sweep", "bringup-k8s"} <= set(deployments)
+    assert {"bringup", "run", "nightly", "search", "sweep", "bringup-k8s", "run-k8s"} <= set(deployments)
     for d in deployments.values():
         assert d["work_pool"]["name"] in registration.POOLS
         assert re.fullmatch(r"flows\.\w+:\w+", d["entrypoint"]), "module entrypoints only (see prefect.yaml)"
@@ -137,7 +137,12 @@ def test_disk_check_counts_what_is_not_staged_yet(tmp_path: Path) -> None:
 def test_which_plans_need_gpus() -> None:
     plans_dir = REPO / "deployments" / "plans"
     assert not cluster.needs_gpus(plans.load(plans_dir / "smoke.yaml"))
-    assert cluster.needs_gpus(plans.load(plans_dir / "gpt-oss-120b-trtllm-k8s.yaml"))
+    k8s = yaml.safe_load((plans_dir / "gpt-oss-120b-trtllm-k8s.yaml").read_text())
+    assert not cluster.needs_gpus(plans.parse(k8s))   # the engine's pods hold the GPUs, not the flow's
+    engine = k8s["benchmarks"][0]["engine"]
+    engine["launcher"] = "local"
+    del engine["kubernetes"]
+    assert cluster.needs_gpus(plans.parse(k8s))       # the same engine launched inside the flow's own pod
 
 
 def test_bringup_runs_the_systems_it_is_given(tmp_path: Path) -> None:
