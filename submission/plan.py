@@ -349,6 +349,16 @@ class Plan(Strict):
         return self
 
     @model_validator(mode="after")
+    def _slurm_time(self) -> Plan:
+        """An engine allocation of its own (`engine.slurm.allocation: new`) lasts as long as what it runs."""
+        from submission.slurm_time import time_problems  # it builds the plan's runs, which import this module
+
+        problems = time_problems(self)
+        if problems:
+            raise ValueError("\n  - ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _serving_rules(self) -> Plan:
         """A closed submission serves each benchmark as its reference requires (the round's `serving` rules)."""
         if self.profile != "submission" or self.division != "closed":

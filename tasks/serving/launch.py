@@ -18,9 +18,9 @@ import yaml
 
 from submission import capacity as capacity_checks
 from submission.errors import PlanError, PodiumError
+from submission.host_facts import accelerators
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
 from submission.rules import load_rules
-from submission.systems import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
