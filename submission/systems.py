@@ -110,7 +110,7 @@ def forecast(overrides: Mapping[str, str], number_of_nodes: int, round: str = "v
     out: list[tuple[str, Source]] = []
     for field in fields.non_empty:
         if field in overrides or field in ("division", "submitter", "system_type", "status", "system_name",
-                                             "number_of_nodes"):
+                                             "number_of_nodes", "framework"):   # the plan's own entries
             continue
         if field in DETECTABLE:
             out.append((field, "detected"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from submission import host_facts, systems
+from submission import host_facts
 from submission.errors import PlanError
 from submission.rules import load_rules
 from submission.systems import describe, detect_host, require_complete, validate
