@@ -304,6 +304,11 @@ class Plan(Strict):
         return self
 
     @property
+    def strict_description(self) -> bool:
+        """Whether the system descriptions may hold no guess (submission/systems.py `gaps`): a closed submission."""
+        return self.division == "closed" and self.profile == "submission"
+
+    @property
     def audits_enabled(self) -> bool:
         """Whether the compliance audits run: `auto` follows the division (open skips compliance)."""
         return self.compliance.run == "always" or (self.compliance.run == "auto" and self.division != "open")
@@ -346,16 +351,6 @@ class Plan(Strict):
             if system is not None and nodes > system.nodes:
                 raise ValueError(f"benchmarks.{i}.engine.options.nodes: the engine spans {nodes} nodes but system "
                                  f"{system.name!r} has {system.nodes}; set that system's nodes: {nodes}")
-        return self
-
-    @model_validator(mode="after")
-    def _slurm_time(self) -> Plan:
-        """An engine allocation of its own (`engine.slurm.allocation: new`) lasts as long as what it runs."""
-        from submission.slurm_time import time_problems  # it builds the plan's runs, which import this module
-
-        problems = time_problems(self)
-        if problems:
-            raise ValueError("\n  - ".join(problems))
         return self
 
     @model_validator(mode="after")

@@ -63,7 +63,7 @@ def describe_systems(plan: Plan, detected: dict[str, dict[str, str]] | None = No
             system_type=system.system_type, number_of_nodes=system.nodes, framework=", ".join(frameworks) or "none",
             overrides=system.description, host=(detected or {}).get(system.name), round=plan.round)
         require_complete(desc, division=plan.division, submitter=plan.submitter, round=plan.round)
-        missing = gaps(desc, sources, plan.round) if strict_description(plan) else []
+        missing = gaps(desc, sources, plan.round) if plan.strict_description else []
         if missing:
             i = plan.systems.index(system)
             raise PlanError(f"system {system.name!r}: a closed submission needs a real value for "
@@ -74,15 +74,10 @@ def describe_systems(plan: Plan, detected: dict[str, dict[str, str]] | None = No
     return systems
 
 
-def strict_description(plan: Plan) -> bool:
-    """Whether the plan's system descriptions may hold no guess: a closed-division submission."""
-    return plan.division == "closed" and plan.profile == "submission"
-
-
 def require_description_sources(plan: Plan) -> None:
     """Before the flow starts (and again in preflight): a closed submission's fields that neither the plan gives
     nor a node can tell, one PlanError listing them all with the fix."""
-    if not strict_description(plan):
+    if not plan.strict_description:
         return
     problems = [f"systems.{i}.description.{field}" for i, system in enumerate(plan.systems)
                 for field, source in forecast(system.description, system.nodes, plan.round) if source == "nowhere"]

@@ -16,6 +16,7 @@ from submission.slurm_options import SlurmSettings
 from submission.systems import describe_sourced, gaps
 from tasks.engines import ProcessSpec
 from tasks.launchers import slurm_cli as cli
+from tasks.ops.inputs import check_capacity
 from tasks.ops.preflight import describe_systems, require_description_sources
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
@@ -40,23 +41,25 @@ def test_the_qwen3_vl_allocation_covers_what_it_runs() -> None:
     assert slurm_time.slurm_time(slurm_time.job_need(plan)) == "03:32:00"   # + staging 30 min + tail 15 min
 
 
-def test_an_allocation_shorter_than_its_runs_fails_at_load(tmp_path: Path) -> None:
+def test_an_allocation_shorter_than_its_runs_stops_before_the_flow(tmp_path: Path) -> None:
+    """`podium run` and preflight (check_capacity), and the dry run, refuse it naming the field and the need."""
     data = yaml.safe_load(QWEN.read_text())
     data["benchmarks"][0]["engine"]["slurm"] |= {"allocation": "new", "time_limit": "02:00:00"}
-    path = tmp_path / "short.yaml"
-    path.write_text(yaml.safe_dump(data))
+    plan = plans.parse(data)
     with pytest.raises(PlanError) as e:
-        plans.load(path)
+        check_capacity(plan)
     assert ("benchmarks.0.engine.slurm.time_limit: 02:00:00 is shorter than what gb200x16-slurm/qwen3-vl-235b-a22b "
             "runs, 02:47:00") in str(e.value)
     assert 'set time_limit: "02:47:00" or more' in str(e.value)
+    data["benchmarks"][0]["engine"]["slurm"]["allocation"] = "auto"   # inside a job: preflight checks the job's time
+    check_capacity(plans.parse(data))
 
 
 def test_gpu_steps_get_host_memory_and_the_allocation_all_of_it() -> None:
     settings = SlurmSettings(gpus_per_node=4, cpus_per_gpu=32, mem="0", mem_per_gpu="200G")
     spec = ProcessSpec(role="prefill", name="prefill-0", argv=("python3",), gpus=2)
-    assert ["--exact", "--gpus=2", "--cpus-per-gpu=32", "--mem-per-gpu=200G"] == \
-        cli.srun_argv(settings, "7", spec, ["gpu1"], "p")[6:10]
+    assert cli.srun_argv(settings, "7", spec, ["gpu1"], "p")[6:10] == \
+        ["--exact", "--gpus=2", "--cpus-per-gpu=32", "--mem-per-gpu=200G"]
     assert "--mem=0" in cli.salloc_argv(settings, 4, "p")
     with pytest.raises(ValueError, match="mem_per_gpu"):
         SlurmSettings(mem_per_gpu="200 GB")
