@@ -33,12 +33,14 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     from submission import plan as plans
     from submission import selection
     from tasks.ops.inputs import check_capacity, check_inputs
+    from tasks.ops.preflight import require_description_sources
 
     loaded = plans.load(plan)
     chosen = selection.resolve(loaded, only or (), where=str(plan))   # a name the plan lacks: exit 2, nothing ran
     check_inputs(loaded.local(), str(plan))   # sources exist, storage credentials found: before anything starts
     check_capacity(loaded.local())            # engines fit their GPUs, runs their sequence budgets (a pooled
                                               # system's member checks both on its own cluster)
+    require_description_sources(loaded.local())   # a closed plan gives what no node can tell about its systems
     prefect_env(workspace)
     if loaded.pools():                # the fleet: a server whose workers run the pooled systems, each online
         from tasks.ops.preflight import require_pools

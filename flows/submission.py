@@ -146,7 +146,7 @@ def submission(plan_path: str, workspace: str = ".podium", only: list[str] | Non
         get_run_logger().info("--only: measuring %s afresh; every other run from the cache, or not at all",
                               ", ".join(chosen))
     with progress.tracking(planned.total), s3server.plan_storage(plan.storage, ws.s3) as cfg:
-        systems = preflight(plan, cfg)
+        systems = preflight(plan, cfg, str(ws.root))
         done = run_benchmarks(plan_path, plan, ws, folder, cfg, chosen)
         systems |= done.systems
         done.tree = assemble_tree(plan, done.records, systems, str(folder), commit, done.audits)

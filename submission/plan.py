@@ -304,6 +304,11 @@ class Plan(Strict):
         return self
 
     @property
+    def strict_description(self) -> bool:
+        """Whether the system descriptions may hold no guess (submission/systems.py `gaps`): a closed submission."""
+        return self.division == "closed" and self.profile == "submission"
+
+    @property
     def audits_enabled(self) -> bool:
         """Whether the compliance audits run: `auto` follows the division (open skips compliance)."""
         return self.compliance.run == "always" or (self.compliance.run == "auto" and self.division != "open")

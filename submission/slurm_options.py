@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator
 from submission.errors import did_you_mean
 from submission.schema import Strict
 
+MEMORY = r"^\d+[KMGT]?$"   # the sizes --mem and --mem-per-gpu accept: a number, in megabytes unless K, M, G or T
 TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^UNLIMITED$|^INFINITE$")   # the forms `--time` accepts
 
 
@@ -34,8 +35,13 @@ class SlurmSettings(Strict):
     nodes: int | None = Field(None, ge=1, description="nodes to allocate; None: as many as the engine's topology")
     gpus_per_node: int = Field(0, ge=0, description="GPUs to allocate per node (salloc --gpus-per-node)")
     cpus_per_gpu: int | None = Field(None, ge=1, description="CPUs of a GPU step per GPU (srun --cpus-per-gpu)")
+    mem: str | None = Field(None, pattern=MEMORY, description="memory per node of the allocation (salloc --mem); "
+                                                             "\"0\": all of each node's memory")
+    mem_per_gpu: str | None = Field(None, pattern=MEMORY, description="host memory of a GPU step per GPU "
+                                                                     "(srun --mem-per-gpu), e.g. 200G")
     exclusive: bool = Field(True, description="whole nodes (salloc --exclusive): no other job shares them")
-    time_limit: str = Field("04:00:00", description="the allocation's time limit (salloc --time)")
+    time_limit: str = Field("04:00:00", description="the allocation's time limit (salloc --time); must cover what "
+                                                    "the benchmark runs (submission/slurm_time.py)")
     job_name: str = Field("podium", pattern=r"^[A-Za-z0-9._-]+$")
     allocation_timeout_s: int = Field(600, ge=1, description="give up when the allocation is not granted in time "
                                                              "(salloc --immediate)")

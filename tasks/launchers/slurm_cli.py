@@ -117,6 +117,8 @@ def salloc_argv(settings: SlurmSettings, nodes: int, job_name: str) -> list[str]
         argv.append(f"--nodelist={','.join(s.nodelist)}")
     if s.gpus_per_node:
         argv.append(f"--gpus-per-node={s.gpus_per_node}")
+    if s.mem is not None:
+        argv.append(f"--mem={s.mem}")
     if s.exclusive:
         argv.append("--exclusive")
     return argv + list(s.salloc_args)
@@ -159,6 +161,8 @@ def srun_argv(settings: SlurmSettings, job_id: str, spec: ProcessSpec, nodes: Se
                     else f"--gpus={spec.gpus}")
         if settings.cpus_per_gpu:
             argv.append(f"--cpus-per-gpu={settings.cpus_per_gpu}")
+        if settings.mem_per_gpu:
+            argv.append(f"--mem-per-gpu={settings.mem_per_gpu}")
     else:
         argv.append("--overlap")
     # a step Slurm cannot create in time (its GPUs taken) fails with Slurm's reason instead of waiting for ever

@@ -2,7 +2,8 @@
 Prefect, no process. Each problem is one PlanError naming the plan field (or the environment variables) and the fix.
 
 - every local source the plan names exists (model, performance, accuracy and compliance data sets);
-- every engine fits its GPUs and every run its sequence budget (submission/capacity.py; docs/engines.md);
+- every engine fits its GPUs and every run its sequence budget (submission/capacity.py; docs/engines.md), and
+  every Slurm allocation of its own lasts as long as what it runs (submission/slurm_time.py);
 - object storage that is not the embedded server has credentials in boto3's default chain (environment variables,
   a shared credentials or config file profile, a web-identity token, container or instance credentials). Without
   any, uploads would fail only at the very end, after hours of runs.
@@ -51,9 +52,15 @@ def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,
     """Raise one PlanError when an engine does not fit its GPUs or a run's longest sequence its engine's limit, from
     the plan's local sources; `capacities` (system -> GPU memory, preflight's detected descriptions) wins over the
     plan's. Each benchmark's table goes to `log`."""
+    from submission.slurm_time import time_problems
     from tasks.serving.launch import sizing
 
     require_fit([sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks], log)
+    problems = time_problems(plan)   # an allocation of its own (allocation: new) as long as what it runs
+    if problems:
+        raise PlanError("a Slurm allocation is shorter than what it runs:\n  - " + "\n  - ".join(problems),
+                        fix="raise each engine.slurm.time_limit named above (`podium launch PLAN --dry-run` prints "
+                            "the need)")
 
 
 def require_fit(reviews: list[capacity.Review], log: Callable[[str], object] | None = None, when: str = "") -> None:

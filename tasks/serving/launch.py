@@ -18,9 +18,9 @@ import yaml
 
 from submission import capacity as capacity_checks
 from submission.errors import PlanError, PodiumError
+from submission.host_facts import accelerators
 from submission.plan import BenchmarkSpec, EngineSpec, Plan
 from submission.rules import load_rules
-from submission.systems import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
@@ -138,7 +138,47 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
     sized = sizing(plan, bench)
     out["capacity"] = sized.as_dict()
+    out["slurm_time"] = _slurm_time(plan, bench)
+    out["time_problems"] = (out["slurm_time"] or {}).get("problems", [])
+    out["description"] = _description(plan, bench)
     return out
+
+
+def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
+    """What a Slurm engine's allocation and the job Podium runs in must last (submission/slurm_time.py)."""
+    if bench.engine.launcher != "slurm":
+        return None
+    from submission.slurm_time import job_need, need, slurm_time, time_problems
+
+    n, settings = need(plan, bench), bench.engine.slurm_settings()
+    limit = settings.time_limit if settings else "04:00:00"
+    text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {limit} (used when Podium takes the allocation "
+                        f"itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
+                        f"{slurm_time(job_need(plan))} for the whole plan (preflight checks the job's time left)"]
+    return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": slurm_time(job_need(plan)),
+            "problems": [p for p in time_problems(plan) if p.startswith(f"benchmarks.{plan.benchmarks.index(bench)}.")],
+            "time_limit": limit, "text": text}
+
+
+def _description(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
+    """Where each field the checker requires non-empty, and the plan does not give, will come from."""
+    from submission.systems import forecast
+
+    i, system = next((i, s) for i, s in enumerate(plan.systems) if s.name == bench.system)
+    node = {"slurm": "node 0 of the engine's Slurm allocation (a Slurm step, at preflight)",
+            "kubernetes": "the host that runs the flow (not the engine's pod)"}.get(bench.engine.launcher,
+                                                                                  "this host")
+    fields = forecast(system.description, system.nodes, plan.round)
+    sources = {"detected": f"detected on {node}", "N/A": "N/A (does not apply)",
+               "nowhere": f"nowhere: give systems.{i}.description.<field>"
+                          + (" (preflight refuses a closed submission without it)" if plan.strict_description
+                             else "; \"unknown\" until then")}
+    text = [f"  system description {system.name!r}: the plan gives {len(system.description)} field(s); the rest:"]
+    for source in ("nowhere", "detected", "N/A"):
+        names = [f for f, s in fields if s == source]
+        if names:
+            text.append(f"    {sources[source]}: {', '.join(names)}")
+    return {"system": system.name, "fields": dict(fields), "text": text}
 
 
 def reviews(plan: Plan, workspace: Path, key: str | None = None) -> list[dict[str, Any]]:
@@ -147,8 +187,9 @@ def reviews(plan: Plan, workspace: Path, key: str | None = None) -> list[dict[st
 
 
 def require_capacity(items: list[dict[str, Any]]) -> None:
-    """Exit 2 (PlanError) when a reviewed engine does not fit its GPUs or a run's sequence budget is short."""
-    capacity_checks.require([p for r in items for p in r["capacity"]["problems"]])
+    """Exit 2 (PlanError) when a reviewed engine does not fit its GPUs, a run's sequence budget is short or a Slurm
+    allocation's time limit is shorter than what it runs."""
+    capacity_checks.require([p for r in items for p in r["capacity"]["problems"] + r.get("time_problems", [])])
 
 
 def _indent(text: str, prefix: str = "      | ") -> str:
@@ -222,6 +263,8 @@ def render(items: list[dict[str, Any]]) -> str:
             lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
         lines += _measuring(r["measuring"])
         lines += r["capacity"]["text"]
+        lines += (r.get("slurm_time") or {}).get("text", [])
+        lines += r["description"]["text"]
         lines.append("")
     return "\n".join(lines)
 

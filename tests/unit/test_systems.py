@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from submission import systems
+from submission import host_facts
 from submission.errors import PlanError
 from submission.rules import load_rules
 from submission.systems import describe, detect_host, require_complete, validate
@@ -183,7 +183,7 @@ def test_every_problem_is_listed_in_one_plan_error(good: dict[str, str]) -> None
 # --- accelerators --------------------------------------------------------------------------------------------------
 
 def test_without_nvidia_smi_there_are_no_accelerators(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(systems.shutil, "which", lambda name, *args, **kwargs: None)
+    monkeypatch.setattr(host_facts.shutil, "which", lambda name, *args, **kwargs: None)
     host = detect_host()
     assert host["accelerators_per_node"] == "0"
     assert host["accelerator_model_name"] == "N/A"

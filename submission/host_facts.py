@@ -1,0 +1,138 @@
+"""What a node tells about itself, by system-description field: processors, memory, storage, OS, NICs, GPUs.
+
+Standard library only, so that the same source runs on an engine's node as a Slurm step (`python3 -c <this file>`,
+tasks/ops/slurm_checks.py) without Podium installed there: the description then describes the node that runs the
+engine, not the host that runs the flow. Best effort: a probe that cannot read a fact leaves it out and never raises.
+Sizes are written as MLPerf system descriptions write them: "GB"/"TB" counted in powers of two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")
+NVIDIA_SMI_TIMEOUT_S = 15
+NOT_APPLICABLE = "N/A"  # the field does not apply to this system (no accelerators, a single node)
+UNKNOWN = "unknown"  # the field applies but cannot be detected: the plan's system overrides should give it
+_GIB = 1024**3
+_MIB = 1024**2
+_CPU = Path("/sys/devices/system/cpu/cpu0")
+
+
+def _size(n_bytes: float) -> str:
+    gib = n_bytes / _GIB
+    if gib >= 1024:
+        return f"{gib / 1024:.1f} TB"
+    return f"{gib:.0f} GB" if gib >= 10 else f"{gib:.1f} GB"
+
+
+def _fields(text: str) -> dict[str, list[str]]:
+    """`key : value` lines (/proc/cpuinfo, /proc/meminfo) -> every value of each key, in order."""
+    values: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            values.setdefault(key.strip(), []).append(value.strip())
+    return values
+
+
+def _cpu() -> dict[str, str]:
+    info = _fields(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
+    sockets = max(1, len(set(info.get("physical id", []))))
+    cores = info.get("cpu cores", [""])[0] or str(max(1, (os.cpu_count() or 1) // sockets))
+    host = {"host_processor_model_name": info.get("model name", [""])[0] or platform.processor() or platform.machine(),
+            "host_processors_per_node": str(sockets), "host_processor_core_count": cores}
+    max_khz = _CPU / "cpufreq" / "cpuinfo_max_freq"
+    if max_khz.is_file():
+        host["host_processor_frequency"] = f"{int(max_khz.read_text().strip()) / 1000:.0f} MHz"
+    elif info.get("cpu MHz"):
+        host["host_processor_frequency"] = f"{float(info['cpu MHz'][0]):.0f} MHz"
+    caches = []
+    for index in sorted((_CPU / "cache").glob("index*")):
+        kind = {"Data": "d", "Instruction": "i"}.get((index / "type").read_text().strip(), "")
+        caches.append(f"L{(index / 'level').read_text().strip()}{kind} {(index / 'size').read_text().strip()}")
+    if caches:
+        host["host_processor_caches"] = ", ".join(caches)
+    return {key: value for key, value in host.items() if value}
+
+
+def _memory() -> dict[str, str]:
+    total_kb = _fields(Path("/proc/meminfo").read_text(encoding="utf-8"))["MemTotal"][0].split()[0]
+    return {"host_memory_capacity": _size(int(total_kb) * 1024)}
+
+
+def _storage(path: Path) -> dict[str, str]:
+    host = {"host_storage_capacity": _size(shutil.disk_usage(path).total)}
+    dev = os.stat(path).st_dev
+    block = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve()
+    if (block / "partition").exists():
+        block = block.parent
+    rotational = (block / "queue" / "rotational").read_text().strip()
+    if block.name.startswith("nvme"):
+        host["host_storage_type"] = "NVMe SSD"
+    elif block.name.startswith(("vd", "xvd")):
+        host["host_storage_type"] = "virtual disk"
+    else:
+        host["host_storage_type"] = "SSD" if rotational == "0" else "HDD"
+    return host
+
+
+def _operating_system() -> dict[str, str]:
+    release = dict(re.findall(r'^(\w+)="?(.*?)"?$', Path("/etc/os-release").read_text(encoding="utf-8"), re.M))
+    name = release.get("PRETTY_NAME") or platform.system()
+    return {"operating_system": f"{name}, kernel {platform.release()}"}
+
+
+def _network_cards() -> dict[str, str]:
+    cards = [nic for nic in Path("/sys/class/net").iterdir() if (nic / "device").exists()]  # physical NICs only
+    return {"host_network_card_count": str(len(cards))}
+
+
+def accelerators() -> dict[str, str]:
+    """This host's GPUs as nvidia-smi tells them (none without it)."""
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi is None:
+        return {"accelerators_per_node": "0", "accelerator_model_name": NOT_APPLICABLE,
+                "accelerator_memory_capacity": NOT_APPLICABLE}
+    unknown = dict.fromkeys(("accelerators_per_node", "accelerator_model_name", "accelerator_memory_capacity"), UNKNOWN)
+    try:
+        done = subprocess.run([nvidia_smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True,  # noqa: S603 fixed argv
+                              timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return unknown
+    gpus = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.count(",") >= 2]
+    if done.returncode != 0 or not gpus:
+        return unknown
+    names = list(dict.fromkeys(gpu[0] for gpu in gpus))
+    memory = re.match(r"(\d+)\s*MiB", gpus[0][1])
+    return {"accelerators_per_node": str(len(gpus)), "accelerator_model_name": ", ".join(names),
+            "accelerator_memory_capacity": _size(int(memory.group(1)) * _MIB) if memory else UNKNOWN,
+            "other_software_stack": f"NVIDIA driver {gpus[0][2]}"}
+
+
+def _probe(probe: Callable[[], dict[str, str]]) -> dict[str, str]:
+    try:
+        return probe()
+    except Exception:  # best effort by design: a host that hides a fact leaves the field to the defaults
+        return {}
+
+
+def detect_host(*, storage_path: str | Path = "/") -> dict[str, str]:
+    """What this host tells about itself, by required field name. Never raises; missing facts are left out."""
+    host: dict[str, str] = {}
+    probes = (_cpu, _memory, _operating_system, _network_cards, accelerators, lambda: _storage(Path(storage_path)))
+    for probe in probes:
+        host.update(_probe(probe))
+    software = [f"Python {platform.python_version()}"]
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        software.append(f"mlcommons-loadgen {metadata.version('mlcommons-loadgen')}")
+    host["other_software_stack"] = ", ".join([*software, *filter(None, [host.get("other_software_stack")])])
+    return host

@@ -1,0 +1,139 @@
+"""How long a benchmark keeps its Slurm allocation, and how long the job Podium runs in must last, from what the
+plan runs: so that `engine.slurm.time_limit` and `sbatch --time` are derived, not guessed (docs/slurm.md, "Time
+limits").
+
+The engine's allocation holds the engine while it starts and while every run of the benchmark measures:
+
+    allocation = runs x run length x RUN_FACTOR + engine.ready_timeout_s + engine.warmup_timeout_s + STOP_S
+
+where a run's length is the longest of its floor (min_duration of its user.conf, the round's 600 s in a submission),
+the queries its user.conf asks for at its target rate (Offline min_query_count: 48289 Qwen3-VL samples at 60 q/s are
+805 s) and, for an accuracy run, the accuracy set at that rate. The job Podium itself runs in (`sbatch
+deployments/slurm/podium.sbatch`, `allocation: inherit`) also stages the model and data sets before the engine
+starts and assembles, checks and publishes after the last engine stops:
+
+    job = sum over its benchmarks of (STAGING_S + allocation) + FLOW_TAIL_S
+
+A relaunch after an engine failure is not counted: the factor is the margin for one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from submission.plan import BenchmarkSpec, Plan
+from submission.rules import load_rules
+from submission.runs import RunSpec, plan_runs
+
+# A run lasts longer than its floor: loadgen issues until both min_duration and min_query_count are met, the engine
+# drains in-flight requests after the last issue, and the client scores and writes its logs. 1.5 also leaves room
+# for one engine relaunch in a benchmark of 6 runs.
+RUN_FACTOR = 1.5
+STAGING_S = 1800    # the model (135 GB for the NVFP4 Qwen3-VL) and data sets copied and sha256-checked from shared
+                    # storage at a few hundred MB/s; a re-run finds them staged and takes seconds
+FLOW_TAIL_S = 900   # after the last engine stops: truncating accuracy logs, assembling, checking, uploading the run
+STOP_S = 60         # the engine's SIGTERM grace and Slurm's step clean-up at the end
+
+
+def seconds(value: str) -> int | None:
+    """A Slurm time (`--time` forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds; None for UNLIMITED."""
+    if value in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:   # D-H, D-H:M, D-H:M:S
+        h, m, s = [*parts, 0, 0][:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + s
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def slurm_time(secs: float) -> str:
+    """Seconds as a Slurm time, rounded up to whole minutes: HH:MM:00, or D-HH:MM:00 from a day on."""
+    minutes = math.ceil(secs / 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    hhmm = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    return f"{days}-{hhmm}" if days else hhmm
+
+
+def run_seconds(spec: RunSpec, accuracy_size: int | None, floor_s: float) -> float:
+    """How long one run measures before RUN_FACTOR: the longest of its floor, its query count at its target rate
+    and, for an accuracy run, the accuracy set at that rate."""
+    conf = dict(spec.user_conf)
+    pick = {key.rsplit(".", 1)[-1]: value for key, value in conf.items()}
+    floor = int(pick["min_duration"]) / 1000 if "min_duration" in pick else floor_s
+    qps = float(pick["target_qps"]) if "target_qps" in pick else None
+    queries = int(pick["min_query_count"]) if "min_query_count" in pick else 0
+    if spec.mode == "accuracy":   # the whole accuracy set, or the smoke profile's override of its size
+        queries = max(queries, int(pick.get("accuracy_sample_count_override", accuracy_size or 0)))
+    return max(floor, queries / qps) if qps else floor
+
+
+@dataclass(frozen=True)
+class TimeNeed:
+    """What one benchmark needs of Slurm's clock, each part in seconds."""
+
+    key: str
+    runs: int
+    measuring_s: float     # sum of the runs' lengths x RUN_FACTOR
+    start_s: float         # ready_timeout_s + warmup_timeout_s
+    allocation_s: float    # what engine.slurm.time_limit must cover
+    job_s: float           # this benchmark's share of the job Podium runs in (staging included)
+
+    def lines(self) -> list[str]:
+        return [f"  Slurm time: {self.runs} run(s) x their length x {RUN_FACTOR} = {slurm_time(self.measuring_s)}, "
+                f"+ engine start (ready_timeout_s + warmup_timeout_s) {slurm_time(self.start_s)} + stop {STOP_S} s: "
+                f"the engine's allocation needs time_limit >= {slurm_time(self.allocation_s)}; with staging "
+                f"({slurm_time(STAGING_S)}) this benchmark takes {slurm_time(self.job_s)} of the job Podium runs in"]
+
+
+def need(plan: Plan, bench: BenchmarkSpec) -> TimeNeed:
+    """The time one benchmark's engine allocation and its share of the flow's job need (module docstring)."""
+    rules = load_rules(plan.round)
+    brules = rules.benchmark(bench.benchmark)
+    sources = {path for _, kind, path in bench.sources() if kind == "datasets"}
+    specs = plan_runs(plan, bench, rules, model_sha256="-", engine=bench.engine.name,
+                      dataset_sha256=dict.fromkeys(sources, "-"))
+    floor_s = rules.min_duration_ms / 1000 if plan.profile == "submission" else 0.0
+    lengths = [run_seconds(s, brules.scenario(s.scenario).accuracy_sample_count, floor_s) for s in specs]
+    audits = len(brules.compliance_tests) * len(bench.scenarios) if plan.audits_enabled else 0
+    perf = [length for s, length in zip(specs, lengths, strict=True) if s.mode == "performance"]
+    lengths += [max(perf, default=floor_s)] * audits          # an audit is as long as the longest performance run
+    measuring = sum(lengths) * RUN_FACTOR
+    start = bench.engine.ready_timeout_s + bench.engine.warmup_timeout_s
+    allocation = measuring + start + STOP_S
+    return TimeNeed(bench.key, len(lengths), measuring, start, allocation, STAGING_S + allocation)
+
+
+def job_need(plan: Plan) -> float:
+    """What the job Podium runs in must last for the whole plan: every benchmark that runs here, then the tail."""
+    return sum(need(plan, b).job_s for b in plan.local().benchmarks) + FLOW_TAIL_S
+
+
+def time_problems(plan: Plan) -> list[str]:
+    """Each benchmark whose own allocation (`engine.slurm.allocation: new`) is shorter than what it runs, naming
+    the field and the computed need. `auto` and `inherit` are checked by preflight, which knows whether Podium runs
+    inside a job (tasks/ops/slurm_checks.py)."""
+    problems = []
+    for i, b in enumerate(plan.benchmarks):
+        settings = b.engine.slurm_settings()
+        if b.engine.launcher != "slurm" or settings is None or settings.allocation != "new":
+            continue
+        problem = allocation_problem(f"benchmarks.{i}.engine.slurm.time_limit", settings.time_limit, need(plan, b))
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def allocation_problem(field: str, time_limit: str, needed: TimeNeed) -> str | None:
+    """`field` (a Slurm time) against what the benchmark needs; None when it covers it."""
+    have = seconds(time_limit)
+    if have is None or have >= needed.allocation_s:
+        return None
+    return (f"{field}: {time_limit} is shorter than what {needed.key} runs, {slurm_time(needed.allocation_s)} "
+            f"({needed.runs} run(s) x their length x {RUN_FACTOR} + engine start {slurm_time(needed.start_s)}); "
+            f"set time_limit: \"{slurm_time(needed.allocation_s)}\" or more")

@@ -1,0 +1,105 @@
+"""What a production Slurm plan must hold before any GPU time: time limits derived from what it runs (refused at load
+when an allocation of its own is shorter), host memory and CPUs per GPU in the step argv, and a closed submission's
+system description free of fields nothing can tell (refused with the list and the fix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from submission import plan as plans
+from submission import slurm_time
+from submission.errors import PlanError
+from submission.slurm_options import SlurmSettings
+from submission.systems import describe_sourced, gaps
+from tasks.engines import ProcessSpec
+from tasks.launchers import slurm_cli as cli
+from tasks.ops.inputs import check_capacity
+from tasks.ops.preflight import describe_systems, require_description_sources
+
+PLANS = Path(__file__).parents[2] / "deployments" / "plans"
+QWEN = PLANS / "qwen3-vl-dynamo-50-50.yaml"
+
+
+@pytest.mark.parametrize(("value", "secs"), [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-3", 183600),
+                                             ("2-03:04", 183840), ("1-00:00:01", 86401), ("UNLIMITED", None)])
+def test_slurm_times_in_every_form_sbatch_accepts(value: str, secs: int | None) -> None:
+    assert slurm_time.seconds(value) == secs
+
+
+def test_the_qwen3_vl_allocation_covers_what_it_runs() -> None:
+    """6 runs (Offline 48289 queries at 60 q/s: 805 s; Server accuracy 48289 at 40 q/s: 1207 s; the others the
+    600 s floor) x 1.5 + ready 2400 s + warm-up 600 s + stop 60 s."""
+    plan = plans.load(QWEN)
+    need = slurm_time.need(plan, plan.benchmarks[0])
+    assert need.runs == 6
+    assert need.measuring_s == pytest.approx((48289 / 60 + 600 + 600 + 48289 / 60 + 48289 / 40 + 600) * 1.5)
+    assert slurm_time.slurm_time(need.allocation_s) == "02:47:00"
+    assert slurm_time.seconds(plan.benchmarks[0].engine.slurm_settings().time_limit) >= need.allocation_s
+    assert slurm_time.slurm_time(slurm_time.job_need(plan)) == "03:32:00"   # + staging 30 min + tail 15 min
+
+
+def test_an_allocation_shorter_than_its_runs_stops_before_the_flow(tmp_path: Path) -> None:
+    """`podium run` and preflight (check_capacity), and the dry run, refuse it naming the field and the need."""
+    data = yaml.safe_load(QWEN.read_text())
+    data["benchmarks"][0]["engine"]["slurm"] |= {"allocation": "new", "time_limit": "02:00:00"}
+    plan = plans.parse(data)
+    with pytest.raises(PlanError) as e:
+        check_capacity(plan)
+    assert ("benchmarks.0.engine.slurm.time_limit: 02:00:00 is shorter than what gb200x16-slurm/qwen3-vl-235b-a22b "
+            "runs, 02:47:00") in str(e.value)
+    assert 'set time_limit: "02:47:00" or more' in str(e.value)
+    data["benchmarks"][0]["engine"]["slurm"]["allocation"] = "auto"   # inside a job: preflight checks the job's time
+    check_capacity(plans.parse(data))
+
+
+def test_gpu_steps_get_host_memory_and_the_allocation_all_of_it() -> None:
+    settings = SlurmSettings(gpus_per_node=4, cpus_per_gpu=32, mem="0", mem_per_gpu="200G")
+    spec = ProcessSpec(role="prefill", name="prefill-0", argv=("python3",), gpus=2)
+    assert cli.srun_argv(settings, "7", spec, ["gpu1"], "p")[6:10] == \
+        ["--exact", "--gpus=2", "--cpus-per-gpu=32", "--mem-per-gpu=200G"]
+    assert "--mem=0" in cli.salloc_argv(settings, 4, "p")
+    with pytest.raises(ValueError, match="mem_per_gpu"):
+        SlurmSettings(mem_per_gpu="200 GB")
+
+
+def test_a_closed_plan_missing_what_no_node_tells_is_refused_before_the_flow() -> None:
+    plan = plans.load(QWEN)   # ships without the site's networking fields
+    with pytest.raises(PlanError) as e:
+        require_description_sources(plan)
+    text = str(e.value)
+    assert "systems.0.description.host_networking\n" in text and "systems.0.description.host_networking_topology" \
+        in text
+    assert "cooling" not in text and "host_memory_capacity" not in text   # given by the plan; detected on the node
+    assert "give each one in the plan" in text
+
+
+def test_a_closed_plan_takes_no_guess_from_what_its_node_did_not_tell() -> None:
+    data = yaml.safe_load(QWEN.read_text())
+    data["systems"][0]["description"] |= {"host_networking": "InfiniBand NDR 400 Gb/s",
+                                          "host_networking_topology": "fat tree"}
+    data["benchmarks"][0]["engine"]["options"]["version"] = "1.6.1"   # Dynamo is not installed on this host
+    plan = plans.parse(data)
+    require_description_sources(plan)   # nothing left that only the plan can give
+    node = {"host_processor_model_name": "Neoverse-V2", "host_processors_per_node": "2",
+            "host_processor_core_count": "72", "host_memory_capacity": "960 GB", "host_storage_capacity": "3.5 TB",
+            "host_storage_type": "NVMe SSD", "operating_system": "Ubuntu 24.04", "host_network_card_count": "4",
+            "other_software_stack": "Python 3.12"}
+    with pytest.raises(PlanError) as e:
+        describe_systems(plan, {"gb200x16-slurm": {k: v for k, v in node.items() if k != "host_storage_type"}})
+    assert "a closed submission needs a real value for 1 field(s) that nothing detected: host_storage_type (now " \
+           "'unknown', unset)" in str(e.value)
+    assert "systems.0.description" in str(e.value)
+    assert describe_systems(plan, {"gb200x16-slurm": node})["gb200x16-slurm"]["host_storage_type"] == "NVMe SSD"
+    desc, sources = describe_sourced(division="closed", submitter="Podium", system_name="s", status="available",
+                                     system_type="datacenter", number_of_nodes=4, framework="dynamo 1.6.1",
+                                     overrides=plan.systems[0].description, host=node)
+    assert gaps(desc, sources) == []
+    assert sources["cooling"] == "plan" and sources["host_memory_capacity"] == "detected"
+    del node["host_processor_core_count"]   # the default would be the flow host's core count: a guess
+    desc, sources = describe_sourced(division="closed", submitter="Podium", system_name="s", status="available",
+                                     system_type="datacenter", number_of_nodes=4, framework="dynamo 1.6.1",
+                                     overrides=plan.systems[0].description, host=node)
+    assert gaps(desc, sources) == ["host_processor_core_count"]
