@@ -25,6 +25,7 @@ from tasks.endpoints import answers, runner
 from tasks.endpoints import config as client_config
 from tasks.endpoints.results import ClientResult
 from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
+from tasks.serving import telemetry
 
 AGREE = 1e-6   # the client's score and the reference evaluator's on the same answers (both print 7 digits)
 
@@ -113,8 +114,9 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     model_dir = Path(tokenizer).parent if tokenizer else None
     started_at = utc_now()
     try:
-        result = runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
-                            data_dir=work_dir / "endpoints-data")
+        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine):
+            result = runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
+                                data_dir=work_dir / "endpoints-data")
     except (CommandError, RunFailed) as error:
         if engine.alive():
             raise

@@ -18,6 +18,7 @@ from submission.selection import rerun
 from tasks.accuracy import score
 from tasks.harness import liveness, runner
 from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
+from tasks.serving import telemetry
 
 
 def offline_resize(spec: RunSpec, run) -> str | None:
@@ -57,7 +58,8 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     endpoint = engine.endpoint()
     started_at = utc_now()
     try:
-        stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
+        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine):
+            stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
     except CommandError as e:
         if e.returncode not in liveness.ENGINE_GONE:
             raise

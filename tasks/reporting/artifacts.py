@@ -22,6 +22,7 @@ from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
 from tasks.reporting.plots import plot_search_trace as plot_search_trace
 from tasks.reporting.plots import plot_sweep as plot_sweep
+from tasks.reporting.plots import plot_telemetry as plot_telemetry
 
 COLUMNS = ("system", "benchmark", "scenario", "metric", "unit", "valid", "ttft_p99_ms", "tpot_p99_ms", "accuracy",
            "compliance")

@@ -1,4 +1,4 @@
-"""Plots of a run as PNG files: latency distribution per scenario, search trace, sweep and scaling.
+"""Plots of a run as PNG files: latency distribution and telemetry per scenario, search trace, sweep and scaling.
 
 Plain functions over plain data, each writing one PNG and returning its path; `tasks.reporting.artifacts` re-exports
 them. They use matplotlib's object API with the Agg canvas (no pyplot, no display, no global state), imported only when
@@ -9,6 +9,7 @@ curve those percentiles trace, with the round's limit drawn across it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -84,6 +85,60 @@ def plot_latency(record: RunRecord, path: Path, limits_ms: Mapping[str, float | 
     return _save(fig, path)
 
 
+# (title, unit, [(label, how to read it from a sample line)]) of each telemetry panel, drawn when it has data
+TELEMETRY_PANELS = (
+    ("requests", "requests", [("running", lambda s: s.get("engine", {}).get("running")),
+                              ("waiting (queue)", lambda s: s.get("engine", {}).get("waiting"))]),
+    ("KV-cache use", "fraction", [("KV cache", lambda s: s.get("engine", {}).get("kv_cache"))]),
+    ("completed requests", "requests", [("completed", lambda s: s.get("engine", {}).get("completed"))]),
+    ("GPU utilisation", "%", [("gpu", lambda s: [g.get("util_pct") for g in s.get("gpus", [])])]),
+    ("GPU memory used", "MiB", [("gpu", lambda s: [g.get("memory_mib") for g in s.get("gpus", [])])]),
+    ("GPU power", "W", [("gpu", lambda s: [g.get("power_w") for g in s.get("gpus", [])])]),
+)
+
+
+def _telemetry_lines(samples: Sequence[Mapping[str, Any]], read: Any) -> dict[str, tuple[list[float], list[float]]]:
+    """label suffix -> (elapsed s, values) of one series; a per-GPU reader gives one series per GPU."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for s in samples:
+        value = read(s)
+        for key, v in (enumerate(value) if isinstance(value, list) else [("", value)]):
+            if v is not None:
+                xs, ys = out.setdefault(str(key), ([], []))
+                xs.append(float(s["elapsed_s"]))
+                ys.append(float(v))
+    return out
+
+
+def plot_telemetry(lines: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path | None:
+    """The series of a run's telemetry.jsonl (tasks.serving.telemetry) against time, one panel per kind that has
+    data (requests running and waiting, KV-cache use, GPU utilisation, memory, power); None when it has no sample."""
+    samples = [x for x in lines if x.get("kind") == "sample"]
+    panels = [(t, unit, [(label, _telemetry_lines(samples, read)) for label, read in series])
+              for t, unit, series in TELEMETRY_PANELS]
+    panels = [p for p in panels if any(found for _, found in p[2])]
+    if not panels:
+        return None
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = _figure(4.0 * cols, 3.0 * rows, rows, cols)
+    flat = [ax for row in axes for ax in row]
+    for ax, (name, unit, series) in zip(flat, panels, strict=False):
+        for label, found in series:
+            for key, (xs, ys) in found.items():
+                ax.plot(xs, ys, marker=".", label=f"{label} {key}".strip())
+        ax.set_title(name)
+        ax.set_xlabel("s into the run")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    gone = [f"{x['source']} unavailable" for x in lines if x.get("kind") == "unavailable"]
+    fig.suptitle(title + (f" ({'; '.join(gone)})" if gone else ""))
+    return _save(fig, path)
+
+
 def plot_search_trace(trace: Sequence[Mapping[str, Any]], path: Path, confirmed_qps: float | None = None) -> Path:
     """A peak-QPS search: each trial's `target_qps` in the order tried, coloured by `valid`; the measured
     `metric` (optional) on a second axis. Keys per trial: target_qps, valid, and optionally metric. The title
@@ -144,10 +199,12 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
 
 
 def plot_run(records: Sequence[RunRecord], folder: Path, round: str) -> list[Path]:
-    """One latency PNG per performance run of the results, named `latency-<system>-<benchmark>-<scenario>.png`;
-    a run whose detail log is unreadable is skipped (its failure is reported elsewhere)."""
+    """One latency PNG per performance run of the results, named `latency-<system>-<benchmark>-<scenario>.png`,
+    and one of its telemetry where it has samples (`telemetry-<...>.png`); a run whose detail log is unreadable is
+    skipped (its failure is reported elsewhere)."""
     from submission.errors import PodiumError
     from submission.rules import load_rules
+    from tasks.serving import telemetry
 
     rules = load_rules(round)
     written = []
@@ -159,9 +216,11 @@ def plot_run(records: Sequence[RunRecord], folder: Path, round: str) -> list[Pat
             limits = {"TTFT": sc.ttft_ms, "TPOT": sc.tpot_ms, "latency": sc.latency_ms}
         except PodiumError:
             limits = {}
-        try:
-            written.append(plot_latency(r, Path(folder) / f"latency-{r.system}-{r.benchmark}-{r.scenario}.png",
-                                        limits))
-        except PodiumError:
-            continue
+        tag = f"{r.system}-{r.benchmark}-{r.scenario}"
+        png = plot_telemetry(telemetry.load(Path(r.run_dir) / telemetry.FILE), Path(folder) / f"telemetry-{tag}.png",
+                             f"{r.benchmark} {r.scenario} on {r.system}: engine and GPU telemetry")
+        with contextlib.suppress(PodiumError):
+            written.append(plot_latency(r, Path(folder) / f"latency-{tag}.png", limits))
+        if png is not None:
+            written.append(png)
     return written

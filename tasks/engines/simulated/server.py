@@ -22,9 +22,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, fields
 
 from tasks.engines.simulated import MODEL_NAME
-from tasks.engines.simulated.queueing import SimConfig, SimModel
+from tasks.engines.simulated.queueing import SimConfig, SimModel, Timeline
 
 MAX_BODY = 64 * 1024 * 1024
+METRICS = {   # name -> help of each gauge `GET /metrics` serves, named after vLLM's (vllm/v1/metrics/loggers.py)
+    "simulated:num_requests_running": "Requests in prefill or in a decode batch.",
+    "simulated:num_requests_waiting": "Requests waiting for a prefill worker or a decode slot.",
+    "simulated:kv_cache_usage_perc": "Decode slots in use over all slots (1 means all).",
+}
 
 
 class SimServer:
@@ -34,6 +39,7 @@ class SimServer:
         self.chunk_tokens = chunk_tokens
         self.model = SimModel(config)
         self.served = 0
+        self.in_flight: dict[int, Timeline] = {}   # request number -> its timeline, until its answer is sent
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -60,7 +66,9 @@ class SimServer:
             raise ValueError("body too large")
         body = await reader.readexactly(length) if length else b""
         keep = headers.get("connection", "").lower() != "close"
-        if method == "GET" and path in ("/health", "/v1/models"):
+        if method == "GET" and path == "/metrics":
+            await self._send(writer, 200, "text/plain; version=0.0.4", self.metrics().encode(), keep)
+        elif method == "GET" and path in ("/health", "/v1/models"):
             payload = {"status": "ok"} if path == "/health" else {
                 "object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "podium"}]}
             await self._json(writer, 200, payload, keep)
@@ -76,17 +84,44 @@ class SimServer:
         return keep
 
     async def _json(self, writer: asyncio.StreamWriter, status: int, payload: dict, keep: bool) -> None:
-        data = json.dumps(payload).encode()
+        await self._send(writer, status, "application/json", json.dumps(payload).encode(), keep)
+
+    async def _send(self, writer: asyncio.StreamWriter, status: int, kind: str, data: bytes, keep: bool) -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
-        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(data)}\r\n"
                      f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n".encode() + data)
         await writer.drain()
+
+    def metrics(self) -> str:
+        """The gauges of `METRICS` now, in the Prometheus text format: a request waits until its prefill starts
+        and again between its first token and its decode slot; it runs otherwise, and holds a slot while decoding."""
+        now = asyncio.get_running_loop().time()
+        prefill_s = self.config.prefill_ms / 1000.0
+        waiting = sum(now < t.first_token - prefill_s or t.first_token <= now < t.decode_start
+                      for t in self.in_flight.values())
+        decoding = sum(t.decode_start <= now and t.tokens > 1 for t in self.in_flight.values())
+        slots = self.config.decode_workers * self.config.decode_slots
+        values = {"simulated:num_requests_running": len(self.in_flight) - waiting,
+                  "simulated:num_requests_waiting": waiting,
+                  "simulated:kv_cache_usage_perc": min(1.0, decoding / slots)}
+        return "".join(f"# HELP {name} {METRICS[name]}\n# TYPE {name} gauge\n{name} {values[name]:g}\n"
+                       for name in METRICS)
 
     async def _complete(self, writer: asyncio.StreamWriter, request: dict, *, chat: bool, keep: bool) -> None:
         loop = asyncio.get_running_loop()
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
         timeline = self.model.admit(loop.time(), int(max_tokens) if max_tokens else None)
         self.served += 1
+        number = self.served
+        self.in_flight[number] = timeline
+        try:
+            await self._answer(writer, request, timeline, chat=chat, keep=keep)
+        finally:
+            self.in_flight.pop(number, None)
+
+    async def _answer(self, writer: asyncio.StreamWriter, request: dict, timeline: Timeline, *, chat: bool,
+                      keep: bool) -> None:
+        loop = asyncio.get_running_loop()
         seed = _seed(request)
         times = timeline.token_times()
         tokens = [3 + (seed + 7 * k) % 997 for k in range(len(times))]
