@@ -61,7 +61,7 @@ def test_gates_compare_with_the_newest_finished_run(cfg: storage.StorageConfig, 
     plan = plans.load(SMOKE)   # the smoke plan only reports the Server/Offline ratio; gate it at the default here
     plan = plan.model_copy(update={"gates": plan.gates.model_copy(update={"server_offline_min_ratio": 0.9})})
     now = [record("Offline", 980.0), record("Server", 600.0),
-           record("Offline", 0.0, mode="accuracy", accuracy=90.0, accuracy_metric="exact_match")]
+           record("Offline", 0.0, mode="accuracy", accuracy=90.0, accuracy_metric="exact_match", accuracy_pass=True)]
     systems = {"cpu-smoke": {"accelerators_per_node": "4", "number_of_nodes": "2"}}
     out = evaluate(plan, now, systems, previous_results(cfg, "smoke", "run-now"), tmp_path)
     found = {(g["gate"], g["subject"]): g for g in out["gates"]}
