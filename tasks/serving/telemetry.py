@@ -4,12 +4,13 @@ GPUs' utilisation, memory and power, sampled in a background thread while the ru
 
 Plain functions, free of Prefect: both measuring clients (tasks.harness.measure, tasks.endpoints.measure) wrap their
 run in `sampling(...)`. Sampling never fails a run: a metrics endpoint that is absent or errors, or an nvidia-smi that
-fails, is recorded once as `{"kind": "unavailable", "source": ..., "why": ...}` and not asked again.
+fails, is recorded as a `{"kind": "missed", "source": ..., "why": ...}` line, and after MAX_MISSES failures in a row
+as one `unavailable` line, after which it is not asked again.
 
 `telemetry.jsonl`, one JSON object a line: a `header` (engine, metrics URL, the series sampled as role -> metric
 name), then a `sample` per interval (`t` ISO 8601 UTC, `elapsed_s`, `engine`: role -> value, `gpus`: one object per
-GPU), and any `unavailable` lines. nvidia-smi reads the GPUs of the host the flow runs on: the engine's when it runs
-there (the local launcher), not when it runs in its own pod or Slurm step.
+GPU), and any `missed` and `unavailable` lines. nvidia-smi reads the GPUs of the host the flow runs on: the engine's
+when it runs there (the local launcher), not when it runs in its own pod or Slurm step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tasks.measuring import utc_now
 
 FILE = "telemetry.jsonl"
 INTERVAL_S = 1.0        # seconds between samples; read at call time so tests can shorten it
+MAX_MISSES = 3          # failed reads in a row before a source counts as unavailable
 FETCH_TIMEOUT_S = 2.0   # one scrape or nvidia-smi call; a slower one counts as unavailable
 
 
@@ -139,6 +141,7 @@ class Sampler:
                                    "series": {r: list(n) for r, n in self.source.series.items()},
                                    "interval_s": self.interval_s, "nvidia_smi": self.smi}]
         self.unavailable: set[str] = set()
+        self.misses: dict[str, int] = {}   # failed reads in a row, per source
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._t0 = time.monotonic()
@@ -167,8 +170,13 @@ class Sampler:
                 return
 
     def _mark(self, source: str, why: str) -> None:
-        self.unavailable.add(source)
-        self.lines.append({"kind": "unavailable", "source": source, "why": why, "t": utc_now()})
+        """A failed read of `source`: a `missed` line, and after MAX_MISSES in a row an `unavailable` one, after
+        which it is not asked again (a loaded engine may refuse one scrape; one that never answers costs no more)."""
+        self.misses[source] = self.misses.get(source, 0) + 1
+        gone = self.misses[source] >= MAX_MISSES
+        if gone:
+            self.unavailable.add(source)
+        self.lines.append({"kind": "unavailable" if gone else "missed", "source": source, "why": why, "t": utc_now()})
 
     def sample(self) -> None:
         """One sample line of whatever is still available."""
@@ -179,6 +187,7 @@ class Sampler:
                     picked = pick(parse(response.read().decode("utf-8", "replace")), self.source)
                 if picked:
                     line["engine"] = picked
+                    self.misses["engine"] = 0
                 else:
                     self._mark("engine", f"{self.url} has none of {sorted(self.lines[0]['series'])}'s series")
             except Exception as e:
@@ -188,6 +197,7 @@ class Sampler:
                 done = subprocess.run([self.smi, *NVIDIA_SMI[1:]], capture_output=True, text=True,  # noqa: S603
                                       timeout=FETCH_TIMEOUT_S, check=True)
                 line["gpus"] = gpus(done.stdout)
+                self.misses["nvidia-smi"] = 0
             except (OSError, subprocess.SubprocessError) as e:
                 self._mark("nvidia-smi", f"{type(e).__name__}: {e}")
         if "engine" in line or "gpus" in line:
