@@ -24,6 +24,7 @@ from tasks.compliance.common import audit_config_file
 from tasks.compliance.official_scripts import Official, run_official
 from tasks.engines import Endpoint
 from tasks.harness import runner
+from tasks.serving import telemetry
 from tasks.serving.session import EngineSession
 from tasks.steps import call_cached, retry_transient, run_logger
 from tasks.workspace import folder_key
@@ -67,7 +68,8 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
     run_dir = work_dir / "runs" / job.spec.key()
     _set_aside(run_dir)
     endpoint = engine.endpoint()
-    with engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config):
+    with (engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config),
+          telemetry.sampling(run_dir, endpoint.base_url, job.spec.engine)):   # beside the run, as for every run
         stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s)
     run = load_run(run_dir)
     verdict = impl.verify(run_dir, job)

@@ -26,6 +26,7 @@ from tasks.compliance import step as audits
 from tasks.compliance.score import main as score_main
 from tasks.engines import Endpoint
 from tasks.reporting import artifacts as reporting
+from tasks.serving import telemetry
 from tests.loadgen_fake import default_user_conf, run_fake
 
 RULES = load_rules("v6.1")
@@ -104,6 +105,8 @@ def test_audit_config_exists_only_while_the_run_runs(runner: dict, tmp_path: Pat
     assert not (Path(record.run_dir) / "audit.config").exists()
     assert Path(record.run_dir) == tmp_path / "runs" / job.spec.key()
     assert (Path(record.folder) / "verify_output_len.txt").read_text().count("TEST PASS") == 1
+    header, *rest = telemetry.load(Path(record.run_dir) / telemetry.FILE)   # sampled like any run: nothing answers
+    assert header["kind"] == "header" and rest and {x["kind"] for x in rest} <= {"missed", "unavailable"}, rest
 
 
 def test_audit_config_is_removed_when_the_run_crashes(runner: dict, tmp_path: Path) -> None:
