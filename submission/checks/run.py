@@ -165,6 +165,20 @@ def latency_config(ctx: Context, run_dir: Path, run: LoadgenRun, sc: ScenarioRul
                     f"requires {limit} ns", f"run {sc.name} with the right loadgen model name")
 
 
+def target_latency(ctx: Context, run_dir: Path, target: int | None, sc: ScenarioRules) -> None:
+    """The target latency a Server run ran at (mlperf.conf's, or a user.conf `target_latency`): set where the scenario
+    bounds the p99, and never over the round's cap (checker latency-constraint, checks/performance_check.py, which
+    compares the log's effective_target_latency_ns with it)."""
+    cap = sc.max_target_latency_ns if sc.max_target_latency_ns is not None else sc.latency_ns
+    if sc.latency_ns is not None and not target:
+        ctx.add("latency-config", run_dir, f"loadgen ran with no target latency; {sc.name} requires a p99 of at most "
+                f"{sc.latency_ns} ns", "do not override target_latency in user.conf")
+    elif cap is not None and target is not None and target > cap:
+        ctx.add("latency-config", run_dir, f"loadgen's target latency is {target} ns, over the {cap} ns the round "
+                f"allows in {sc.name} (the checker's latency-constraint)",
+                f"remove target_latency from user.conf, or set it to at most {cap // 1_000_000} ms")
+
+
 def limits(ctx: Context, run_dir: Path, run: LoadgenRun, b: BenchmarkRules, sc: ScenarioRules) -> None:
     s = ctx.rules
     settings = run.settings
@@ -193,12 +207,9 @@ def limits(ctx: Context, run_dir: Path, run: LoadgenRun, b: BenchmarkRules, sc: 
             if limit is not None and (measured is None or measured >= limit):
                 ctx.add(f"{what}-limit", run_dir, f"{what.upper()} p99 {measured} ns is not under {limit} ns",
                         "lower target_qps")
+    if sc.loadgen_scenario == "Server":
+        target_latency(ctx, run_dir, settings.target_latency_ns, sc)
     if sc.latency_ns is not None:
-        if sc.loadgen_scenario == "Server":
-            target = settings.target_latency_ns
-            if not target or target > sc.latency_ns:
-                ctx.add("latency-config", run_dir, f"loadgen's target latency is {target} ns; {sc.name} requires "
-                        f"a p99 of at most {sc.latency_ns} ns", "do not override target_latency in user.conf")
         p99 = run.latency_ns.get("99.00")
         if p99 is None or p99 > sc.latency_ns:
             ctx.add("latency-limit", run_dir, f"p99 latency {p99} ns exceeds {sc.latency_ns} ns", "lower target_qps")

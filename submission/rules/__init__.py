@@ -90,6 +90,9 @@ class ScenarioRules(Strict):
     ttft_ms: float | None
     tpot_ms: float | None
     latency_ms: float | None
+    # the checker's latency-constraint: the most a Server run's effective target latency (loadgen's
+    # `target_latency`, which a user.conf may raise and early stopping is judged at) may be; None: no cap
+    max_target_latency_ms: float | None = None
     result_field: str
     unit: str
     accuracy_sample_count: int
@@ -107,6 +110,10 @@ class ScenarioRules(Strict):
     @property
     def latency_ns(self) -> int | None:
         return _ns(self.latency_ms)
+
+    @property
+    def max_target_latency_ns(self) -> int | None:
+        return _ns(self.max_target_latency_ms)
 
 
 class ServingRules(Strict):
@@ -126,6 +133,7 @@ class BenchmarkRules(Strict):
     harness: Harness                 # the client that measures it in the round (its reference implementation)
     harness_source: str              # where the round says so
     endpoints_allowed: bool
+    accuracy_class: Literal["99", "99.9"]  # the share of the reference's accuracy its targets demand, in %
     dataset: Dataset
     performance_sample_count: int
     required_scenarios: tuple[Scenario, ...]
@@ -147,6 +155,9 @@ class BenchmarkRules(Strict):
     def _scenarios_match(self) -> BenchmarkRules:
         if set(self.scenarios) != set(self.allowed_scenarios):
             raise ValueError(f"{self.name}: scenarios {sorted(self.scenarios)} differ from {self.allowed_scenarios}")
+        if (self.accuracy_class == "99.9") != ("99.9" in self.name):   # how the checker tells the class
+            raise ValueError(f"{self.name}: accuracy_class {self.accuracy_class} disagrees with the name (the checker "
+                             f"treats a model as 99.9 exactly when its name contains 99.9)")
         return self
 
     @property

@@ -4,7 +4,8 @@ of the performance run (rules criteria; compliance/TEST01/verify_accuracy.py, ve
 
 When outputs differ (allowed non-determinism), the benchmark's evaluator scores the accuracy run's outputs for the
 logged samples (`baseline_accuracy.txt`) and the audit's (`compliance_accuracy.txt`); the test then passes if the
-score moved by at most `accuracy_delta_pct` percent (compliance/TEST01/README.md Part III).
+score moved by at most `accuracy_delta_pct_<class>` percent: 1 % for a 99 % benchmark, 0.1 % for a 99.9 % one
+(compliance/TEST01/README.md Part III; the checker's get_delta_perc).
 Leaves `TEST01/verify_accuracy.txt`, `verify_performance.txt`, `accuracy/` and `performance/run_1/`.
 """
 
@@ -48,8 +49,10 @@ class Test01(BaseAudit):
         if not (job.reference_performance and job.reference_accuracy):
             raise PlanError(f"{job.label}: TEST01 compares against the scenario's performance and accuracy runs",
                             fix="run both first (the plan needs accuracy: true)")
-        criteria = load_rules(job.spec.round).audit(self.name).criteria
-        accuracy, files = self._accuracy(run_dir, job, float(criteria["accuracy_delta_pct"]))
+        rules = load_rules(job.spec.round)
+        criteria = rules.audit(self.name).criteria
+        accuracy_class = rules.benchmark(job.spec.benchmark).accuracy_class
+        accuracy, files = self._accuracy(run_dir, job, float(criteria[f"accuracy_delta_pct_{accuracy_class}"]))
         performance, perf_text = self._performance(run_dir, job, float(criteria["performance_tolerance"]))
         files |= {"verify_performance.txt": perf_text}
         return Verdict(self.name, (*accuracy, *performance), files)
@@ -77,7 +80,8 @@ class Test01(BaseAudit):
         baseline = ev.evaluate(baseline_log, Path(job.spec.dataset), tok)
         compliance = ev.evaluate(run_dir / ACCURACY_LOG, Path(job.spec.dataset), tok)
         base, comp = baseline.metrics.get(job.metric), compliance.metrics.get(job.metric)
-        delta = abs(base - comp) / base * 100 if base and comp is not None else None
+        # as the checker computes it (compliance_check.py accuracy_check): relative to the audit's score
+        delta = abs(1 - base / comp) * 100 if base and comp else None
         checks = [identical.model_copy(update={"passed": None, "detail": "outputs differ: scores compared"}),
                   AuditCheck(name=f"{job.metric} change from the accuracy run (%)",
                              passed=delta is not None and delta <= delta_pct,

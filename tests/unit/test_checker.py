@@ -99,6 +99,26 @@ def test_interactive_folder_with_server_limits(tmp_path: Path, runs: dict[str, P
                       "loadgen ran with tpot limit 80000000 ns, but Interactive requires 15000000 ns"]
 
 
+def test_server_target_latency_over_the_checkers_cap(tmp_path: Path, runs: dict[str, Path]) -> None:
+    """A user.conf may raise a Server run's target_latency; the official checker rejects an effective target latency
+    over its latency-constraint (60 s for gpt-oss-120b), even where the token limits, not the p99, bound the run."""
+    def server(name: str, target_ms: int) -> Path:
+        extra = [*FAST_SERVER, f"gpt-oss-120b.Server.target_latency = {target_ms}"]
+        return run_fake(tmp_path / name, scenario="Server", user_conf_lines=_conf("gpt-oss-120b", extra))
+
+    over = server("srv-70s", 70000)
+    runs = {**runs, "Server-70s": over}
+    report = check_tree(build(tmp_path, runs, perf={"Offline": "Offline", "Server": "Server-70s"}), "v6.1")
+    config = [f for f in report.errors if f.rule == "latency-config"]
+    assert [f.message for f in config] == ["loadgen's target latency is 70000000000 ns, over the 60000000000 ns the "
+                                           "round allows in Server (the checker's latency-constraint)"]
+    assert "Server" in config[0].path and "at most 60000 ms" in config[0].fix
+    at_cap = server("srv-60s", 60000)
+    report = check_tree(build(tmp_path / "cap", {**runs, "Server-60s": at_cap},
+                              perf={"Offline": "Offline", "Server": "Server-60s"}), "v6.1")
+    assert "latency-config" not in rules_of(report, "error")
+
+
 def test_invalid_run_is_an_error(tmp_path: Path, runs: dict[str, Path]) -> None:
     report = check_tree(build(tmp_path, runs, perf={"Offline": "offline-too-fast", "Server": "Server"}), "v6.1")
     invalid = [f for f in report.errors if f.rule == "result-valid"]

@@ -41,9 +41,23 @@ class FirstTokenEvaluator:
 EVALUATOR = FirstTokenEvaluator()
 
 
+class HalfPercentLowerEvaluator(FirstTokenEvaluator):
+    """A test evaluator for TEST01's score comparison: the accuracy run's outputs score 100, the audit's 99.5."""
+
+    name = "fake-half-percent-lower"
+
+    def evaluate(self, accuracy_log: Path, dataset: Path, tokenizer: Path | None) -> AccuracyResult:
+        n = len(parse_accuracy_log(accuracy_log))
+        return AccuracyResult({"exact_match": 100.0 if accuracy_log.name == "test01_baseline_log.json" else 99.5}, n)
+
+
+HALF_PERCENT_LOWER = HalfPercentLowerEvaluator()
+
+
 @pytest.fixture(autouse=True)
 def fake_evaluator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(tasks.accuracy.EVALUATORS, EVALUATOR.name, __name__)
+    monkeypatch.setitem(tasks.accuracy.EVALUATORS, HALF_PERCENT_LOWER.name, f"{__name__}:HALF_PERCENT_LOWER")
 
 
 def _lines(test: str, benchmark: str, **overrides: float) -> tuple[str, ...]:
@@ -227,6 +241,27 @@ def test_test01_differing_outputs_fail_unless_the_score_holds(runs: dict[str, Pa
     assert scored.passed   # the first tokens, all this evaluator scores, did not change: README Part III
     assert "TEST FAIL" in scored.files["verify_accuracy.txt"]   # as the official script writes it
     assert {"accuracy/baseline_accuracy.txt", "accuracy/compliance_accuracy.txt"} <= set(scored.files)
+
+
+def test_test01_score_delta_is_the_checkers_per_accuracy_class(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Outputs differ and the score moves by |1 - 100 / 99.5| = 0.5025 % (the checker's formula, relative to the
+    audit's score): within the 1 % a 99 % benchmark allows, over the 0.1 % of a 99.9 % one (get_delta_perc)."""
+    accuracy = tmp_path / "accuracy"
+    shutil.copytree(runs["accuracy"], accuracy)
+    entries = json.loads((accuracy / "mlperf_log_accuracy.json").read_text())
+    for entry in entries:
+        entry["data"] = entry["data"][:-8] + "00000000"
+    (accuracy / "mlperf_log_accuracy.json").write_text(json.dumps(entries))
+    verdicts = {}
+    for benchmark in ("gpt-oss-120b", "llama2-70b-99.9"):
+        lines = _lines("TEST01", benchmark, accuracy_log_sampling_target=8)
+        job = _job("TEST01", benchmark, runs["TEST01"], lines=lines, reference_performance=str(runs["perf"]),
+                   reference_accuracy=str(accuracy), evaluator=HALF_PERCENT_LOWER.name, metric="exact_match")
+        verdicts[benchmark] = {c.name: (c.passed, c.measured, c.bound) for c in audit("TEST01").verify(
+            runs["TEST01"], job).checks}
+    name = "exact_match change from the accuracy run (%)"
+    assert verdicts["gpt-oss-120b"][name] == (True, 0.5025, "<= 1")
+    assert verdicts["llama2-70b-99.9"][name] == (False, 0.5025, "<= 0.1")
 
 
 def test_folders_pass_the_checkers_compliance_checks(runs: dict[str, Path], tmp_path: Path) -> None:

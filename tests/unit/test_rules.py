@@ -107,6 +107,30 @@ def test_token_latency_limits(v61: Rules, bench: str, scenario: str, ttft_ms: in
     assert (offline.ttft_ms, offline.tpot_ms, offline.latency_ms) == (None, None, None)
 
 
+@pytest.mark.parametrize("round_", ["v6.0", "v6.1"])
+def test_server_target_latency_caps_are_the_checkers_latency_constraint(round_: str) -> None:
+    """constants.py MODEL_CONFIG[round]["latency-constraint"], Server only (Interactive and Offline have none)."""
+    caps = {"gpt-oss-120b": 60000, "deepseek-r1": 60000, "llama3.1-8b": 20000, "llama2-70b-99.9": 20000,
+            "qwen3-vl-235b-a22b": 12000}
+    rules = load_rules(round_)
+    assert {name: b.scenario("Server").max_target_latency_ms for name, b in rules.benchmarks.items()} == caps
+    assert rules.benchmark("gpt-oss-120b").scenario("Server").max_target_latency_ns == 60_000_000_000
+    assert all(sc.max_target_latency_ms is None for b in rules.benchmarks.values() for sc in b.scenarios.values()
+               if sc.name != "Server")
+
+
+def test_test01_accuracy_delta_per_accuracy_class(v61: Rules) -> None:
+    """configuration.py get_delta_perc: 0.1 % for a model named 99.9, 1 % for the others."""
+    criteria = v61.audit("TEST01").criteria
+    assert (criteria["accuracy_delta_pct_99"], criteria["accuracy_delta_pct_99.9"]) == (1.0, 0.1)
+    assert {name: b.accuracy_class for name, b in v61.benchmarks.items()} == {
+        "gpt-oss-120b": "99", "qwen3-vl-235b-a22b": "99", "llama3.1-8b": "99", "llama2-70b-99.9": "99.9",
+        "deepseek-r1": "99"}
+    with pytest.raises(ValidationError, match="disagrees with the name"):
+        v61.benchmark("llama3.1-8b").model_validate(
+            v61.benchmark("llama3.1-8b").model_dump() | {"accuracy_class": "99.9"})
+
+
 def test_qwen_uses_end_to_end_latency(v60: Rules, v61: Rules) -> None:
     qwen = v61.benchmark("qwen3-vl-235b-a22b")
     assert qwen.use_token_latencies is False
