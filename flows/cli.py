@@ -172,6 +172,21 @@ def smoke_assets(workspace: Workspace = Path(".podium")) -> None:
         typer.echo(line)
 
 
+@dev.command("rehearsal-data")
+@exits_on_error
+def rehearsal_data(benchmark: Annotated[str, typer.Option(help="gpt-oss-120b or qwen3-vl-235b-a22b")],
+                   out: Annotated[Path, typer.Option(help="the folder to build into (laid out like the download)")],
+                   scale: Annotated[float, typer.Option(help="1: the reference's row counts; less: fewer rows")] = 1.0
+                   ) -> None:
+    """Build synthetic full-size data sets with known answers for a dress rehearsal (seeded; prompt text and image
+    bytes are not real). Prints what was built, its size, build time and peak memory, as JSON."""
+    import json
+
+    from tasks.rehearsal.data import measured_build
+
+    typer.echo(json.dumps(measured_build(benchmark, out, scale=scale), indent=2))
+
+
 @dev.command("up")
 @exits_on_error
 def dev_up(workspace: Workspace = Path(".podium"),

@@ -452,6 +452,9 @@ class SimulatedOptions(EngineOptions):
     node_efficiency: float = Field(1.0, gt=0, le=1, description="each added node slows prefill and decode by this")
     chunk_tokens: int = Field(1, ge=1, description="tokens per streamed event after the first one (loadgen times "
                                                    "only the first token and the last)")
+    answers: tuple[str, ...] = Field((), description="parquet data sets with known answers (`podium dev "
+                                     "rehearsal-data` builds them): their prompts are answered with those answers, at "
+                                     "their lengths (tasks/engines/simulated/answers.py)")
 
     def scaled(self, nodes: int) -> SimulatedOptions:
         return self._with(nodes=nodes)

@@ -109,8 +109,8 @@ def test_tasks_keeps_its_concerns_in_folders() -> None:
     top = sorted(p.name for p in (REPO / "tasks").glob("*.py"))
     assert len(top) <= 10, top
     folders = sorted(p.name for p in (REPO / "tasks").iterdir() if (p / "__init__.py").is_file())
-    assert folders == ["accuracy", "compliance", "endpoints", "engines", "harness", "launchers", "ops", "reporting",
-                       "serving", "staging", "storage", "tuning"]
+    assert folders == ["accuracy", "compliance", "endpoints", "engines", "harness", "launchers", "ops", "rehearsal",
+                       "reporting", "serving", "staging", "storage", "tuning"]
     for folder in folders:   # each says what it holds (docs/architecture.md is the map)
         assert ast.get_docstring(ast.parse((REPO / "tasks" / folder / "__init__.py").read_text())), folder
 

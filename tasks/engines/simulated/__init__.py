@@ -3,7 +3,8 @@ whose capacity is known exactly (`tasks.engines.simulated.queueing`). It needs n
 search, the prefill:decode sweep and the scaling check run against it on the CPU, and their tests know the right answer.
 
 Options (`submission.engine_options.SimulatedOptions`) are the model's (prefill_workers, prefill_ms, decode_workers,
-decode_slots, tpot_ms, tpot_load, output_tokens), `chunk_tokens` (tokens per streamed event after the first) and
+decode_slots, tpot_ms, tpot_load, output_tokens), `chunk_tokens` (tokens per streamed event after the first),
+`answers` (data sets with known answers it serves at their lengths: tasks.engines.simulated.answers) and
 `nodes`: that many copies of the per-node workers behind the one endpoint, as a deployment spread over nodes would
 be, each added node slowing prefill and decode by `node_efficiency` (1.0: perfect scaling).
 """
@@ -36,7 +37,9 @@ def server_args(options: OptionsLike) -> list[str]:
     argv = []
     for name, value in asdict(config(options)).items():
         argv += ["--" + name.replace("_", "-"), str(value)]
-    return [*argv, "--chunk-tokens", str(parse_options("simulated", options).chunk_tokens)]
+    parsed: SimulatedOptions = parse_options("simulated", options)
+    known = [arg for path in parsed.answers for arg in ("--answers", path)]
+    return [*argv, "--chunk-tokens", str(parsed.chunk_tokens), *known]
 
 
 class SimulatedBackend(EngineBackend):

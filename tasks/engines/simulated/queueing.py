@@ -94,9 +94,11 @@ class SimModel:
         self.decode_ends: list[list[float]] = [[0.0] * config.decode_slots for _ in range(config.decode_workers)]
         self.admitted = 0
 
-    def admit(self, arrival: float, max_tokens: int | None = None) -> Timeline:
+    def admit(self, arrival: float, max_tokens: int | None = None, tokens: int | None = None) -> Timeline:
+        """The timeline of a request arriving at `arrival`: `tokens` long when the answer's length is known
+        (known answers), else the model's `output_tokens` capped by `max_tokens`."""
         c = self.config
-        n = c.tokens(max_tokens)
+        n = c.tokens(max_tokens) if tokens is None else max(1, tokens)
         start = max(arrival, heapq.heappop(self.prefill_free))
         first = start + c.prefill_ms / 1000.0
         heapq.heappush(self.prefill_free, first)

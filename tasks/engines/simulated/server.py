@@ -5,7 +5,8 @@ events, one token per event, each sent at the time the model gives it (token ids
 the last event); without it (absent or false), one JSON completion when the model's last token is due (the
 MLCommons endpoints client with `--streaming off` omits the field). `GET /health` and `/v1/models` answer too.
 Plain asyncio and HTTP/1.1 with keep-alive: no framework, no model, no GPU. It binds 127.0.0.1 unless told otherwise.
-Tests and `podium search` on the CPU use it through the `simulated` engine.
+Tests and `podium search` on the CPU use it through the `simulated` engine. Given data sets with known answers
+(`--answers FILE`, `tasks.engines.simulated.answers`), it answers their prompts with those answers at their lengths.
 
     python -m tasks.engines.simulated.server --port 8011 --prefill-workers 2 --decode-workers 4 --decode-slots 8
 """
@@ -21,7 +22,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 
-from tasks.engines.simulated import MODEL_NAME
+from tasks.engines.simulated import MODEL_NAME, answers
+from tasks.engines.simulated.answers import AnswerBook, text_pieces
 from tasks.engines.simulated.queueing import SimConfig, SimModel, Timeline
 
 MAX_BODY = 64 * 1024 * 1024
@@ -33,8 +35,10 @@ METRICS = {   # name -> help of each gauge `GET /metrics` serves, named after vL
 
 
 class SimServer:
-    def __init__(self, config: SimConfig, model_name: str = MODEL_NAME, chunk_tokens: int = 1) -> None:
+    def __init__(self, config: SimConfig, model_name: str = MODEL_NAME, chunk_tokens: int = 1,
+                 answers: AnswerBook | None = None) -> None:
         self.config = config
+        self.answers = answers
         self.model_name = model_name
         self.chunk_tokens = chunk_tokens
         self.model = SimModel(config)
@@ -110,26 +114,35 @@ class SimServer:
     async def _complete(self, writer: asyncio.StreamWriter, request: dict, *, chat: bool, keep: bool) -> None:
         loop = asyncio.get_running_loop()
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
-        timeline = self.model.admit(loop.time(), int(max_tokens) if max_tokens else None)
+        limit = int(max_tokens) if max_tokens else None
+        known = self.answers.find(request) if self.answers else None
+        ids, pieces = [], []
+        if known is not None and self.answers is not None:
+            ids = self.answers.token_ids(known, limit) if known.ids or not known.text else []
+            pieces = text_pieces(known, limit) if known.text else []
+        timeline = self.model.admit(loop.time(), limit, tokens=len(ids or pieces) or None)
         self.served += 1
         number = self.served
         self.in_flight[number] = timeline
         try:
-            await self._answer(writer, request, timeline, chat=chat, keep=keep)
+            await self._answer(writer, request, timeline, chat=chat, keep=keep, ids=ids, pieces=pieces)
         finally:
             self.in_flight.pop(number, None)
 
     async def _answer(self, writer: asyncio.StreamWriter, request: dict, timeline: Timeline, *, chat: bool,
-                      keep: bool) -> None:
+                      keep: bool, ids: list[int], pieces: list[str]) -> None:
+        """Stream (or send whole) the timeline's tokens: `ids` / `pieces` when the answer is known, else seeded
+        filler tokens."""
         loop = asyncio.get_running_loop()
-        seed = _seed(request)
         times = timeline.token_times()
-        tokens = [3 + (seed + 7 * k) % 997 for k in range(len(times))]
+        seed = _seed(request)
+        tokens = ids or [3 + (seed + 7 * k) % 997 for k in range(len(times))]
+        texts = pieces or [_text([t]) for t in tokens]
         usage = {"prompt_tokens": _prompt_tokens(request), "completion_tokens": timeline.tokens,
                  "total_tokens": _prompt_tokens(request) + timeline.tokens}
         if not request.get("stream"):
             await _sleep_until(loop, times[-1] if times else loop.time())
-            await self._json(writer, 200, self._completion(tokens, usage, chat=chat), keep)
+            await self._json(writer, 200, self._completion(tokens, "".join(texts), usage, chat=chat), keep)
             return
         connection = b"keep-alive" if keep else b"close"
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -137,7 +150,7 @@ class SimServer:
         for first, last in _chunks(len(times), self.chunk_tokens):
             await _sleep_until(loop, times[last - 1])
             ids = tokens[first:last]
-            text = _text(ids)
+            text = "".join(texts[first:last])
             choice = ({"index": 0, "delta": {"content": text}, "token_ids": ids} if chat else
                       {"index": 0, "text": text, "token_ids": ids})
             _event(writer, {"object": "chat.completion.chunk" if chat else "text_completion",
@@ -149,9 +162,8 @@ class SimServer:
         writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
         await writer.drain()
 
-    def _completion(self, tokens: list[int], usage: dict, *, chat: bool) -> dict:
+    def _completion(self, tokens: list[int], text: str, usage: dict, *, chat: bool) -> dict:
         """The whole answer as one JSON object (`"stream"` absent or false)."""
-        text = _text(tokens)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat else
                   {"index": 0, "text": text})
         return {"id": f"sim-{self.served}", "object": "chat.completion" if chat else "text_completion",
@@ -194,9 +206,10 @@ def _seed(request: dict) -> int:
 
 
 async def serve(config: SimConfig, host: str, port: int, model_name: str = MODEL_NAME,
-                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None, chunk_tokens: int = 1) -> None:
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None, chunk_tokens: int = 1,
+                answers: AnswerBook | None = None) -> None:
     """Serve until `stop` is set (or forever)."""
-    server = SimServer(config, model_name, chunk_tokens)
+    server = SimServer(config, model_name, chunk_tokens, answers)
     listener = await asyncio.start_server(server.handle, host, port, backlog=1024)
     if ready is not None:
         ready.set()
@@ -205,13 +218,14 @@ async def serve(config: SimConfig, host: str, port: int, model_name: str = MODEL
 
 
 @contextlib.contextmanager
-def running(config: SimConfig, port: int, host: str = "127.0.0.1", chunk_tokens: int = 1) -> Iterator[str]:
+def running(config: SimConfig, port: int, host: str = "127.0.0.1", chunk_tokens: int = 1,
+            answers: AnswerBook | None = None) -> Iterator[str]:
     """Run the server in a thread of this process (tests); yields its base URL, stops on exit."""
     import threading
 
     loop = asyncio.new_event_loop()
     ready, stop = asyncio.Event(), asyncio.Event()
-    server = serve(config, host, port, ready=ready, stop=stop, chunk_tokens=chunk_tokens)
+    server = serve(config, host, port, ready=ready, stop=stop, chunk_tokens=chunk_tokens, answers=answers)
     thread = threading.Thread(target=loop.run_until_complete, args=(server,), daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -240,17 +254,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--model-name", default=MODEL_NAME)
     parser.add_argument("--chunk-tokens", type=int, default=1, help="tokens per event after the first")
+    parser.add_argument("--answers", action="append", default=[], metavar="PARQUET",
+                        help="a data set with known answers (tasks.engines.simulated.answers); repeatable")
     config_args(parser)
     args = parser.parse_args(argv)
     config = parse_config(args)
+    book = answers.load(args.answers) if args.answers else None
     print(json.dumps({"listening": f"{args.host}:{args.port}", **asdict(config),
-                      "capacity_qps": round(config.capacity(), 3)}), flush=True)
+                      "capacity_qps": round(config.capacity(), 3), "known_answers": len(book or ())}), flush=True)
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.run_until_complete(serve(config, args.host, args.port, args.model_name, stop=stop,
-                                  chunk_tokens=args.chunk_tokens))
+                                  chunk_tokens=args.chunk_tokens, answers=book))
 
 
 if __name__ == "__main__":
