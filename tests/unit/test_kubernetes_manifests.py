@@ -48,7 +48,7 @@ def test_trtllm_server_as_deployment_service_and_configmap(tmp_path: Path) -> No
     mounts = {m.mount_path: m for m in c.volume_mounts}
     assert mounts["/mnt/mlperf"].read_only and mounts["/dev/shm"].name == "shm"
     yaml_mount = mounts["/ws/builds/x/llm_api_options.yaml"]
-    assert objects[0]["data"][yaml_mount.sub_path] == "enable_attention_dp: true\n"
+    assert objects[0]["data"][yaml_mount.sub_path] == "enable_attention_dp: true\nenable_iter_perf_stats: true\n"
     volumes = {v.name: v for v in pod.volumes}
     assert volumes["model"].persistent_volume_claim.claim_name == "mlperf-models"
     assert volumes["shm"].empty_dir.size_limit == "64Gi"
