@@ -73,7 +73,8 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
                        str(ws.pids), str(log_dir / "engine" / key.replace("/", "-")),
                        timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
                        build_dir=built["path"], stall_s=bench.engine.stall_timeout_s,
-                       warmup=warmup.planned(bench.engine, specs)) as engine:
+                       warmup=warmup.planned(bench.engine, specs),
+                       dcgm_urls=bench.engine.telemetry.dcgm_urls) as engine:
         records, failures, skipped = _runs(specs, engine, ws, bench.evaluator, tokenizer, only)
         audits, failures, skipped = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine,
                                             ws, failures, skipped, only)

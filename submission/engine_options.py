@@ -8,6 +8,7 @@ same models, so a plan that loads is a plan the backend accepts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
@@ -502,6 +503,25 @@ class KubernetesSettings(Strict):
     def _one_volume(self) -> KubernetesSettings:
         if self.model_claim and self.model_host_path:
             raise ValueError("model_claim and model_host_path: give one of them")
+        return self
+
+
+class EngineTelemetry(Strict):
+    """Where the GPUs of the engine's nodes are read during each run (tasks/serving/telemetry.py)."""
+
+    dcgm_urls: tuple[str, ...] = Field((), description="the metrics page of the dcgm-exporter on each node that runs "
+                                                      "the engine, e.g. http://gpu-node-1:9400/metrics; given: the "
+                                                      "GPUs are read there and nvidia-smi is not asked; none: "
+                                                      "nvidia-smi on the flow's host, where it is on PATH")
+
+    @model_validator(mode="after")
+    def _urls(self) -> EngineTelemetry:
+        bad = [u for u in self.dcgm_urls if not re.fullmatch(r"https?://[^/\s:]+(:\d+)?(/\S*)?", u)]
+        if bad:
+            raise ValueError(f"dcgm_urls: {', '.join(map(repr, bad))} is not an http(s) URL; give each engine node's "
+                             "dcgm-exporter page, e.g. http://gpu-node-1:9400/metrics")
+        if len(set(self.dcgm_urls)) < len(self.dcgm_urls):
+            raise ValueError("dcgm_urls: a URL is named twice; name each node's exporter once")
         return self
 
 

@@ -1,14 +1,16 @@
 """What a node tells about itself, by system-description field: processors, memory, storage, OS, NICs, GPUs.
 
-Standard library only, so that the same source runs on an engine's node as a Slurm step (`python3 -c <this file>`,
-tasks/ops/slurm_checks.py) without Podium installed there: the description then describes the node that runs the
-engine, not the host that runs the flow. Best effort: a probe that cannot read a fact leaves it out and never raises.
-Sizes are written as MLPerf system descriptions write them: "GB"/"TB" counted in powers of two.
+Standard library only, so that the same source runs on an engine's node without Podium installed there (`script()`:
+`python3 -c <this file + a main>`, as a Slurm step, tasks/ops/slurm_checks.py, or in a short-lived pod of the engine's
+image, tasks/ops/kube_checks.py), its output read back by `parse_facts`: the description then describes the node that
+runs the engine, not the host that runs the flow. Best effort: a probe that cannot read a fact leaves it out and
+never raises. Sizes are written as MLPerf system descriptions write them: "GB"/"TB" counted in powers of two.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -25,6 +27,7 @@ UNKNOWN = "unknown"  # the field applies but cannot be detected: the plan's syst
 _GIB = 1024**3
 _MIB = 1024**2
 _CPU = Path("/sys/devices/system/cpu/cpu0")
+_MAIN = "\nimport json, sys\nprint(json.dumps(detect_host(storage_path=sys.argv[1])))\n"
 
 
 def _size(n_bytes: float) -> str:
@@ -136,3 +139,26 @@ def detect_host(*, storage_path: str | Path = "/") -> dict[str, str]:
         software.append(f"mlcommons-loadgen {metadata.version('mlcommons-loadgen')}")
     host["other_software_stack"] = ", ".join([*software, *filter(None, [host.get("other_software_stack")])])
     return host
+
+
+def script() -> str:
+    """This file's source with a main that prints `detect_host(storage_path=argv[1])` as one JSON line: what
+    `python3 -c` runs on an engine's node."""
+    return Path(__file__).read_text(encoding="utf-8") + _MAIN
+
+
+def parse_facts(output: str) -> dict[str, str]:
+    """The facts a run of `script()` printed: the last line of `output` that is a JSON object (a container's banner,
+    or a warning on stderr merged into a pod's log, may come before it), every value a string. ValueError, with
+    the output's tail, when there is none."""
+    for line in reversed(output.strip().splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            facts = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(facts, dict):
+            return {str(key): str(value) for key, value in facts.items()}
+    raise ValueError(f"no JSON object of host facts in the output; its last lines: {output.strip()[-500:]!r}")

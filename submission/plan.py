@@ -19,7 +19,7 @@ import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from submission.engine_options import OPTIONS as ENGINE_OPTIONS
-from submission.engine_options import KubernetesSettings, engine_problems
+from submission.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
 from submission.errors import PlanError, did_you_mean
 from submission.generation import guided_decoding_problem
 from submission.rules import ROUNDS, Harness, load_rules
@@ -89,6 +89,8 @@ class EngineSpec(Strict):
                                  "are compiled untimed; 0: no warm-up")
     warmup_timeout_s: float = Field(600, gt=0, description="how long the warm-up's answers may take before the launch "
                                                            "fails")
+    telemetry: EngineTelemetry = Field(default_factory=EngineTelemetry,
+                                       description="where each run's GPU telemetry comes from (DCGM exporters)")
 
     @model_validator(mode="after")
     def _typed(self) -> EngineSpec:

@@ -69,7 +69,8 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
     _set_aside(run_dir)
     endpoint = engine.endpoint()
     with (engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config),
-          telemetry.sampling(run_dir, endpoint.base_url, job.spec.engine)):   # beside the run, as for every run
+          telemetry.sampling(run_dir, endpoint.base_url, job.spec.engine,   # beside the run, as for every run
+                             dcgm_urls=endpoint.dcgm_urls)):
         stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s)
     run = load_run(run_dir)
     verdict = impl.verify(run_dir, job)

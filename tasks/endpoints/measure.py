@@ -114,7 +114,7 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     model_dir = Path(tokenizer).parent if tokenizer else None
     started_at = utc_now()
     try:
-        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine):
+        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine, dcgm_urls=endpoint.dcgm_urls):
             result = runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
                                 data_dir=work_dir / "endpoints-data")
     except (CommandError, RunFailed) as error:

@@ -69,6 +69,8 @@ class Endpoint:
     #                                false}, Dynamo {"nvext": {"extra_fields": ["completion_token_ids"]}}
     token_ids_in: str = "choice"   # where a streamed chunk carries them: choices[].token_ids ("choice") or
     #                                nvext.completion_token_ids ("nvext", Dynamo)
+    dcgm_urls: tuple[str, ...] = ()   # the engine nodes' DCGM exporters, read for each run's GPU telemetry (the
+    #                                plan's engine.telemetry.dcgm_urls, set by the engine session)
 
 
 @dataclass(frozen=True)

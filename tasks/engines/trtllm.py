@@ -29,6 +29,11 @@ from tasks.engines.common import (
 )
 
 DISTS = ("tensorrt-llm", "tensorrt_llm")
+# LLM-API options Podium sets unless the plan's llm_api_options say otherwise, per backend: the PyTorch backend fills
+# trtllm-serve's GET /metrics (iteration stats: running and queued requests, KV blocks; tasks/serving/telemetry.py)
+# only with `enable_iter_perf_stats` (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py TorchLlmArgs, default
+# False, read at commit fcd3f31; openai_server.py notes the tensorrt backend has no such option and always has them).
+TELEMETRY_DEFAULTS: dict[str, dict[str, Any]] = {"pytorch": {"enable_iter_perf_stats": True}}
 LAUNCH = "trtllm-llmapi-launch"   # runs trtllm-serve under MPI (one rank per GPU, srun --mpi=pmix)
 
 
@@ -74,7 +79,7 @@ class TrtllmBackend(EngineBackend):
 
     # --- files ------------------------------------------------------------------------------------------------
     def _llm_api(self, o: TrtllmOptions, pool: TrtllmPool | None, role: str | None) -> dict[str, Any]:
-        data = {**o.llm_api_options, **(pool.llm_api_options if pool else {})}
+        data = {**TELEMETRY_DEFAULTS.get(o.backend, {}), **o.llm_api_options, **(pool.llm_api_options if pool else {})}
         if o.disaggregated is not None and role is not None:
             ct = o.disaggregated.cache_transceiver
             data["cache_transceiver_config"] = ct.model_dump(exclude_none=True)

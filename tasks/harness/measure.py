@@ -58,7 +58,7 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     endpoint = engine.endpoint()
     started_at = utc_now()
     try:
-        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine):
+        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine, dcgm_urls=endpoint.dcgm_urls):
             stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
     except CommandError as e:
         if e.returncode not in liveness.ENGINE_GONE:

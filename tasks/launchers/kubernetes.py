@@ -5,6 +5,8 @@ the cluster to know the engine generates; stopped by deleting exactly the object
 Each pod has its own address, so every process binds 0.0.0.0 on fixed ports and is reached at its Service's name.
 A pod whose container crashes or cannot pull its image fails the launch at once with the tail of its log. The
 objects a launch created are recorded under the state folder, so a later launch removes what a killed run left.
+`run_pod` runs one short-lived pod to its end and returns its node and log (preflight's description of the engine's
+node, tasks/ops/kube_checks.py); it deletes the pod however it ends.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class KubernetesLauncher(Launcher):
         ns, kind, name = self.settings.namespace, obj["kind"], obj["metadata"]["name"]
         core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
         create = {"ConfigMap": lambda: core.create_namespaced_config_map(ns, client.V1ConfigMap.from_dict(obj)),
+                  "Pod": lambda: core.create_namespaced_pod(ns, client.V1Pod.from_dict(obj)),
                   "Service": lambda: core.create_namespaced_service(ns, client.V1Service.from_dict(obj)),
                   "Deployment": lambda: apps.create_namespaced_deployment(ns, client.V1Deployment.from_dict(obj)),
                   DGD[3]: lambda: custom.create_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], obj)}
@@ -142,6 +145,7 @@ class KubernetesLauncher(Launcher):
         core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
         raw = {"_preload_content": False}   # the answer (the object, or a Status) is not needed
         delete = {"ConfigMap": lambda: core.delete_namespaced_config_map(name, ns, **raw),
+                  "Pod": lambda: core.delete_namespaced_pod(name, ns, grace_period_seconds=0, **raw),
                   "Service": lambda: core.delete_namespaced_service(name, ns, **raw),
                   "Deployment": lambda: apps.delete_namespaced_deployment(name, ns, propagation_policy="Foreground",
                                                                           **raw),
@@ -211,6 +215,44 @@ class KubernetesLauncher(Launcher):
                     raise LaunchError(f"{spec.name} (pod {pod.metadata.name}) {why} while starting; last lines of "
                                       f"its log:\n{tail}", fix="read the pod's events: kubectl describe pod "
                                                                f"{pod.metadata.name} -n {self.settings.namespace}")
+
+    def run_pod(self, obj: dict, timeout_s: float) -> tuple[str, str]:
+        """Create the pod `obj` (restartPolicy Never), wait until it has ended, and return (its node, its log);
+        the pod is deleted however this ends (one a killed run left under the same name first). A pod that failed,
+        cannot pull its image, or is not running after `timeout_s` (unschedulable: no node has its GPUs free) is a
+        LaunchError naming why."""
+        from kubernetes import client
+
+        core, ns, name = client.CoreV1Api(self.api), self.settings.namespace, obj["metadata"]["name"]
+        selector = ",".join(f"{k}={v}" for k, v in obj["metadata"]["labels"].items())
+        container = obj["spec"]["containers"][0]["name"]
+        self._delete("Pod", name)
+        self._create(obj)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                pods = self._call("listing pods", core.list_namespaced_pod, ns, label_selector=selector)
+                pod = next((p for p in pods.items or [] if p.metadata.name == name), None)
+                phase = pod.status.phase if pod and pod.status else None
+                if phase in ("Succeeded", "Failed"):
+                    break
+                why = _pod_trouble(pod)
+                if why and why.split(":")[0] in BAD_WAITING:
+                    raise LaunchError(f"pod {name} cannot run: {why}", fix=f"kubectl describe pod {name} -n {ns}")
+                if time.monotonic() > deadline:
+                    raise LaunchError(f"pod {name} had not run after {timeout_s:.0f} s ({phase or 'not listed'}"
+                                      f"{': ' + why if why else ''})",
+                                      fix="free the GPUs it asks for on a node of engine.kubernetes.node_selector "
+                                          "(an engine a killed run left?), or raise engine.ready_timeout_s")
+                time.sleep(POLL_S)
+            log = self._call(f"reading the log of pod {name}", core.read_namespaced_pod_log, name, ns,
+                             container=container)
+            if phase == "Failed":
+                raise LaunchError(f"pod {name} failed ({_pod_trouble(pod) or 'no reason given'}); its log:\n"
+                                  f"{log[-2000:]}", fix=f"kubectl describe pod {name} -n {ns}")
+            return pod.spec.node_name or "", log
+        finally:
+            self._delete("Pod", name)
 
     def _probe(self, service: str, port: int, probe: HttpProbe) -> bool:
         """One probe through the API server's service proxy."""
@@ -283,6 +325,22 @@ class KubernetesLauncher(Launcher):
             self._delete(kind, name)
         deployment.created.clear()
         self._record.unlink(missing_ok=True)
+
+
+def _pod_trouble(pod: Any) -> str:
+    """Why a pod is not running, as `Reason: message`: a container waiting or ended badly, else an unmet condition
+    (`Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.`); "" when nothing is said."""
+    status = pod.status if pod is not None else None
+    for c in (status.container_statuses or []) if status else []:
+        state = c.state
+        bad = (state.waiting if state and state.waiting and state.waiting.reason in BAD_WAITING else None) or \
+            (state.terminated if state and state.terminated and state.terminated.exit_code else None)
+        if bad:
+            return f"{bad.reason}: {bad.message or ''}".rstrip(": ")
+    for cond in (status.conditions or []) if status else []:
+        if cond.status == "False" and cond.reason:
+            return f"{cond.reason}: {cond.message or ''}".rstrip(": ")
+    return ""
 
 
 def _node(ports: tuple[int, ...]) -> Any:

@@ -2,7 +2,8 @@
 
 One Deployment and one Service per process (the Service is how Podium probes it and how its peers reach it), one
 ConfigMap with every config file a process reads (mounted at the path its argv names), and for Dynamo a
-`DynamoGraphDeployment` (nvidia.com/v1alpha1, the Dynamo operator's CRD: engines.md §3.3) in their place. Objects
+`DynamoGraphDeployment` (nvidia.com/v1alpha1, the Dynamo operator's CRD: engines.md §3.3) in their place. Besides
+the deployment, `describe_pod`: the short-lived pod that tells preflight what the engine's node is. Objects
 are validated by round-tripping through the client's models: `sanitize_for_serialization`, then `from_dict`.
 """
 
@@ -76,14 +77,18 @@ def _ports(spec: ProcessSpec) -> list[tuple[str, int]]:
     return named + [(dns_name(n)[:15].rstrip("-"), p) for n, p in sorted(spec.side_ports.items())]
 
 
-def _volumes(prefix: str, settings: KubernetesSettings, specs: list[ProcessSpec]) -> list[k8s.V1Volume]:
-    volumes = []
+def _model_volume(settings: KubernetesSettings) -> list[k8s.V1Volume]:
     if settings.model_claim:
-        volumes.append(k8s.V1Volume(name="model", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-            claim_name=settings.model_claim, read_only=True)))
-    elif settings.model_host_path:
-        volumes.append(k8s.V1Volume(name="model", host_path=k8s.V1HostPathVolumeSource(
-            path=settings.model_host_path, type="Directory")))
+        return [k8s.V1Volume(name="model", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+            claim_name=settings.model_claim, read_only=True))]
+    if settings.model_host_path:
+        return [k8s.V1Volume(name="model", host_path=k8s.V1HostPathVolumeSource(
+            path=settings.model_host_path, type="Directory"))]
+    return []
+
+
+def _volumes(prefix: str, settings: KubernetesSettings, specs: list[ProcessSpec]) -> list[k8s.V1Volume]:
+    volumes = _model_volume(settings)
     if settings.shm_gib:
         volumes.append(k8s.V1Volume(name="shm", empty_dir=k8s.V1EmptyDirVolumeSource(
             medium="Memory", size_limit=f"{settings.shm_gib}Gi")))
@@ -180,6 +185,30 @@ def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSett
             "spec": {"services": services}}
 
 
+DESCRIBE = "describe"   # the container (and process label) of the pod that describes the engine's node
+
+
+def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: list[str]) -> dict[str, Any]:
+    """A pod shaped like the engine's (its image, node selector, account, pull secrets, model volume, and the GPUs of
+    its largest process, so it lands where the engine's pods can and sees what they see) that runs `argv` once and
+    ends. It takes no API token: it asks the cluster nothing."""
+    mounts = [k8s.V1VolumeMount(name="model", mount_path=settings.volume_mount, read_only=True)] \
+        if _model_volume(settings) else None
+    pod = k8s.V1Pod(
+        api_version="v1", kind="Pod",
+        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, DESCRIBE), namespace=settings.namespace,
+                                  labels=labels(prefix, DESCRIBE)),
+        spec=k8s.V1PodSpec(
+            containers=[k8s.V1Container(name=DESCRIBE, image=settings.image, command=argv, volume_mounts=mounts,
+                                        resources=k8s.V1ResourceRequirements(limits={GPU: str(gpus)}) if gpus
+                                        else None)],
+            volumes=_model_volume(settings) or None, node_selector=settings.node_selector or None,
+            service_account_name=settings.service_account, automount_service_account_token=False,
+            image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets] or None,
+            restart_policy="Never"))
+    return ApiClient().sanitize_for_serialization(pod)
+
+
 def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings, graph: bool) -> list[dict]:
     """Every object of the deployment as plain dicts, in the order they are applied."""
     api = ApiClient()
@@ -192,7 +221,7 @@ def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSetting
     return [api.sanitize_for_serialization(o) for o in objects if o is not None]
 
 
-MODELS = {"ConfigMap": k8s.V1ConfigMap, "Deployment": k8s.V1Deployment, "Service": k8s.V1Service}
+MODELS = {"ConfigMap": k8s.V1ConfigMap, "Deployment": k8s.V1Deployment, "Service": k8s.V1Service, "Pod": k8s.V1Pod}
 
 
 def validate(objects: list[dict]) -> None:

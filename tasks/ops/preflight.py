@@ -3,10 +3,10 @@ plan's inputs (tasks/ops/inputs.py), each engine known and installed, each evalu
 nodes of each Slurm engine (its interpreter's architecture, the job's time: tasks/ops/slurm_checks.py), every
 system description complete, and every engine fitting the GPUs the descriptions give. Returns the descriptions.
 
-A system is described from the node that runs its engine: node 0 of its Slurm allocation, by a Slurm step; a local
-engine's system from this host. (A Kubernetes engine's system is still described from this host: run the flow in a
-pod on the engine's node pool, or give the fields in the plan; docs/operations.md, "Production quickstart: Slurm",
-"System description".) A closed submission takes no field that holds no fact (`unknown`, or a guessed default).
+A system is described from the node that runs its engine: node 0 of its Slurm allocation, by a Slurm step
+(tasks/ops/slurm_checks.py); under Kubernetes, the node a short-lived pod shaped like the engine's lands on
+(tasks/ops/kube_checks.py); a local engine's system from this host. A closed submission takes no field that holds no
+fact (`unknown`, or a guessed default).
 
 A system that runs on a work pool of its own (docs/fleet.md) is checked on its cluster, by its fleet member: here
 only that its pool is there with a worker online."""
@@ -31,6 +31,7 @@ from tasks.storage import objects as storage
 def preflight(plan: Plan, cfg: storage.StorageConfig, workspace: str | None = None) -> dict[str, dict[str, str]]:
     """Everything that can be checked before an engine starts. Returns the descriptions of the systems that run
     here (a pooled system's member describes its own)."""
+    from tasks.ops.kube_checks import describe_engine_nodes
     from tasks.ops.slurm_checks import node_checks
 
     require_pools(plan)
@@ -45,6 +46,7 @@ def preflight(plan: Plan, cfg: storage.StorageConfig, workspace: str | None = No
     log = run_logger("preflight").info
     root = Path(workspace).resolve() if workspace else None
     nodes = node_checks(here, root / "pids" if root else None, str(root or "/"), log)   # on each Slurm engine's nodes
+    nodes |= describe_engine_nodes(here, root / "pids" if root else None, log)         # a pod like each k8s engine's
     systems = describe_systems(here, nodes)
     gpu_memory = {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()}
     check_capacity(here, gpu_memory, log)                         # fits its GPUs; every run within its budget

@@ -16,7 +16,6 @@ the seconds they last, and give it back.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,7 +30,6 @@ from tasks.engines import backend
 from tasks.launchers import slurm_cli as cli
 
 ARCH = "import platform; print(platform.machine())"
-HOST_FACTS = "\nimport json, sys\nprint(json.dumps(detect_host(storage_path=sys.argv[1])))\n"
 ENGINE_VENV_FIX = ("build the engine's venv on a node of that architecture from the engines' lock (docs/operations.md, "
                    "\"Production quickstart: Slurm\", step 1) and point engine.options.python at it")
 
@@ -65,9 +63,12 @@ def check_architecture(settings: SlurmSettings, env: Mapping[str, str], job: str
 def detect_on_node(settings: SlurmSettings, env: Mapping[str, str], job: str, node: str, storage: str,
                    name: str) -> dict[str, str]:
     """The node's facts by description field (submission/host_facts.py run there by `engine.slurm.python`)."""
-    source = Path(host_facts.__file__).read_text(encoding="utf-8") + HOST_FACTS
-    out = cli.run(step_argv(settings, job, node, [settings.python, "-c", source, storage], name), env)
-    return {k: str(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+    out = cli.run(step_argv(settings, job, node, [settings.python, "-c", host_facts.script(), storage], name), env)
+    try:
+        return host_facts.parse_facts(out)
+    except ValueError as e:
+        raise LaunchError(f"describing {node}: {e}", fix="run the step by hand to see why: srun --nodes=1 "
+                                                         f"--nodelist={node} {settings.python} -c '...'") from None
 
 
 def job_time_left(env: Mapping[str, str], job: str) -> int | None:

@@ -90,7 +90,6 @@ TELEMETRY_PANELS = (
     ("requests", "requests", [("running", lambda s: s.get("engine", {}).get("running")),
                               ("waiting (queue)", lambda s: s.get("engine", {}).get("waiting"))]),
     ("KV-cache use", "fraction", [("KV cache", lambda s: s.get("engine", {}).get("kv_cache"))]),
-    ("completed requests", "requests", [("completed", lambda s: s.get("engine", {}).get("completed"))]),
     ("GPU utilisation", "%", [("gpu", lambda s: [g.get("util_pct") for g in s.get("gpus", [])])]),
     ("GPU memory used", "MiB", [("gpu", lambda s: [g.get("memory_mib") for g in s.get("gpus", [])])]),
     ("GPU power", "W", [("gpu", lambda s: [g.get("power_w") for g in s.get("gpus", [])])]),

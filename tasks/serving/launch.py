@@ -166,7 +166,8 @@ def _description(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
 
     i, system = next((i, s) for i, s in enumerate(plan.systems) if s.name == bench.system)
     node = {"slurm": "node 0 of the engine's Slurm allocation (a Slurm step, at preflight)",
-            "kubernetes": "the host that runs the flow (not the engine's pod)"}.get(bench.engine.launcher,
+            "kubernetes": "the node a pod like the engine's lands on (engine image, node selector, GPUs; at "
+                          "preflight)"}.get(bench.engine.launcher,
                                                                                   "this host")
     fields = forecast(system.description, system.nodes, plan.round)
     sources = {"detected": f"detected on {node}", "N/A": "N/A (does not apply)",

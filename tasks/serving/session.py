@@ -8,6 +8,7 @@ process has died. `close()` always stops it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,11 @@ def launch_engine(engine_name: str, options: OptionsLike, model_dir: str, state_
 class EngineSession:
     def __init__(self, engine_name: str, options: OptionsLike, model_dir: str, state_dir: str, log_dir: str,
                  timeout_s: float = 300, where: dict[str, Any] | None = None, build_dir: str | None = None,
-                 stall_s: float | None = None, warmup: WarmUp | None = None) -> None:
+                 stall_s: float | None = None, warmup: WarmUp | None = None, dcgm_urls: tuple[str, ...] = ()) -> None:
         self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
         self.stall_s = stall_s   # the plan's engine.stall_timeout_s: a run ends when the engine is silent that long
         self.warmup = warmup     # what each launch is warmed up with before it serves a run; None: nothing
+        self.dcgm_urls = tuple(dcgm_urls)   # the plan's engine.telemetry.dcgm_urls, carried by the endpoint
         self.where = launcher_for(engine_name, where, Path(state_dir))
         self.deployment: Any = None
         self._endpoint: Endpoint | None = None
@@ -69,7 +71,8 @@ class EngineSession:
             self.close()
         if self._endpoint is None:
             self.slot.acquire()
-            self.deployment, self._endpoint = launch_engine(*self.args)
+            self.deployment, endpoint = launch_engine(*self.args)
+            self._endpoint = dataclasses.replace(endpoint, dcgm_urls=self.dcgm_urls)
             self.launches += 1
             if self.warmup is not None:
                 try:

@@ -4,7 +4,10 @@ was given, reports a pod per Deployment in the state the test chooses, and forwa
 It authorises as the API server's RBAC does, in part: the admin token may do anything; a ServiceAccount's token
 (`sa_token`) may do what the Roles bound to that account grant in the request's namespace, else 403. Each request's
 attributes (verb, API group, resource, namespace) are worked out as the API server's RequestInfo does.
-It is no cluster: nothing schedules, pulls or runs a container. Listens on 127.0.0.1 only.
+It is no cluster: nothing schedules or pulls, and the only thing it runs is a bare Pod's command (not a Deployment's),
+on this host as a node without a container would, once, when the pod is created: the pod then reports node
+`fake-node-0`, phase Succeeded or Failed by the exit code, and the output as its log (`schedulable=False`: it stays
+Pending, Unschedulable, as on a cluster with no GPU free). Listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -74,6 +78,8 @@ class FakeCluster:
     pod_waiting: str | None = None        # e.g. "CrashLoopBackOff": every pod reports it
     pod_log: str = ""
     unready_proxy_calls: int = 0          # the first N proxy calls answer 503, as before a pod is ready
+    schedulable: bool = True              # False: bare pods stay Pending (no node has what they ask)
+    pod_logs: dict[str, str] = field(default_factory=dict)   # a bare pod's output, by name
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)   # token -> ServiceAccount (namespace, name)
     rbac: dict[tuple[str, str, str], dict] = field(default_factory=dict)   # (kind, namespace, name) -> Role/Binding
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -100,10 +106,30 @@ class FakeCluster:
                 return True
         return False
 
+    def run(self, pod: dict) -> None:
+        """A bare pod, created: its command run here once (or left Pending when nothing is schedulable)."""
+        name = pod["metadata"]["name"]
+        if not self.schedulable:
+            pod["status"] = {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}
+            return
+        [container] = pod["spec"]["containers"]
+        done = subprocess.run(container["command"], capture_output=True, text=True, timeout=60, check=False)
+        self.pod_logs[name] = done.stderr + done.stdout
+        pod["spec"]["nodeName"] = "fake-node-0"
+        pod["status"] = {"phase": "Succeeded" if done.returncode == 0 else "Failed", "containerStatuses": [
+            {"name": container["name"], "image": container["image"], "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"terminated": {"exitCode": done.returncode, "reason": "Completed" if done.returncode == 0
+                                      else "Error"}}}]}
+
     def pods(self, selector: str) -> list[dict]:
         wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
         out = []
         for (plural, name), obj in self.objects.items():
+            if plural == "pods" and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items()):
+                out.append({k: obj[k] for k in ("metadata", "spec", "status") if k in obj})
+                continue
             labels = obj["spec"]["template"]["metadata"]["labels"] if plural == "deployments" else {}
             if plural != "deployments" or any(labels.get(k) != v for k, v in wanted.items()):
                 continue
@@ -166,7 +192,7 @@ class Handler(BaseHTTPRequestHandler):
             selector = parse_qs(url.query).get("labelSelector", [""])[0]
             return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": c.pods(selector)})
         if (m := LOG.match(path)) and method == "GET":
-            return self._send(200, c.pod_log.encode(), "text/plain")
+            return self._send(200, c.pod_logs.get(m.group(2), c.pod_log).encode(), "text/plain")
         if m := OBJECT.match(path):
             plural, name = m.group(2), m.group(3)
             with c.lock:
@@ -175,6 +201,8 @@ class Handler(BaseHTTPRequestHandler):
                     if key in c.objects:
                         return self._status(409, "AlreadyExists", f"{plural} \"{key[1]}\" already exists")
                     c.objects[key] = body
+                    if plural == "pods":
+                        c.run(body)
                     if body.get("kind") in ("Role", "RoleBinding"):
                         c.rbac[(body["kind"], m.group(1), key[1])] = body
                     return self._send(201, body)

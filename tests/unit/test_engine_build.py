@@ -114,9 +114,14 @@ def test_pytorch_backend_checks_the_checkpoint_and_writes_the_yaml(tmp_path: Pat
     options = {"gpus_per_node": 4, "tensor_parallel_size": 4, "llm_api_options": {"enable_attention_dp": True}}
     built = build("trtllm", options, checkpoint, "sha-a", "1.2.0", tmp_path / "builds", LOG)
     assert built.files == ("llm_api_options.yaml",) and built.commands == ()
-    assert yaml.safe_load((Path(built.path) / "llm_api_options.yaml").read_text()) == {"enable_attention_dp": True}
-    specs = backend("trtllm").processes(options, checkpoint, _one(), Path(built.path))
-    assert specs[0].files == {str(Path(built.path) / "llm_api_options.yaml"): "enable_attention_dp: true\n"}
+    assert yaml.safe_load((Path(built.path) / "llm_api_options.yaml").read_text()) == {
+        "enable_attention_dp": True, "enable_iter_perf_stats": True}   # the latter for telemetry, unless the plan
+    specs = backend("trtllm").processes(options, checkpoint, _one(), Path(built.path))   # says otherwise:
+    assert specs[0].files == {str(Path(built.path) / "llm_api_options.yaml"):
+                              "enable_attention_dp: true\nenable_iter_perf_stats: true\n"}
+    off = {**options, "llm_api_options": {"enable_iter_perf_stats": False}}
+    assert backend("trtllm").config_files(off, tmp_path) == {str(tmp_path / "llm_api_options.yaml"):
+                                                             "enable_iter_perf_stats: false\n"}
 
 
 def test_an_incomplete_checkpoint_is_named(tmp_path: Path, checkpoint: Path) -> None:

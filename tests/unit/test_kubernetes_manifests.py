@@ -48,7 +48,7 @@ def test_trtllm_server_as_deployment_service_and_configmap(tmp_path: Path) -> No
     mounts = {m.mount_path: m for m in c.volume_mounts}
     assert mounts["/mnt/mlperf"].read_only and mounts["/dev/shm"].name == "shm"
     yaml_mount = mounts["/ws/builds/x/llm_api_options.yaml"]
-    assert objects[0]["data"][yaml_mount.sub_path] == "enable_attention_dp: true\n"
+    assert objects[0]["data"][yaml_mount.sub_path] == "enable_attention_dp: true\nenable_iter_perf_stats: true\n"
     volumes = {v.name: v for v in pod.volumes}
     assert volumes["model"].persistent_volume_claim.claim_name == "mlperf-models"
     assert volumes["shm"].empty_dir.size_limit == "64Gi"
@@ -110,3 +110,24 @@ def test_validation_catches_what_the_client_would_drop() -> None:
 def test_names_are_dns_labels() -> None:
     assert dns_name("podium", "Qwen3_VL", "prefill-0") == "podium-qwen3-vl-prefill-0"
     assert dns_name("0abc") == "p-0abc" and len(dns_name("x" * 80)) == 63
+
+
+def test_the_pod_that_describes_the_engines_node() -> None:
+    """Shaped like the engine's pod (image, node selector, account, pull secrets, model volume, GPUs), run once, no
+    API token; a CPU engine's asks for no GPU. It survives the client's model."""
+    from tasks.launchers.kubernetes_manifests import describe_pod
+
+    settings = KubernetesSettings(image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0", namespace="mlperf",
+                                  model_claim="mlperf-models", volume_mount="/mnt/mlperf", service_account="engine",
+                                  image_pull_secrets=("ngc",), node_selector={"pool": "b200"})
+    pod = describe_pod("podium-trtllm", settings, 4, ["python3", "-c", "print(1)", "/mnt/mlperf"])
+    validate([pod])
+    spec = pod["spec"]
+    [c] = spec["containers"]
+    assert pod["metadata"]["name"] == "podium-trtllm-describe" and spec["restartPolicy"] == "Never"
+    assert c["resources"] == {"limits": {"nvidia.com/gpu": "4"}} and c["image"] == settings.image
+    assert spec["nodeSelector"] == {"pool": "b200"} and spec["serviceAccountName"] == "engine"
+    assert spec["automountServiceAccountToken"] is False and spec["imagePullSecrets"] == [{"name": "ngc"}]
+    assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "mlperf-models"
+    cpu = describe_pod("podium-vllm", settings.model_copy(update={"model_claim": None}), 0, ["true"])
+    assert "resources" not in cpu["spec"]["containers"][0] and "volumes" not in cpu["spec"]

@@ -214,3 +214,24 @@ def test_probes_never_raise(tmp_path: Path) -> None:
     host = detect_host(storage_path=tmp_path / "does-not-exist")
     assert "host_storage_capacity" not in host
     assert validate(_describe(host=host), **FOLDERS) == []
+
+
+def test_host_facts_read_back_from_a_pod_log_or_a_step() -> None:
+    """`parse_facts` takes the last JSON object line of what `python3 -c host_facts.script()` printed: a container
+    banner and a warning on stderr (a pod's log merges both) before it are skipped; output without one is a
+    ValueError naming its tail."""
+    from submission import host_facts
+
+    log = ("\n=============\n== TensorRT-LLM ==\n=============\n"
+           "/usr/lib/python3/warnings.py: UserWarning: {not json}\n"
+           '{"host_memory_capacity": "2.0 TB", "host_processors_per_node": 2, "accelerators_per_node": "4"}\n')
+    assert host_facts.parse_facts(log) == {"host_memory_capacity": "2.0 TB", "host_processors_per_node": "2",
+                                           "accelerators_per_node": "4"}
+    with pytest.raises(ValueError, match=r"no JSON object of host facts.*Traceback"):
+        host_facts.parse_facts("Traceback (most recent call last):\n  ...\nModuleNotFoundError: x\n[1, 2]\n")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", host_facts.script(), "/"], capture_output=True, text=True,
+                         check=True, timeout=60).stdout   # the very script a pod or a Slurm step runs
+    assert host_facts.parse_facts(out)["host_memory_capacity"].endswith(("GB", "TB"))

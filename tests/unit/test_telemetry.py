@@ -1,10 +1,15 @@
 """Telemetry beside each run (tasks.serving.telemetry): the Prometheus text parser, the series kept per engine, the
-nvidia-smi rows, the "unavailable" path of an absent endpoint, and the plot of a telemetry.jsonl."""
+nvidia-smi rows, trtllm-serve's iteration stats and dcgm-exporter's page (real formats), the "unavailable" path of an
+absent endpoint or of a trtllm without iteration stats, and the plot of a telemetry.jsonl."""
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -44,7 +49,7 @@ def test_an_older_vllm_kv_name_and_an_unknown_engine() -> None:
     assert telemetry.pick(old, telemetry.source_for("vllm")) == {"kv_cache": 0.75}
     dynamo = telemetry.parse("dynamo_frontend_inflight_requests{model=\"m\"} 4\ndynamo_frontend_queued_requests 1\n")
     assert telemetry.pick(dynamo, telemetry.source_for("external")) == {"running": 4.0, "waiting": 1.0}
-    assert telemetry.source_for("trtllm").path == "/prometheus/metrics"
+    assert (telemetry.source_for("trtllm").path, telemetry.source_for("trtllm").kind) == ("/metrics", "json")
 
 
 def test_nvidia_smi_rows() -> None:
@@ -76,3 +81,124 @@ def test_the_plot_draws_each_kind_with_data(tmp_path: Path) -> None:
          "gpus": [{"index": 0, "util_pct": 20 * i, "memory_mib": 1000, "power_w": 300 + i}]} for i in range(5)]
     png = plot_telemetry(lines, tmp_path / "plots" / "telemetry.png", "a run")
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# trtllm-serve's GET /metrics: a JSON list of the executor's IterationStats since the last read, oldest first (the keys
+# and nesting of IterationStats' JSON form; values made up). usedNumBlocks / maxNumBlocks is the KV-cache use.
+TRTLLM_JSON = [
+    {"iter": 4410, "iterLatencyMS": 21.7, "timestamp": "12-03-2026 08:10:39", "numActiveRequests": 512,
+     "numQueuedRequests": 40, "numCompletedRequests": 3, "maxNumActiveRequests": 1024, "gpuMemUsage": 171798691840,
+     "cpuMemUsage": 0, "pinnedMemUsage": 0,
+     "kvCacheStats": {"maxNumBlocks": 20000, "freeNumBlocks": 6000, "usedNumBlocks": 14000, "tokensPerBlock": 32,
+                      "allocTotalBlocks": 14000, "allocNewBlocks": 12, "reusedBlocks": 0, "missedBlocks": 12,
+                      "cacheHitRate": 0.0},
+     "inflightBatchingStats": {"numScheduledRequests": 512, "numContextRequests": 4, "numGenRequests": 508,
+                               "numPausedRequests": 0, "numCtxTokens": 4096, "microBatchId": 0,
+                               "avgNumDecodedTokensPerIter": 1.0}},
+    {"iter": 4411, "numActiveRequests": 516, "numQueuedRequests": 36,
+     "kvCacheStats": {"maxNumBlocks": 20000, "usedNumBlocks": 15000}},
+]
+# dcgm-exporter's page (its labels per GPU, some left out: pci_bus_id, the driver version, pod mapping)
+DCGM_TEXT = """\
+# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-c2f76b33",device="nvidia0",modelName="NVIDIA B200",Hostname="b200-node-1"} 97
+DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-8f1f4d06",device="nvidia1",modelName="NVIDIA B200",Hostname="b200-node-1"} 95
+# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-c2f76b33",device="nvidia0",modelName="NVIDIA B200",Hostname="b200-node-1"} 171234
+DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-8f1f4d06",device="nvidia1",modelName="NVIDIA B200",Hostname="b200-node-1"} 170001
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-c2f76b33",device="nvidia0",Hostname="b200-node-1"} 812.5
+DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-c2f76b33",Hostname="b200-node-1"} 61
+"""
+
+
+def test_trtllm_iteration_stats_from_the_newest_entry() -> None:
+    source = telemetry.source_for("trtllm 1.2.0")
+    assert telemetry.pick_json(TRTLLM_JSON, source) == {"running": 516.0, "waiting": 36.0, "kv_cache": 0.75}
+    assert telemetry.pick_json(TRTLLM_JSON[0], source)["kv_cache"] == 0.7   # one object, not a list
+    assert telemetry.pick_json([{"numActiveRequests": 1, "kvCacheStats": {"maxNumBlocks": 0}}], source) == \
+        {"running": 1.0}   # no KV pool reported: no ratio
+
+
+def test_dcgm_rows_per_gpu_with_their_host() -> None:
+    assert telemetry.dcgm_gpus(DCGM_TEXT) == [
+        {"index": 0, "host": "b200-node-1", "util_pct": 97, "memory_mib": 171234, "power_w": 812.5},
+        {"index": 1, "host": "b200-node-1", "util_pct": 95, "memory_mib": 170001}]
+    assert telemetry.dcgm_gpus('DCGM_FI_DEV_GPU_UTIL{UUID="x"} 5\nother 1\n') == []   # no gpu label: no row
+
+
+class _Pages(BaseHTTPRequestHandler):
+    """/metrics: trtllm's iteration stats (an empty list first: nothing new yet), /dcgm: an exporter's page."""
+
+    reads = 0
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            type(self).reads += 1
+            body, kind = json.dumps([] if type(self).reads == 1 else TRTLLM_JSON).encode(), "application/json"
+        else:
+            body, kind = DCGM_TEXT.encode(), "text/plain"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def pages() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Pages", (_Pages,), {"reads": 0}))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def test_a_trtllm_run_sampled_with_dcgm_gpus(tmp_path: Path, pages: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JSON source and a DCGM exporter together: an empty first read is no miss; the GPUs come from DCGM, and
+    nvidia-smi is not asked even where it is on PATH."""
+    monkeypatch.setattr(telemetry.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    with telemetry.sampling(tmp_path, pages, "trtllm", interval_s=0.05, dcgm_urls=(f"{pages}/dcgm",)):
+        time.sleep(0.3)
+    lines = telemetry.load(tmp_path / telemetry.FILE)
+    assert lines[0]["format"] == "json" and lines[0]["dcgm"] == [f"{pages}/dcgm"] and lines[0]["nvidia_smi"] is None
+    assert not [x for x in lines if x["kind"] in ("missed", "unavailable")]
+    samples = [x for x in lines if x["kind"] == "sample"]
+    assert "engine" not in samples[0] and samples[0]["gpus"][0]["host"] == "b200-node-1"
+    assert samples[-1]["engine"] == {"running": 516.0, "waiting": 36.0, "kv_cache": 0.75}
+    assert plot_telemetry(lines, tmp_path / "t.png", "trtllm") is not None
+
+
+def test_trtllm_without_iteration_stats_says_why(tmp_path: Path, pages: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
+    monkeypatch.setattr(_Pages, "do_GET", _empty)
+    with telemetry.sampling(tmp_path, pages, "trtllm", interval_s=0.05):
+        time.sleep(0.2)
+    [gone] = [x for x in telemetry.load(tmp_path / telemetry.FILE) if x["kind"] == "unavailable"]
+    assert "enable_iter_perf_stats false" in gone["why"]
+
+
+def _empty(self: BaseHTTPRequestHandler) -> None:
+    self.send_response(200)
+    self.send_header("Content-Length", "2")
+    self.end_headers()
+    self.wfile.write(b"[]")
+
+
+def test_dcgm_urls_are_checked_when_the_plan_loads() -> None:
+    from pydantic import ValidationError
+
+    from submission.engine_options import EngineTelemetry
+
+    assert EngineTelemetry(dcgm_urls=("http://gpu-node-1:9400/metrics",)).dcgm_urls
+    with pytest.raises(ValidationError, match=r"'gpu-node-1:9400' is not an http\(s\) URL.*e\.g\. http://"):
+        EngineTelemetry(dcgm_urls=("gpu-node-1:9400",))
