@@ -150,7 +150,7 @@ def rebuild(summary: str, round: str, commit: str, repository: str | None = None
                         fix="pass the summary.csv at the root of mlcommons/inference_results_<round>")
     repository = repository or f"mlcommons/inference_results_{round}"
     out = io.StringIO()
-    out.write(f"# Published MLPerf Inference {round} results of the benchmarks Podium's rules know, one row per result.\n"
+    out.write(f"# Published MLPerf Inference {round} results of the benchmarks Podium's rules know, one a row.\n"
               f"# source: github.com/{repository} summary.csv\n# commit: {commit}\n"
               "# Rebuilt by `podium published --rebuild summary.csv --commit SHA`; never edited by hand.\n")
     writer = csv.DictWriter(out, COLUMNS, lineterminator="\n")
@@ -185,6 +185,11 @@ class Comparison:
     same_count: Result | None = None
     rank: int | None = None              # 1 = better than every published result per accelerator
     target_bound: float | None = None    # the value several hardware configurations reported: bound by a target
+    system: str = ""                     # the run's system
+
+    @property
+    def subject(self) -> str:
+        return f"{self.system}/{self.benchmark}/{self.scenario}"
 
     @property
     def per_accelerator(self) -> float | None:
@@ -242,11 +247,11 @@ def target_bound(rows: Sequence[Result], tolerance: float = TARGET_BOUND_TOLERAN
 
 
 def compare(published: Published, benchmark: str, scenario: str, value: float, unit: str, accelerator: str,
-            accelerators: int, division: str = DEFAULT_DIVISION) -> Comparison:
+            accelerators: int, division: str = DEFAULT_DIVISION, system: str = "") -> Comparison:
     """`value` (of `accelerators` x `accelerator`) against the published results of the same benchmark, scenario and
     division whose accelerator has the same key; systems of mixed accelerators are left out."""
     key = accelerator_key(accelerator)
-    out = Comparison(benchmark, scenario, division, accelerator, key, accelerators, value, unit)
+    out = Comparison(benchmark, scenario, division, accelerator, key, accelerators, value, unit, system=system)
     scenario_rows = published.select(benchmark, scenario, division=division)
     out.target_bound = target_bound(scenario_rows)
     if not key or not accelerators:
@@ -265,3 +270,13 @@ def compare(published: Published, benchmark: str, scenario: str, value: float, u
     mine = out.per_accelerator or 0.0
     out.rank = 1 + sum((r.per_accelerator or 0.0) > mine for r in same)
     return out
+
+
+def verdict(comparisons: Sequence[Comparison], min_fraction: float | None = None, round: str = "") -> str:
+    """The comparisons in one line: each scenario's `Comparison.line` where a published result matched, one
+    "no published result" per accelerator where none did (the CPU smoke run: "N/A")."""
+    parts = [c.line(min_fraction) for c in comparisons if c.fraction is not None]
+    missing = sorted({(c.accelerator, c.division) for c in comparisons if c.fraction is None})
+    parts += [f"no published {division} {round} result for accelerator {name!r}".replace("  ", " ")
+              for name, division in missing]
+    return "; ".join(parts)
