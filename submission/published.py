@@ -277,6 +277,6 @@ def verdict(comparisons: Sequence[Comparison], min_fraction: float | None = None
     "no published result" per accelerator where none did (the CPU smoke run: "N/A")."""
     parts = [c.line(min_fraction) for c in comparisons if c.fraction is not None]
     missing = sorted({(c.accelerator, c.division) for c in comparisons if c.fraction is None})
-    parts += [f"no published {division} {round} result for accelerator {name!r}".replace("  ", " ")
-              for name, division in missing]
+    parts += [f"no published {division} {round} result for accelerator ".replace("  ", " ")
+              + (repr(name) if name else "(none named in the system description)") for name, division in missing]
     return "; ".join(parts)
