@@ -118,7 +118,8 @@ ROW = {"Organization": "Crusoe", "Availability": "available", "Division": "close
        "Platform": "GB200-NVL72_GB200-186GB_aarch64x4_TRT", "Model": "gpt-oss-120b", "MlperfModel": "gpt-oss-120b",
        "Scenario": "Offline", "Result": "50912.9", "number_of_nodes": "1", "accelerator_model_name": "NVIDIA GB200",
        "accelerators_per_node": "4", "total_accelerators": "4", "Units": "Tokens/s",
-       "Location": "./closed/Crusoe/results/GB200-NVL72_GB200-186GB_aarch64x4_TRT/gpt-oss-120b/Offline/performance/run_1"}
+       "Location": "./closed/Crusoe/results/GB200-NVL72_GB200-186GB_aarch64x4_TRT/gpt-oss-120b/Offline/performance/"
+                   "run_1"}
 
 
 def test_rebuild_keeps_the_rules_benchmarks_and_names_the_commit() -> None:
