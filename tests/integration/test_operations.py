@@ -201,6 +201,22 @@ def test_dev_up_keeps_the_schedules_as_the_user_set_them(stack: Stack) -> None:
     assert not scheduled_runs(stack, nightly["id"])
 
 
+def check_summaries(stack: Stack, artifacts: list[dict], line: str, gb200_folder: Path) -> dict:
+    """Both runs' summaries on the bring-up run; the 4 x GB200 one holds the table against the published results,
+    its published gate failed and called the webhook. Returns the smoke run's summary."""
+    summaries = [a for a in artifacts if a["key"] == "summary"]
+    assert all(a["description"] in line for a in summaries) and len(summaries) == 2
+    summary = next(a for a in summaries if "smoke" in a["description"].split(":")[0])
+    verdict = next(a for a in summaries if a is not summary)["data"]
+    assert "## Against the published v6.1 results, per accelerator" in verdict and "not an MLPerf metric" in verdict
+    assert "RedHat_Supermicro" in verdict and "| published | cpu-smoke/gpt-oss-120b/Offline |" in verdict
+    gates = json.loads((gb200_folder / "gates.json").read_text())
+    assert gates["failed"] == 1 and gates["published"][0]["matched"] == ["NVIDIA GB200"]
+    hook = stack.hook.wait_for(lambda b: "published gate FAIL" in b.get("subject", ""))
+    assert "cpu-smoke/gpt-oss-120b/Offline" in hook["text"] and "(bound >= 0.8)" in hook["text"]
+    return summary
+
+
 def test_bringup_deployment_runs_the_smoke_plan_then_the_full_plan(stack: Stack) -> None:
     began = time.monotonic()
     run = prefect(stack, "deployment", "run", "podium-submission/bringup", "--param", f"plan={stack.sim}",
@@ -231,18 +247,9 @@ def test_bringup_deployment_runs_the_smoke_plan_then_the_full_plan(stack: Stack)
                         rf"gpt-oss-120b Offline: [\d.]+ % of the best published GB200 per GPU FAIL: under 80 %; "
                         rf"tree {sim_tree}; s3://podium/runs/gb200/{sim_folder.name}/", line), line
     assert line in run.stdout and "4 of 4 runs done; last: cpu-smoke/gpt-oss-120b/Offline/" in run.stdout
-    summaries = [a for a in artifacts if a["key"] == "summary"]
-    assert all(a["description"] in line for a in summaries) and len(summaries) == 2
-    summary = next(a for a in summaries if "smoke" in a["description"].split(":")[0])
+    summary = check_summaries(stack, artifacts, line, sim_folder)
     assert f"object storage: `s3://podium/runs/smoke/{folder.name}/`" in summary["data"] and \
         "`podium link --embedded " in summary["data"] and "X-Amz-" not in summary["data"]
-    verdict = next(a for a in summaries if a is not summary)["data"]
-    assert "## Against the published v6.1 results, per accelerator" in verdict and "not an MLPerf metric" in verdict
-    assert "RedHat_Supermicro" in verdict and "| published | cpu-smoke/gpt-oss-120b/Offline |" in verdict
-    gates = json.loads((sim_folder / "gates.json").read_text())
-    assert gates["failed"] == 1 and gates["published"][0]["matched"] == ["NVIDIA GB200"]
-    hook = stack.hook.wait_for(lambda b: "published gate FAIL" in b.get("subject", ""))
-    assert "cpu-smoke/gpt-oss-120b/Offline" in hook["text"] and "(bound >= 0.8)" in hook["text"]
     assert [(a["data"], a["description"]) for a in artifacts if a["type"] == "progress"] == [
         (100, "4 of 4 runs done: finished")]
     children = post(stack, "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run["id"]]}}})
