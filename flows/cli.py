@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import curation_cli, inference_cli, link_cli, search_cli
+from flows import curation_cli, inference_cli, link_cli, published_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
@@ -334,7 +334,8 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
 for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
                 curation_cli.assemble,                                   # curation
                 inference_cli.fetch_inference,                           # the official tools' sources
-                link_cli.link):                                          # and download links
+                link_cli.link,                                           # download links
+                published_cli.published):                                # the round's published results
     app.command()(command)
 
 

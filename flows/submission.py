@@ -114,9 +114,10 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     notifications.emit_audit_events(done.audits, run_id, plan.name)
     plots = reporting.plot_run(done.records, folder / "plots", plan.round)
     gate_report = acceptance_gates(plan, records, systems, cfg, run_id, str(ws.root))
+    notifications.emit_gate_events(gate_report["gates"], run_id, plan.name)   # a failed published gate -> webhook
     line = reporting.outcome(plan.name, planned, done.records, done.audits, done.check, failures=len(done.failures),
                              data_checks=data_checks["failed"], gates=gate_report["failed"], tree=done.tree, s3=s3,
-                             not_run=len(done.skipped))
+                             not_run=len(done.skipped), published=gate_report["published_line"])
     rows = reporting.table(done.records, done.audits)
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
                               folder=str(folder), tree=done.tree, s3=s3, link=link)

@@ -6,6 +6,8 @@
 - Accuracy margin: how far each accuracy result sits above its target.
 - Per-GPU normalisation: each result divided by the accelerators of its system.
 - Regression: each result against the same row of the previous run of the plan.
+- Published: each result per accelerator against the best published result of the same accelerator
+  (submission/published.py); not gated where the published values are bound by a target.
 
 A gate has a verdict (True / False) or None when it is reported but not gated (nothing to compare with).
 """
@@ -105,6 +107,24 @@ def regression(rows: Sequence[Mapping[str, Any]], previous: Sequence[Mapping[str
         gates.append(Gate(gate="regression", subject="/".join(key), value=round(100 * change, 3),
                           bound=f">= -{100 * tolerance:g} %", passed=change >= -tolerance,
                           detail=f"{old['metric']:.6g} -> {row['metric']:.6g} (previous run {previous_run})".rstrip()))
+    return gates
+
+
+def published(comparisons: Iterable[Any], min_fraction: float | None) -> list[Gate]:
+    """One gate per comparison with a published result of the same accelerator (`submission.published.Comparison`,
+    keyed by its run's `subject`): gated with `min_fraction`, reported only without one or when the published values
+    are bound by a target."""
+    gates = []
+    for c in comparisons:
+        if c.fraction is None:
+            continue
+        gated = min_fraction is not None and c.target_bound is None
+        why = f"published values bound by a target ({c.target_bound:.4g} {c.unit})" if c.target_bound else ""
+        gates.append(Gate(gate="published", subject=c.subject, value=round(c.fraction, 4),
+                          bound=f">= {min_fraction:g}" if gated else "reported",
+                          passed=c.fraction >= min_fraction if gated else None,
+                          detail=why or f"{c.per_accelerator:.6g} vs {c.best.per_accelerator:.6g} {c.unit} per "
+                                        f"{c.short}: {c.best.label}"))
     return gates
 
 

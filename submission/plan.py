@@ -217,6 +217,9 @@ class GatesSpec(Strict):
     accuracy_margin_min: float = Field(0.0, description="accuracy over its target, in percent of the target")
     regression_tolerance: float = Field(0.05, ge=0, lt=1, description="largest drop against the previous run of "
                                                                        "the plan, as a fraction")
+    published_min_fraction: float | None = Field(
+        None, gt=0, description="each result per accelerator over the best published one of the same accelerator "
+                                "(submission/published.py), at least this (e.g. 0.8); None: reported only")
 
 
 MAX_LINK_EXPIRY_S = 7 * 24 * 3600   # SigV4 refuses X-Amz-Expires above 604800 s (AWS S3 API reference,

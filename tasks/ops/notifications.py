@@ -1,7 +1,9 @@
 """Notifications: Prefect automations that call a webhook when a Podium flow run fails or crashes, and when a run
-reports an INVALID result or a failed audit.
+reports an INVALID result, a failed audit or a failed gate of those in NOTIFYING_GATES (a gate never fails the run;
+this is how a nightly schedule hears of a degraded cluster).
 
-The flows emit custom events for the last two (`emit_result_events`, `emit_audit_failed`); the server's own
+The flows emit custom events for the last three (`emit_result_events`, `emit_audit_failed`, `emit_gate_events`); the
+server's own
 `prefect.flow-run.Failed` / `Crashed` events cover the first. `register(url)` saves the webhook as a
 `CustomWebhookNotificationBlock` and (re)creates the two automations, so running it again replaces rather than
 duplicates them. The webhook receives JSON `{"subject": ..., "text": ...}`; Slack, Teams and the other Prefect
@@ -18,10 +20,13 @@ from submission.runs import RunRecord
 
 EVENT_INVALID = "podium.result.invalid"
 EVENT_AUDIT_FAILED = "podium.audit.failed"
+EVENT_GATE_FAILED = "podium.gate.failed"
+NOTIFYING_GATES = ("published",)   # the gates whose failure notifies: the run against the published results
 BLOCK_NAME = "podium-webhook"
 FLOWS = ("podium-submission",)   # the flow names whose failures notify (bring-up runs under this name too)
 RUN_FAILED = "podium: flow run failed or crashed"
-RESULT_BAD = "podium: INVALID result or failed audit"
+RESULT_BAD = "podium: INVALID result or failed audit"   # and a failed notifying gate; the name is kept so that
+                                                         # `register` replaces the automation servers already have
 
 FAILED_SUBJECT = "Podium: {{ flow.name }} run {{ flow_run.name }} is {{ flow_run.state.name }}"
 FAILED_BODY = ("Flow run {{ flow_run.name }} ({{ flow_run.id }}) of {{ flow.name }} entered "
@@ -71,6 +76,22 @@ def emit_audit_events(audits: Iterable[Any], run_id: str, plan: str) -> list[str
     return reported
 
 
+def emit_gate_events(gates: Iterable[dict[str, Any]], run_id: str, plan: str) -> list[str]:
+    """One `podium.gate.failed` event per failed gate (`submission.gates.Gate` as a dict) of NOTIFYING_GATES;
+    returns the subjects it reported."""
+    from prefect.events import emit_event
+
+    reported = []
+    for g in gates:
+        if g["passed"] is not False or g["gate"] not in NOTIFYING_GATES:
+            continue
+        emit_event(EVENT_GATE_FAILED, resource=_resource("gate", run_id, f"{g['gate']} {g['subject']}", plan),
+                   payload={"what": f"{g['gate']} gate FAIL", "plan": plan, "flow_run_id": run_id,
+                            "run": g["subject"], "reason": f"{g['value']:g} (bound {g['bound']}): {g['detail']}"})
+        reported.append(g["subject"])
+    return reported
+
+
 def save_webhook(url: str, name: str = BLOCK_NAME) -> UUID:
     """Save (or overwrite) the webhook block; returns its block document id."""
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
@@ -92,8 +113,9 @@ def automations(block_id: UUID, flows: Sequence[str] = FLOWS) -> list[Any]:
                              posture=Posture.Reactive, threshold=1, within=0),
         actions=[SendNotification(block_document_id=block_id, subject=FAILED_SUBJECT, body=FAILED_BODY)])
     bad = Automation(
-        name=RESULT_BAD, description="A Podium run reported an INVALID result or a failed audit",
-        trigger=EventTrigger(expect={EVENT_INVALID, EVENT_AUDIT_FAILED}, match={"prefect.resource.id": "podium.*"},
+        name=RESULT_BAD, description="A Podium run reported an INVALID result, a failed audit or a failed gate",
+        trigger=EventTrigger(expect={EVENT_INVALID, EVENT_AUDIT_FAILED, EVENT_GATE_FAILED},
+                             match={"prefect.resource.id": "podium.*"},
                              posture=Posture.Reactive, threshold=1, within=0),
         actions=[SendNotification(block_document_id=block_id, subject=EVENT_SUBJECT, body=EVENT_BODY)])
     return [failed, bad]

@@ -110,9 +110,10 @@ def where_markdown(folder: str | None, tree: str | None, s3: str | None, objects
 
 def outcome(plan_name: str, planned: Planned, records: Sequence[RunRecord], audits: Sequence[AuditRecord],
             check: CheckReport | None, *, failures: int = 0, data_checks: int = 0, gates: int = 0,
-            tree: str | None = None, s3: str | None = None, not_run: int = 0) -> str:
+            tree: str | None = None, s3: str | None = None, not_run: int = 0, published: str = "") -> str:
     """The run in one line, counted against what the plan planned: the final state's message, the summary's
-    description, what `podium run` prints last. `not_run`: runs and audits `podium run --only` left out."""
+    description, what `podium run` prints last. `not_run`: runs and audits `podium run --only` left out;
+    `published`: the verdict against the round's published results (`submission.published.verdict`)."""
     reported = sum(r.mode == "accuracy" and r.accuracy is not None and r.accuracy_pass is None for r in records)
     counts = [(planned.performance, sum(r.mode == "performance" and r.valid is True for r in records), "runs VALID"),
               (planned.accuracy - reported, sum(r.mode == "accuracy" and r.accuracy_pass is True for r in records),
@@ -125,6 +126,7 @@ def outcome(plan_name: str, planned: Planned, records: Sequence[RunRecord], audi
         parts.append(f"checker {len(check.errors)} errors, {len(check.deviations)} deviations")
     parts += [f"{n} {what}" for n, what in ((failures, "step(s) failed"), (not_run, "run(s) not run (--only)"),
                                             (data_checks, "data check(s) failed"), (gates, "gate(s) failed")) if n]
+    parts += [published] if published else []
     return "; ".join([f"{plan_name}: {', '.join(parts)}", *([f"tree {tree}"] if tree else []), *([s3] if s3 else [])])
 
 

@@ -1,6 +1,7 @@
 """The acceptance gates of a run's report (`submission.gates` does the arithmetic): this module gathers what they
 compare against: the accelerators of each system, the accuracy targets of the round, the results of the previous
-run of the same plan in object storage, and the last scaling check of each benchmark in the workspace.
+run of the same plan in object storage, the last scaling check of each benchmark in the workspace, and the round's
+published results of the same accelerator (`submission.published`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from prefect import task
 
 from submission import gates
 from submission import markdown as md
-from submission.errors import StorageError
+from submission import published as pub
+from submission.errors import PlanError, StorageError
 from submission.plan import Plan
 from submission.rules import load_rules
 from tasks.steps import run_logger
@@ -64,6 +66,54 @@ def accelerators(systems: dict[str, dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def published_comparisons(round: str, rows: list[dict], systems: dict[str, dict[str, Any]]) -> list[pub.Comparison]:
+    """Each performance row against the round's published results of its system's accelerator (its description's
+    `accelerator_model_name`, accelerators_per_node x number_of_nodes); none when the round has no published file."""
+    try:
+        published = pub.load(round)
+    except PlanError as e:
+        run_logger("gates").warning("no comparison with published results: %s", e)
+        return []
+    counts = accelerators(systems)
+    return [pub.compare(published, r["benchmark"], r["scenario"], r["metric"], r.get("unit") or "",
+                        str(systems.get(r["system"], {}).get("accelerator_model_name") or ""),
+                        counts.get(r["system"], 0), system=r["system"])
+            for r in rows if r.get("metric") is not None]
+
+
+def published_markdown(comparisons: list[pub.Comparison], round: str) -> str:
+    """`## Against the published <round> results`: the table per scenario, labelled as what it is."""
+    if not comparisons:
+        return ""
+    source = pub.load(round)
+    lines = [f"## Against the published {round} results, per accelerator", "",
+             f"A comparison per accelerator of this run, which no one has reviewed, with the {comparisons[0].division} "
+             f"results of {source.source} @ {source.commit[:12]}; not an MLPerf metric. Accelerator names are matched "
+             "by a key without vendor, memory size or form factor; systems of mixed accelerators are left out.", ""]
+    matched = [c for c in comparisons if c.fraction is not None]
+    if matched:
+        lines += md.table(("system", "benchmark", "scenario", "per accelerator", "best published per accelerator",
+                           "fraction", "best at the same count", "rank", "matched names", "notes"),
+                          [_published_cells(c) for c in matched])
+    verdict = pub.verdict([c for c in comparisons if c.fraction is None], round=round)
+    if verdict:
+        lines += ["", verdict[0].upper() + verdict[1:] + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _published_cells(c: pub.Comparison) -> tuple[object, ...]:
+    best = c.best
+    same = (f"{c.same_count_fraction:.1%} of {c.same_count.value:,.1f} {c.unit}: {c.same_count.label}"
+            if c.same_count else f"none with {c.accelerators}")
+    notes = [f"bound by a target ({c.target_bound:.4g} {c.unit})" if c.target_bound else "",
+             f"best is a {best.availability} result" if best and best.availability != "available" else "",
+             f"{c.mixed_left_out} mixed-accelerator result(s) left out" if c.mixed_left_out else ""]
+    return (c.system, c.benchmark, c.scenario, f"{c.per_accelerator:,.2f} {c.unit}",
+            f"{best.per_accelerator:,.2f}: {best.label} `{best.location}`" if best else None,
+            f"{c.fraction:.1%}", same, f"{c.rank} of {len(c.results) + 1}", ", ".join(c.matched),
+            "; ".join(n for n in notes if n))
+
+
 def scaling_results(workspace: Path, plan: Plan) -> list[gates.Gate]:
     """The gates of the last `podium scale` of each benchmark of the plan, if one ran in this workspace."""
     found = []
@@ -93,14 +143,28 @@ def evaluate(plan: Plan, records: list[dict], systems: dict[str, dict[str, Any]]
     found += gates.regression(rows, performance_rows(previous[1]) if previous else None,
                               plan.gates.regression_tolerance, previous[0] if previous else "")
     found += scaling_results(workspace, plan)
+    compared = published_comparisons(plan.round, rows, systems)
+    found += gates.published(compared, plan.gates.published_min_fraction)
     per_gpu = gates.per_gpu(rows, accelerators(systems))
     text = gates.markdown(found) or "## Acceptance gates\n\nNothing to gate.\n"
     text += "\n" + "\n".join(md.table(("system", "benchmark", "scenario", "metric", "accelerators", "per accelerator"),
                                      [_per_gpu_cells(r) for r in per_gpu if r.get("metric") is not None])) + "\n"
     if previous is None:
         text += "\nNo earlier run of this plan in object storage: nothing to compare with.\n"
+    if compared:
+        text += "\n" + published_markdown(compared, plan.round)
     return {"gates": [g.model_dump() for g in found], "per_gpu": per_gpu, "markdown": text,
-            "failed": sum(g.passed is False for g in found), "previous_run": previous[0] if previous else None}
+            "failed": sum(g.passed is False for g in found), "previous_run": previous[0] if previous else None,
+            "published": [_comparison_json(c) for c in compared],
+            "published_line": pub.verdict(compared, plan.gates.published_min_fraction, plan.round)}
+
+
+def _comparison_json(c: pub.Comparison) -> dict[str, Any]:
+    return {"subject": c.subject, "accelerator": c.accelerator, "key": c.key, "accelerators": c.accelerators,
+            "per_accelerator": c.per_accelerator, "fraction": c.fraction, "matched": c.matched,
+            "best": c.best.location if c.best else None, "same_count": c.same_count.location if c.same_count else None,
+            "same_count_fraction": c.same_count_fraction, "rank": c.rank, "published": len(c.results),
+            "target_bound": c.target_bound, "division": c.division, "line": c.line()}
 
 
 def _per_gpu_cells(r: dict[str, Any]) -> tuple[object, ...]:

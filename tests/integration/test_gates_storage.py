@@ -75,4 +75,23 @@ def test_gates_compare_with_the_newest_finished_run(cfg: storage.StorageConfig, 
     per_gpu = {r["scenario"]: r for r in out["per_gpu"]}
     assert per_gpu["Offline"]["gpus"] == 8 and per_gpu["Offline"]["per_gpu"] == pytest.approx(980 / 8)
     assert "## Acceptance gates" in out["markdown"] and "| 8 | 122.50 |" in out["markdown"]
+    assert out["published_line"] == "no published closed v6.1 result for accelerator (none named in the system " \
+        "description)"
+    assert "Against the published" in out["markdown"]
+
+
+def test_the_published_gate_against_a_named_accelerator(tmp_path: Path) -> None:
+    """A system of 4 GB200 at Crusoe's 50,912.9 tokens/s: 83.2 % of the best published GB200 per GPU, under a
+    `published_min_fraction` of 0.9: the gate fails, the line says FAIL, the report shows the table."""
+    plan = plans.load(SMOKE)
+    plan = plan.model_copy(update={"gates": plan.gates.model_copy(update={"published_min_fraction": 0.9})})
+    systems = {"cpu-smoke": {"accelerators_per_node": "4", "number_of_nodes": "1",
+                             "accelerator_model_name": "NVIDIA GB200"}}
+    out = evaluate(plan, [record("Offline", 50912.9)], systems, None, tmp_path)
+    (gate,) = [g for g in out["gates"] if g["gate"] == "published"]
+    assert gate["passed"] is False and gate["value"] == pytest.approx(0.8318, abs=1e-4) and "RedHat_Supermicro" in \
+        gate["detail"]
+    assert out["failed"] == 1
+    assert out["published_line"] == "gpt-oss-120b Offline: 83 % of the best published GB200 per GPU FAIL: under 90 %"
+    assert "| 83.2% |" in out["markdown"] and "2 of 6" in out["markdown"] and "not an MLPerf metric" in out["markdown"]
 

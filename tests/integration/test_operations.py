@@ -1,7 +1,9 @@
 """The operations path, for real: `podium dev up` (a Prefect server with its UI, a process worker and the S3 server,
-all on 127.0.0.1), `prefect deploy` of deployments/prefect.yaml, `prefect deployment run
-'podium-submission/bringup'` running a smoke plan to completion through the worker, a webhook that hears about a
-broken plan and about INVALID results, the gpu-<node> limit, schedules that start paused and stay as the user set
+all on 127.0.0.1), `prefect deploy` of deployments/prefect.yaml,
+`prefect deployment run 'podium-submission/bringup'` running a smoke plan and then the same plan on a system
+described as 4 GB200 to completion through the worker (the verdict against the published v6.1 results in both
+runs' lines, the published gate failing and calling the webhook), a webhook that hears about a broken plan and about
+INVALID results, the gpu-<node> limit, schedules that start paused and stay as the user set
 them across `dev up`, a `podium run` reusing what the deployment run measured (one cache per workspace), and
 `podium dev down` stopping every process."""
 
@@ -76,6 +78,7 @@ class Stack:
     hook: Webhook
     plan: Path
     broken: Path
+    sim: Path
     up_output: str
 
 
@@ -88,6 +91,18 @@ def podium(*args: str, timeout: float = 400, api: str | None = None) -> subproce
 def prefect(stack: Stack, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*registration.prefect_cli(), *args], capture_output=True, text=True, timeout=timeout,
                           env=stack.env, cwd=registration.REPO, check=False)
+
+
+def gb200_plan(path: Path, store: Path) -> Path:
+    """The lean plan with its system described as 4 NVIDIA GB200: the bring-up's full plan, whose result per GPU is
+    far under the best published GB200 one, so the published gate (at 0.8) fails. It keeps the smoke engine: the
+    simulated one answers no accuracy question right, and a tree without accuracy fails the checker."""
+    lean_plan(path, store, name="gb200", gates={"server_offline_min_ratio": None, "published_min_fraction": 0.8})
+    data = yaml.safe_load(path.read_text())
+    data["systems"][0]["description"] = {**data["systems"][0].get("description", {}),
+                                         "accelerator_model_name": "NVIDIA GB200", "accelerators_per_node": "4"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def lean_plan(path: Path, store: Path, **changes: object) -> Path:
@@ -112,6 +127,7 @@ def stack(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     data = yaml.safe_load(broken.read_text())
     data["benchmarks"][0]["model"]["source"] = str(base / "no-such-model")
     broken.write_text(yaml.safe_dump(data, sort_keys=False))
+    sim = gb200_plan(base / "gb200.yaml", smoke_store)
     hook = Webhook()
     try:
         up = podium("dev", "up", "--workspace", str(ws), "--port", "0", "--webhook", hook.url, "--node", NODE)
@@ -119,7 +135,7 @@ def stack(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         api = json.loads((ws / "dev" / "state.json").read_text())["api_url"]
         env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(ws / "prefect"),
                "PREFECT_CLI_WRAP_LINES": "false"}   # `--watch` prints each log line whole
-        yield Stack(ws, api, env, hook, plan, broken, up.stdout)
+        yield Stack(ws, api, env, hook, plan, broken, sim, up.stdout)
     finally:
         podium("dev", "down", "--workspace", str(ws))
         hook.close()
@@ -185,16 +201,33 @@ def test_dev_up_keeps_the_schedules_as_the_user_set_them(stack: Stack) -> None:
     assert not scheduled_runs(stack, nightly["id"])
 
 
-def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
+def check_summaries(stack: Stack, artifacts: list[dict], line: str, gb200_folder: Path) -> dict:
+    """Both runs' summaries on the bring-up run; the 4 x GB200 one holds the table against the published results,
+    its published gate failed and called the webhook. Returns the smoke run's summary."""
+    summaries = [a for a in artifacts if a["key"] == "summary"]
+    assert all(a["description"] in line for a in summaries) and len(summaries) == 2
+    summary = next(a for a in summaries if "smoke" in a["description"].split(":")[0])
+    verdict = next(a for a in summaries if a is not summary)["data"]
+    assert "## Against the published v6.1 results, per accelerator" in verdict and "not an MLPerf metric" in verdict
+    assert "RedHat_Supermicro" in verdict and "| published | cpu-smoke/gpt-oss-120b/Offline |" in verdict
+    gates = json.loads((gb200_folder / "gates.json").read_text())
+    assert gates["failed"] == 1 and gates["published"][0]["matched"] == ["NVIDIA GB200"]
+    hook = stack.hook.wait_for(lambda b: "published gate FAIL" in b.get("subject", ""))
+    assert "cpu-smoke/gpt-oss-120b/Offline" in hook["text"] and "(bound >= 0.8)" in hook["text"]
+    return summary
+
+
+def test_bringup_deployment_runs_the_smoke_plan_then_the_full_plan(stack: Stack) -> None:
     began = time.monotonic()
-    run = prefect(stack, "deployment", "run", "podium-submission/bringup", "--param", f"plan={stack.plan}",
+    run = prefect(stack, "deployment", "run", "podium-submission/bringup", "--param", f"plan={stack.sim}",
                   "--param", f"smoke_plan={stack.plan}", "--param", "cluster=ci", "--param",
                   f"workspace={stack.ws}", "--watch", "--watch-timeout", "600")
     print(f"bring-up through the worker: {time.monotonic() - began:.1f} s")
     assert "Flow run finished successfully in 'Completed'" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     flow_run = post(stack, "/flow_runs/filter", {"flow_runs": {"name": {"any_": ["bringup-ci"]}}})[0]
     assert flow_run["state_type"] == "COMPLETED" and flow_run["parameters"]["cluster"] == "ci"
-    folder = (stack.ws / "runs" / "latest").resolve()
+    sim_folder = (stack.ws / "runs" / "latest").resolve()
+    (folder,) = [p for p in (stack.ws / "runs").iterdir() if not p.is_symlink() and p != sim_folder]   # the smoke's
     checks = json.loads((folder / "validation.json").read_text())
     assert checks["success"] and checks["evaluated"] >= 8 and checks["failed"] == 0
     plot = folder / "plots" / "latency-cpu-smoke-gpt-oss-120b-Offline.png"
@@ -203,21 +236,27 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     assert "## Plots" in report and "## Data checks" in report and plot.name in report
     artifacts = post(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}})
     assert any(a["key"] == "bringup-preflight" and "GPUs and driver" in a["data"] for a in artifacts)
-    # what the bring-up run itself shows: its outcome line, the summary, live progress, named subflows
+    # what the bring-up run itself shows: its outcome line, the summaries, live progress, named subflows; the CPU
+    # smoke run has no published result for its accelerator, the simulated 4 x GB200 run is far under the best one
     line, tree = flow_run["state"]["message"], re.escape(str(folder / "submission"))
-    assert re.fullmatch(rf"bring-up of ci: (\d+)/\1 preflight checks passed \| full plan smoke: 1/1 runs VALID, "
-                        rf"1/1 accuracy PASS, checker 0 errors, \d+ deviations; tree {tree}; "
-                        rf"s3://podium/runs/smoke/{folder.name}/", line), line
-    assert line in run.stdout and "2 of 2 runs done; last: cpu-smoke/gpt-oss-120b/Offline/accuracy: " in run.stdout
-    summary = next(a for a in artifacts if a["key"] == "summary")
-    assert summary["description"] in line and f"object storage: `s3://podium/runs/smoke/{folder.name}/`" in \
-        summary["data"] and "`podium link --embedded " in summary["data"] and "X-Amz-" not in summary["data"]
+    sim_tree = re.escape(str(sim_folder / "submission"))
+    assert re.fullmatch(rf"bring-up of ci: (\d+)/\1 preflight checks passed \| smoke plan smoke: 1/1 runs VALID, "
+                        rf"1/1 accuracy PASS, checker 0 errors, \d+ deviations, no published closed v6.1 result for "
+                        rf"accelerator 'N/A'; tree {tree}; s3://podium/runs/smoke/{folder.name}/ \| full plan gb200: "
+                        rf"1/1 runs VALID, 1/1 accuracy PASS, checker 0 errors, \d+ deviations, 1 gate\(s\) failed, "
+                        rf"gpt-oss-120b Offline: [\d.]+ % of the best published GB200 per GPU FAIL: under 80 %; "
+                        rf"tree {sim_tree}; s3://podium/runs/gb200/{sim_folder.name}/", line), line
+    assert line in run.stdout and "4 of 4 runs done; last: cpu-smoke/gpt-oss-120b/Offline/" in run.stdout
+    summary = check_summaries(stack, artifacts, line, sim_folder)
+    assert f"object storage: `s3://podium/runs/smoke/{folder.name}/`" in summary["data"] and \
+        "`podium link --embedded " in summary["data"] and "X-Amz-" not in summary["data"]
     assert [(a["data"], a["description"]) for a in artifacts if a["type"] == "progress"] == [
-        (100, "2 of 2 runs done: finished")]
+        (100, "4 of 4 runs done: finished")]
     children = post(stack, "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run["id"]]}}})
-    assert [r["name"] for r in children] == ["smoke on cpu-smoke"]
+    assert sorted(r["name"] for r in children) == ["gb200 on cpu-smoke", "smoke on cpu-smoke"]
+    smoke_child = next(r for r in children if r["name"] == "smoke on cpu-smoke")
     grandchildren = post(stack, "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {
-        "any_": [children[0]["id"]]}}})
+        "any_": [smoke_child["id"]]}}})
     assert [r["name"] for r in grandchildren] == ["gpt-oss-120b on cpu-smoke"]
     everything = post(stack, "/artifacts/filter", {"limit": 200})
     assert any(a["type"] == "progress" and a["data"] == 100 and "staging" in a["description"] for a in everything)
@@ -229,7 +268,7 @@ def test_bringup_deployment_runs_the_smoke_plan(stack: Stack) -> None:
     cfg = storage.StorageConfig(server.endpoint_url, "podium", "runs", "us-east-1", server.credentials.access_key,
                                 server.credentials.secret_key)
     entries = sorted(p.name for p in (stack.ws / "work" / "cache").iterdir())
-    assert sum(e.startswith("loadgen-") for e in entries) == 2, entries   # the cache: in the workspace, not in S3
+    assert sum(e.startswith("loadgen-") for e in entries) == 4, entries   # the cache: in the workspace, not in S3
     print("in s3://podium/runs/prefect-results/:", storage.list_keys(cfg, "prefect-results"))
     key = f"runs/smoke/{folder.name}/plots/{plot.name}"
     tags = {t["Key"]: t["Value"] for t in storage.client(cfg).get_object_tagging(Bucket="podium", Key=key)["TagSet"]}

@@ -95,3 +95,11 @@ def test_the_outcome_line_counts_against_the_plan() -> None:
     failed = reporting.outcome("smoke", Planned(performance=2), records[:1], [], None, failures=1, data_checks=2,
                                **where)
     assert failed.startswith("smoke: 1/2 runs VALID, 1 step(s) failed, 2 data check(s) failed; tree ")
+
+
+def test_the_outcome_line_carries_the_published_verdict() -> None:
+    records, _ = _records()
+    verdict = "gpt-oss-120b Offline: 83 % of the best published GB200 per GPU FAIL: under 90 %"
+    line = reporting.outcome("bringup", Planned(performance=2), records[:1], [], None, gates=1, published=verdict,
+                             tree="/t")
+    assert line == f"bringup: 1/2 runs VALID, 1 gate(s) failed, {verdict}; tree /t"
