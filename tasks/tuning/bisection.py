@@ -147,7 +147,8 @@ def _midpoint(low: float, high: float, m_low: float | None = None, m_high: float
 
 def over_budget(judge: Judge, trace: list[Probe], qps: float, budget_runs: float | None) -> bool:
     """Whether one more short probe (as long as the last) would take the probes past `budget_runs` full-length runs'
-    time at `qps`, counting recalled probes at the seconds they took (never, for a judge that cannot say how long a full-length run lasts)."""
+    time at `qps`, counting recalled probes at the seconds they took (never, for a judge that cannot say how
+    long a full-length run lasts)."""
     full_seconds = getattr(judge, "full_seconds", None)
     if budget_runs is None or full_seconds is None:
         return False
