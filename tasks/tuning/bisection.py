@@ -153,7 +153,10 @@ def over_budget(judge: Judge, trace: list[Probe], qps: float, budget_runs: float
     if budget_runs is None or full_seconds is None:
         return False
     made = [p.duration_s for p in trace if p.stage == "probe"]   # cached ones too: a re-run asks the same rates
-    return bool(made) and sum(made) + made[-1] > budget_runs * full_seconds(qps)
+    full = full_seconds(qps)
+    if not made or made[-1] >= full:   # probes as long as full-length runs: stopping them early saves nothing
+        return False
+    return sum(made) + made[-1] > budget_runs * full
 
 
 def bisect(judge: Judge, stage: Stage, low: float, high: float, precision: float, budget: int,
