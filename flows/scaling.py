@@ -13,8 +13,8 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.states import Completed, State
 
-from flows.search import prepare, record_artifacts, runs_at_most, scenario_spec, search_peak_qps
-from submission import gates
+from flows.search import prepare, record_artifacts, runs_at_most, scenario_spec, search_peak_qps, total_time
+from submission import cost, gates
 from submission import plan as plans
 from submission.engine_options import OptionsLike
 from submission.errors import PlanError
@@ -39,8 +39,10 @@ def offline_metric(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, 
         prober = Prober(spec, SearchSettings(), ProbeCache(ws.root / "search", spec), engine, str(ws.work),
                         tokenizer=tokenizer)
         probe = prober.offline(spec)
+    seconds = 0.0 if probe.cached else probe.duration_s
     return probe.metric, {"valid": probe.valid, "samples_per_s": probe.completed_qps, "cached": probe.cached,
-                          "reasons": list(probe.reasons)}
+                          "reasons": list(probe.reasons), "engine_seconds": seconds,
+                          "gpu_hours": cost.gpu_hours(seconds, cost.gpus(options))}
 
 
 def measure(plan_path: str, plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, scenario: str,
@@ -51,7 +53,9 @@ def measure(plan_path: str, plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Wo
         return offline_metric(plan, bench, ws, options, nodes)
     out = search_peak_qps(plan_path, bench.key, scenario, str(ws.root), settings, engine_options=options,
                           label=f"{nodes} node(s)")
-    return out["metric"], {"qps": out["qps"], "confirmed": out["confirmed"]}
+    used = out.get("engine_time") or {}
+    return out["metric"], {"qps": out["qps"], "confirmed": out["confirmed"], "engine_seconds": used.get("seconds"),
+                           "gpu_hours": used.get("gpu_hours")}
 
 
 @flow(name="scaling-check", flow_run_name="scaling[{scenario}]")
@@ -83,7 +87,7 @@ def scaling_check(plan_path: str, key: str | None = None, workspace: str = ".pod
     table = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
     summary = (f"scaling of {bench.key} {scenario} over {counts} node(s): "
                + ", ".join(f"{r['nodes']}: {r['efficiency']:.3f}" for r in rows)
-               + f" of linear; floor {floor:g}: {'PASS' if passed else 'FAIL'}")
+               + f" of linear; floor {floor:g}: {'PASS' if passed else 'FAIL'}\n{total_time(details)}")
     out = {"rows": table, "details": details, "gates": [g.model_dump() for g in verdicts], "passed": passed,
            "floor": floor, "plot": str(png), "summary": summary}
     (ws.root / "search" / f"{tag}.json").write_text(json.dumps(out, indent=2))

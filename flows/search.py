@@ -19,6 +19,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.states import Completed, State
 
+from submission import cost
 from submission import markdown as md
 from submission import plan as plans
 from submission.engine_options import EngineOptions, OptionsLike, parse_options
@@ -64,11 +65,25 @@ def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
 
 
 def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
+    """One row per run: its verdict, p99s and margin, the overload signals (served vs offered, backlog) and why it
+    passed or failed."""
     return [{"step": i, "stage": p.stage, "target_qps": p.qps, "verdict": p.verdict, "valid": p.valid,
              "ttft_p99_ms": p.ttft_p99_ms, "tpot_p99_ms": p.tpot_p99_ms, "latency_p99_ms": p.latency_p99_ms,
              "margin": p.margin, "metric": p.metric,
-             "seconds": p.duration_s, "cached": p.cached, "reason": "; ".join(p.reasons)[:160]}
+             "served_qps": p.signals.served_qps if p.signals else None,
+             "backlog": p.signals.backlog if p.signals else None,
+             "seconds": p.duration_s, "cached": p.cached, "reason": "; ".join(p.reasons)[:160], "why": p.why}
             for i, p in enumerate(result.trace, 1)]
+
+
+def engine_time(result: SearchResult, full_run_s: float | None, gpu_count: int) -> dict[str, Any]:
+    """What the search measured now (cached runs cost nothing): its probes, its full-length runs, and the Offline
+    run when it made one, in seconds and GPU-hours (submission.cost)."""
+    made = [p for p in result.trace if not p.cached]
+    full = [p for p in made if p.stage == "confirm"]
+    short = [p for p in made if p.stage != "confirm"]
+    return cost.engine_time(sum(p.duration_s for p in short), len(short), sum(p.duration_s for p in full), len(full),
+                            gpu_count, full_run_s)
 
 
 def record_artifacts(name: str, rows: list[dict[str, Any]], summary: str, png: Path | None) -> None:
@@ -124,8 +139,9 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
         launches = engine.launches
     if first is not None:
         result = result.model_copy(update={"trace": (first, *result.trace)})
+    full_run_s = prober.full_seconds(result.qps or result.start_qps)
     out = summarize(result, plan, bench, scenario, cfg, offline_probe=first, label=label, launches=launches,
-                    ran=prober.ran, options=options)
+                    ran=prober.ran, options=options, used=engine_time(result, full_run_s, cost.gpus(options)))
     rows = trace_rows(result)
     png = plots.plot_search_trace([r for r in rows if r["stage"] != "offline"], folder / f"{tag}.png",
                                    result.qps if result.confirmed else None)
@@ -142,7 +158,7 @@ def runs_at_most(cfg: SearchSettings, start_qps: float | None) -> int:
 
 def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec, scenario: str,
               cfg: SearchSettings, *, offline_probe: Probe | None, label: str | None, launches: int, ran: int,
-              options: EngineOptions) -> dict[str, Any]:
+              options: EngineOptions, used: dict[str, Any] | None = None) -> dict[str, Any]:
     confirmed = result.confirmation
     ratio = None
     if confirmed and offline_probe and confirmed.metric and offline_probe.metric:
@@ -157,14 +173,14 @@ def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec
     summary = "\n".join([line, f"start {result.start_qps:g} q/s, bracket {result.bracket}, "
                          f"precision {cfg.precision:g}; {result.runs} run(s) made now ({result.run_seconds:g} s), "
                          f"{len(result.trace) - result.runs} recalled from the probe cache; engine launched "
-                         f"{launches} time(s)", result.message])
+                         f"{launches} time(s)", cost.describe(used) if used else "", result.message])
     return {"benchmark": bench.key, "scenario": scenario, "label": label, "qps": result.qps,
             "confirmed": result.confirmed, "metric": confirmed.metric if confirmed else None,
             "offline_qps": offline_probe.completed_qps if offline_probe else None,
             "offline_metric": offline_probe.metric if offline_probe else None, "server_offline_ratio": ratio,
             "bracket": list(result.bracket), "runs": ran, "run_seconds": result.run_seconds,
             "engine_launches": launches, "engine": bench.engine.name, "options": options.as_plan(),
-            "summary": summary.strip()}
+            "engine_time": used, "summary": "\n".join(line for line in summary.splitlines() if line).strip()}
 
 
 @flow(name="sweep-prefill-decode", flow_run_name="sweep[{scenario} on {gpus} GPUs]")
@@ -190,6 +206,7 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
              (f"best {winner['label']} at {winner['qps']:g} q/s, {winner['metric_per_gpu']:g} {unit} per GPU"
               if winner else "no split confirmed a rate")]
     lines += [note for note in (splits.sharing_note(rows),) if note]
+    lines.append(total_time(rows))
     fragment_file = None
     if winner:
         note = (f"podium sweep: the best prefill:decode split of {bench.key} {scenario} on {gpus} GPUs\n"
@@ -208,6 +225,13 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
                                              "fragment": str(fragment_file) if fragment_file else None})
 
 
+def total_time(rows: list[dict[str, Any]]) -> str:
+    """The engine time of every search of a sweep or scaling check together (submission.cost)."""
+    seconds = sum(r.get("engine_seconds") or 0 for r in rows)
+    hours = sum(r.get("gpu_hours") or 0 for r in rows)
+    return f"engine time: {seconds:g} s in all ({round(hours, 3):g} GPU-hours on the deployments' GPUs)"
+
+
 def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, scenario: str, workspace: str,
               settings: dict[str, Any] | None) -> dict[str, Any]:
     """The peak search of one prefill:decode split, as a row of the sweep (without a result when no rate passed)."""
@@ -217,10 +241,12 @@ def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, s
                               label=split.ratio)
     except RunFailed as e:   # no rate passed on this split: a row without a result, the sweep goes on
         get_run_logger().warning("%s: %s", split.label, e)
-        out = {"qps": None, "confirmed": False, "metric": None, "runs": None}
+        out = {"qps": None, "confirmed": False, "metric": None, "runs": None, "engine_time": None}
     metric = out["metric"]
     return {"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
             "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
             "metric_per_gpu": None if metric is None else round(metric / split.gpus, 4),
             "valid": out["confirmed"], "runs": out["runs"], "shared_nodes": list(split.shared_nodes),
+            "engine_seconds": (out.get("engine_time") or {}).get("seconds"),
+            "gpu_hours": (out.get("engine_time") or {}).get("gpu_hours"),
             "options": options.as_plan()}

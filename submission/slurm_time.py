@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from submission import cost
 from submission.plan import BenchmarkSpec, Plan
 from submission.rules import load_rules
 from submission.runs import RunSpec, plan_runs
@@ -70,7 +71,7 @@ def run_seconds(spec: RunSpec, accuracy_size: int | None, floor_s: float) -> flo
     queries = int(pick["min_query_count"]) if "min_query_count" in pick else 0
     if spec.mode == "accuracy":   # the whole accuracy set, or the smoke profile's override of its size
         queries = max(queries, int(pick.get("accuracy_sample_count_override", accuracy_size or 0)))
-    return max(floor, queries / qps) if qps else floor
+    return cost.run_seconds(floor, queries, qps)
 
 
 @dataclass(frozen=True)

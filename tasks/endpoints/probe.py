@@ -25,8 +25,9 @@ from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.endpoints import runner
 from tasks.endpoints.measure import invalid_reasons
-from tasks.endpoints.results import ClientResult
+from tasks.endpoints.results import ClientResult, query_times
 from tasks.measuring import Engine, set_aside
+from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
 
 # The fewest samples the client estimates an early-stopping p99 from: its metrics/early_stopping.py
@@ -49,10 +50,12 @@ def judge(spec: RunSpec, stage: Stage, qps: float, result: ClientResult, *, dura
     rules = load_rules(spec.round)
     scenario = rules.benchmark(spec.benchmark).scenario(spec.scenario)
     reasons = invalid_reasons(spec, result, rules)
+    times = query_times(Path(result.report_dir))
     return Probe(qps=qps, stage=stage, valid=not reasons, reasons=tuple(reasons), ttft_p99_ms=result.ttft_p99_ms,
                  tpot_p99_ms=result.tpot_p99_ms, latency_p99_ms=result.latency_p99_ms,
                  margin=margin(scenario, result.ttft_p99_ms, result.tpot_p99_ms, result.latency_p99_ms),
-                 metric=result.qps, completed_qps=result.qps, duration_s=round(duration_s, 3), run_dir=run_dir)
+                 metric=result.qps, completed_qps=result.qps, duration_s=round(duration_s, 3), run_dir=run_dir,
+                 signals=None if times is None else overload.measure(overload.QueryTimes.of(**times)))
 
 
 def probe(spec: RunSpec, stage: Stage, qps: float, engine: Engine, work_dir: str, tokenizer: str | None) -> Probe:

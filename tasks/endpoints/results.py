@@ -69,6 +69,28 @@ def failure_reasons(report_dir: Path, limit: int = 3) -> list[str]:
     return [f"{n} x {message}" for message, n in counts.most_common(limit)]
 
 
+def query_times(report_dir: Path) -> dict[str, list] | None:
+    """Per-sample times from the run's events (`sample.issued`, `sample.recv_first`, `sample.complete`, by
+    `sample_uuid`), in seconds since the first issue, for the search's overload signals (tasks.tuning.overload); the
+    client logs no token counts there. None when the run has no events file."""
+    events = report_dir / EVENTS
+    if not events.is_file():
+        return None
+    seen: dict[str, dict[str, float]] = {}
+    names = {"sample.issued": "issued", "sample.recv_first": "first", "sample.complete": "done"}
+    for line in events.read_text(errors="replace").splitlines():
+        kind = next((name for event, name in names.items() if f'"{event}"' in line), None)
+        if kind:
+            event = json.loads(line)
+            seen.setdefault(event["sample_uuid"], {})[kind] = event["timestamp_ns"] / 1e9
+    rows = [r for r in seen.values() if "issued" in r and "done" in r]
+    if not rows:
+        return None
+    t0 = min(r["issued"] for r in rows)
+    return {"issued": [r["issued"] - t0 for r in rows], "done": [r["done"] - t0 for r in rows],
+            "first": [r["first"] - t0 if "first" in r else float("nan") for r in rows]}
+
+
 def read_result(report_dir: Path, *, accuracy: bool, log: Path) -> ClientResult:
     """The run's result; RunFailed when samples failed (with the client's reasons), the run did not complete, or an
     accuracy run has no score."""

@@ -13,9 +13,10 @@ from pathlib import Path
 from submission.logs import load_run
 from submission.rules import load_rules
 from submission.runs import RunSpec
-from tasks.harness import runner
+from tasks.harness import runner, timing
 from tasks.measuring import set_aside
 from tasks.serving.session import EngineSession
+from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
 
 
@@ -49,7 +50,13 @@ def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
                  reasons=tuple(reasons), ttft_p99_ms=ttft, tpot_p99_ms=tpot, latency_p99_ms=latency,
                  margin=margin(scenario, ttft, tpot, latency), metric=run.result(scenario.result_field),
                  completed_qps=run.completed_samples_per_second or run.samples_per_second,
-                 duration_s=round(duration, 3), run_dir=str(run_dir))
+                 duration_s=round(duration, 3), run_dir=str(run_dir), signals=signals(run_dir))
+
+
+def signals(run_dir: Path) -> overload.Signals | None:
+    """The run's overload signals, from the per-query times the harness wrote (tasks.harness.timing)."""
+    times = timing.read(run_dir)
+    return None if times is None else overload.measure(overload.QueryTimes.of(**times))
 
 
 def probe(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str,

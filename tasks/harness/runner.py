@@ -70,6 +70,8 @@ def run_in_process(run_dir: Path, stall_s: float | None = None) -> None:
     stats = dataclasses.asdict(sut.stats) | {"wall_s": round(time.time() - started, 3),
                                              "harness_workers": spec.harness_workers}
     (run_dir / STATS).write_text(json.dumps(stats, indent=2))
+    if spec.loadgen_scenario == "Server" and spec.mode == "performance":
+        sut.clock.write(run_dir)   # per-query times: the search's overload signals (tasks.harness.timing)
 
 
 def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None,

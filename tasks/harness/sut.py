@@ -20,6 +20,7 @@ import numpy as np
 from tasks.harness import liveness
 from tasks.harness.client import Completion, CompletionClient
 from tasks.harness.requests import RequestBuilder
+from tasks.harness.timing import QueryClock
 
 MAX_ERRORS_KEPT = 20
 
@@ -152,6 +153,7 @@ class StreamingSUT:
         self.server = SampleServer(client, prompts, done=self._done,
                                    first=self._first if report_first_token else None, stall_s=stall_s)
         self.stats = self.server.stats
+        self.clock = QueryClock()
 
     def __enter__(self) -> StreamingSUT:
         self.server.start()
@@ -163,18 +165,19 @@ class StreamingSUT:
         self.server.close()
 
     def issue(self, samples: list[lg.QuerySample]) -> None:
+        self.clock.on_issue([s.id for s in samples])
         self.server.submit([(s.id, s.index) for s in samples])
 
     def flush(self) -> None:
         pass
 
-    @staticmethod
-    def _first(sample_id: int, tokens: list[int]) -> None:
+    def _first(self, sample_id: int, tokens: list[int]) -> None:
         data = np.asarray(tokens, dtype=np.int32)
+        self.clock.on_first([sample_id])
         lg.FirstTokenComplete([response(sample_id, data, len(tokens))])
 
-    @staticmethod
-    def _done(sample_id: int, data: np.ndarray, n_tokens: int) -> None:
+    def _done(self, sample_id: int, data: np.ndarray, n_tokens: int) -> None:
+        self.clock.on_done([(sample_id, n_tokens)])
         lg.QuerySamplesComplete([response(sample_id, data, n_tokens)])
 
 

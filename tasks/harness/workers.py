@@ -32,6 +32,7 @@ import numpy as np
 from tasks.harness import liveness
 from tasks.harness.child import client_for, die_with_parent, requests_for
 from tasks.harness.sut import MAX_ERRORS_KEPT, SampleServer, SutStats, response
+from tasks.harness.timing import QueryClock
 
 RECORD = struct.Struct("<cQiI")   # kind, loadgen sample id, n_tokens, payload bytes; then the payload
 PAIR = np.dtype([("id", "<u8"), ("index", "<u4")])
@@ -70,6 +71,7 @@ class PooledSUT:
         self.readers = [threading.Thread(target=self._read, args=(i,), name=f"harness-reader-{i}", daemon=True)
                         for i in range(workers)]
         self.stats = SutStats()
+        self.clock = QueryClock()
         self.worker_stats: list[dict] = []
         self.next = 0
         self.lock = threading.Lock()
@@ -103,6 +105,7 @@ class PooledSUT:
 
     def issue(self, samples: list[lg.QuerySample]) -> None:
         pairs = np.array([(s.id, s.index) for s in samples], dtype=PAIR)
+        self.clock.on_issue([s.id for s in samples])
         n = len(self.commands)
         start, self.next = self.next, (self.next + len(pairs)) % n
         for k in range(min(n, len(pairs))):
@@ -132,8 +135,10 @@ class PooledSUT:
                 keep.append(data)
                 (firsts if kind == FIRST else dones).append(response(sample_id, data, n_tokens))
             if firsts:   # a sample's first token always comes before its answer, also within one message
+                self.clock.on_first([r.id for r in firsts])
                 lg.FirstTokenComplete(firsts)
             if dones:
+                self.clock.on_done([(r.id, r.n_tokens) for r in dones])
                 lg.QuerySamplesComplete(dones)
 
     def _lost(self, i: int) -> None:

@@ -7,8 +7,13 @@ search:
 1. probes at `start_fraction` x the Offline throughput; while probes fail it steps down by `step_down`, while they
    pass it steps up by `step_up`, until one passing and one failing rate bracket the peak;
 2. bisects the bracket (geometric midpoint) until `high / low - 1 <= precision`;
-3. confirms the highest passing rate with one full-length run; if that fails it steps down by `precision`, then
-   2x, 4x ... that, until a full-length run passes, and bisects what is left with full-length runs.
+3. confirms the highest passing rate with one full-length run; if that fails, the next rate is learnt from what that
+   run measured (the rate it served, its p99 margin; `step_down`), and a second full-length run confirms it. With
+   `max_confirmations` 2 (the default) that is all: a second failure reports the highest rate a full-length run
+   passed, or none, with the reason, never an unconfirmed guess.
+
+Short probes judge overload too (tasks.tuning.overload), and stop once they took `probe_budget` full-length runs'
+time, so a search measures at most about four full-length runs' time in all.
 
 Rates are rounded to 4 significant digits, so a re-run asks for exactly the same rates and finds them cached.
 """
@@ -23,6 +28,7 @@ from pydantic import Field
 
 from submission.errors import RunFailed
 from submission.schema import Strict
+from tasks.tuning.overload import Signals
 
 Stage = Literal["offline", "probe", "confirm"]   # the search itself judges probes and confirmations
 
@@ -33,7 +39,11 @@ class SearchSettings(Strict):
     step_down: float = Field(0.8, gt=0, lt=1, description="after a failing probe, try this fraction of it")
     step_up: float = Field(1.25, gt=1, description="after a passing probe (while none failed), try this multiple")
     max_probes: int = Field(24, ge=2, description="short probes at most")
-    max_confirmations: int = Field(10, ge=1, description="full-length runs at most (the first one included)")
+    max_confirmations: int = Field(2, ge=1, description="full-length runs at most (the first one included): each is "
+                                                        "the plan's whole length (600 s of the whole system)")
+    probe_budget: float = Field(2.0, gt=0, description="short probes stop once their seconds reach this many "
+                                                       "full-length runs' (the judge's `full_seconds`), and the "
+                                                       "search confirms the highest passing rate")
     probe_duration_ms: int = Field(60_000, ge=0, description="a probe's min_duration (a full run: 600 s)")
     probe_queries: int = Field(640, ge=1, description="a probe's samples at least: loadgen's min_query_count (early "
                                                         "stopping needs ~460); the endpoints client, which has none, "
@@ -41,6 +51,8 @@ class SearchSettings(Strict):
                                                         "early-stopping p99 needs (tasks.endpoints.probe)")
     refine_up: bool = Field(False, description="after the confirmation passes, also try higher rates with "
                                                "full-length runs (short probes can be pessimistic too)")
+    overload_tolerance: float = Field(0.05, gt=0, lt=1, description="a probe serving less than 1 - this of the rate "
+                                      "offered (and of what was due) is over capacity (tasks.tuning.overload)")
     interpolate: bool = Field(True, description="aim each bisection step where the p99 margins say the limit is "
                                                 "crossed, kept within the middle of the bracket; False: midpoint")
 
@@ -62,6 +74,8 @@ class Probe(Strict):
     duration_s: float = 0.0                     # wall seconds the run took (when it ran)
     cached: bool = False                        # recalled from the probe cache, not run now
     run_dir: str | None = None
+    signals: Signals | None = None              # served vs offered, latency trend, backlog (tasks.tuning.overload)
+    why: str = ""                               # why it passed or failed: the checker's verdict and the signals'
 
     @property
     def verdict(self) -> str:
@@ -115,6 +129,7 @@ def _narrow(low: float, high: float, precision: float) -> bool:
     return high / low - 1 <= precision
 
 
+MAX_STEP = 4          # a step-down learnt from a p99 margin goes at most this many precisions under the failed rate
 SAFE = (0.25, 0.75)   # an interpolated step stays within the middle half of the bracket (in log rate)
 
 
@@ -130,10 +145,24 @@ def _midpoint(low: float, high: float, m_low: float | None = None, m_high: float
     return None if mid in (low, high) else mid
 
 
+def over_budget(judge: Judge, trace: list[Probe], qps: float, budget_runs: float | None) -> bool:
+    """Whether one more short probe (as long as the last) would take the probes past `budget_runs` full-length runs'
+    time at `qps`, counting recalled probes at the seconds they took (never, for a judge that cannot say how
+    long a full-length run lasts)."""
+    full_seconds = getattr(judge, "full_seconds", None)
+    if budget_runs is None or full_seconds is None:
+        return False
+    made = [p.duration_s for p in trace if p.stage == "probe"]   # cached ones too: a re-run asks the same rates
+    full = full_seconds(qps)
+    if not made or made[-1] >= full:   # probes as long as full-length runs: stopping them early saves nothing
+        return False
+    return sum(made) + made[-1] > budget_runs * full
+
+
 def bisect(judge: Judge, stage: Stage, low: float, high: float, precision: float, budget: int,
-           trace: list[Probe], interpolate: bool = True) -> tuple[float, float, int]:
+           trace: list[Probe], interpolate: bool = True, budget_runs: float | None = None) -> tuple[float, float, int]:
     """Narrow a (passing, failing) pair to `precision`; returns the new pair and the budget left."""
-    while budget > 0 and not _narrow(low, high, precision):
+    while budget > 0 and not _narrow(low, high, precision) and not over_budget(judge, trace, low, budget_runs):
         margins = {p.qps: p.margin for p in trace if p.stage == stage} if interpolate else {}
         mid = _midpoint(low, high, margins.get(low), margins.get(high))
         if mid is None:
@@ -143,6 +172,20 @@ def bisect(judge: Judge, stage: Stage, low: float, high: float, precision: float
         budget -= not probe.cached
         low, high = (mid, high) if probe.valid else (low, mid)
     return low, high, budget
+
+
+def _down(failed: Probe, settings: SearchSettings) -> float:
+    """The factor to the next probe after a failing one, while none passed: just under the rate it served when it
+    fell behind (its capacity), else where its p99 margin would be 1 at elasticity 2; within [step_down,
+    1 - 2 x precision] (a smaller step would leave the bracket open for another probe)."""
+    s = failed.signals
+    if s is not None and s.served_qps < failed.qps * (1 - settings.overload_tolerance):
+        step = s.served_qps / failed.qps * (1 - settings.precision)
+    elif failed.margin and failed.margin > 1:
+        step = failed.margin ** -0.5
+    else:
+        step = settings.step_down
+    return min(max(step, settings.step_down), 1 - 2 * settings.precision)
 
 
 def bracket(judge: Judge, start: float, settings: SearchSettings,
@@ -164,39 +207,78 @@ def bracket(judge: Judge, start: float, settings: SearchSettings,
             high = qps
             if low is not None:
                 break
-            qps = round_qps(qps * settings.step_down)
+            qps = round_qps(qps * _down(probe, settings))
             if qps < start * 1e-3:
                 break
     return low, high, budget
 
 
+def elasticity(trace: list[Probe]) -> float:
+    """How steeply the p99 margin rises with the rate (d log margin / d log rate), fitted over the probes with
+    margins, within [1, 4]; 2 when fewer than two differ."""
+    points = [(math.log(p.qps), math.log(p.margin)) for p in trace if p.stage == "probe" and p.margin]
+    if len({x for x, _ in points}) < 2:
+        return 2.0
+    mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return min(max(slope, 1.0), 4.0)
+
+
+def step_down(failed: Probe, trace: list[Probe], settings: SearchSettings) -> tuple[float, str]:
+    """The next full-length rate after `failed`, learnt from what that run measured: the rate it served when it fell
+    behind (its capacity), and the rate where its p99 margin would be 1 at the probes' margin elasticity; the lower,
+    less half the precision, and at least one precision under it."""
+    estimates = {}
+    s = failed.signals
+    if s is not None and s.served_qps < failed.qps * (1 - settings.overload_tolerance):
+        estimates["the rate it served"] = s.served_qps
+    if failed.margin and failed.margin > 1:
+        e = elasticity(trace)
+        estimates[f"where its p99 margin {failed.margin:g} falls to 1 (elasticity {e:.2g})"] = \
+            failed.qps * failed.margin ** (-1 / e)
+    if not estimates:
+        return round_qps(failed.qps * (1 - 2 * settings.precision)), "no measurement to learn from: two precisions down"
+    how = min(estimates, key=estimates.get)
+    qps = estimates[how] * (1 - settings.precision / 2)
+    if how != "the rate it served":   # a margin's elasticity near the knee is steeper than the probes': step at most
+        qps = max(qps, failed.qps * (1 - MAX_STEP * settings.precision))   # MAX_STEP precisions on its word alone
+    qps = min(qps, failed.qps * (1 - settings.precision))
+    return round_qps(qps), f"{how}: {estimates[how]:.4g} q/s"
+
+
 def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Probe]) -> tuple[float | None, str]:
-    """The highest rate a full-length run confirms, at or below `qps`; None when none did within the budget."""
+    """The highest rate a full-length run confirms, at or below `qps`; None when none did within the budget. After a
+    failed full-length run the next rate is learnt from what it measured (`step_down`); with two full-length runs
+    (the default) a second failure ends the search with the highest rate any full-length run passed, or none."""
     budget = settings.max_confirmations
     probe = judge(qps, "confirm")
     trace.append(probe)
     budget -= not probe.cached
     if probe.valid:
-        if not settings.refine_up:
+        if not settings.refine_up or budget <= 0:
             return qps, f"confirmed at {qps:g} q/s with a full-length run"
         return _refine_up(judge, qps, settings, budget, trace)
-    high, step, low = qps, settings.precision, None
+    high, low, notes = qps, None, []
     while budget > 0 and low is None:
-        candidate = round_qps(qps * max(1 - step, 0.05))
+        candidate, how = step_down(trace[-1], trace, settings)
+        notes.append(f"{candidate:g} q/s from {how}")
         probe = judge(candidate, "confirm")
         trace.append(probe)
         budget -= not probe.cached
-        if probe.valid:
-            low = candidate
-        else:
-            high, step = candidate, step * 2
-        if step >= 1:
-            break
+        low, high = (candidate, high) if probe.valid else (None, candidate)
     if low is None:
-        return None, f"no full-length run passed at or below {qps:g} q/s ({settings.max_confirmations} tried)"
-    low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace, settings.interpolate)
-    return low, (f"the short probes passed {qps:g} q/s but a full-length run did not; stepped down and confirmed "
-                 f"{low:g} q/s")
+        passed = [p.qps for p in trace if p.stage == "confirm" and p.valid and p.qps < qps]
+        tried = ", ".join(f"{p.qps:g}" for p in trace if p.stage == "confirm")
+        if passed:
+            return max(passed), (f"full-length runs failed at {tried} q/s; the highest rate a full-length run passed "
+                                 f"is {max(passed):g} q/s")
+        last = trace[-1]
+        return None, (f"no full-length run passed ({tried} q/s, {settings.max_confirmations} at most); the last "
+                      f"said: {'; '.join(last.reasons) or 'INVALID'}; stepped down to {'; '.join(notes)}")
+    if budget > 0:
+        low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace, settings.interpolate)
+    return low, (f"the short probes passed {qps:g} q/s but a full-length run did not; stepped down to "
+                 f"{'; '.join(notes)}; confirmed {low:g} q/s")
 
 
 def _refine_up(judge: Judge, low: float, settings: SearchSettings, budget: int,
@@ -228,7 +310,7 @@ def search(judge: Judge, start_qps: float, settings: SearchSettings) -> SearchRe
                    f"raise max_probes or start_fraction")
     else:
         low, high, budget = bisect(judge, "probe", low, high, settings.precision, budget, trace,
-                                   settings.interpolate)
+                                   settings.interpolate, settings.probe_budget)
     qps, note = confirm(judge, low, settings, trace)
     return SearchResult(qps=qps, confirmed=qps is not None, start_qps=round_qps(start_qps), bracket=(low, high),
                         trace=tuple(trace), message="; ".join(m for m in (message, note) if m))

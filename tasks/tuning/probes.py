@@ -22,12 +22,15 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from submission import cost
 from submission.files import write_atomic
+from submission.rules import load_rules
 from submission.runs import RunSpec
 from tasks.clients import client
 from tasks.reporting import progress
 from tasks.serving.session import EngineSession
 from tasks.steps import retry_transient, run_logger
+from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, round_qps
 
 IDENTITY_FIELDS = ("round", "system", "benchmark", "scenario", "loadgen_model", "loadgen_scenario", "dataset_sha256",
@@ -124,9 +127,18 @@ class Prober:
         # (the endpoints client reads it), unless a test brings its own
         self.run = run or functools.partial(probe_task, tokenizer=tokenizer)
         self.ran = 0
+        self.capacity = overload.Capacity(settings.overload_tolerance)
+        self.limits = overload.limits(load_rules(base.round).benchmark(base.benchmark).scenario(base.scenario))
+
+    def full_seconds(self, qps: float) -> float:
+        """How long a full-length run (the plan's own length) lasts at `qps` (submission.cost)."""
+        return cost.spec_seconds(self.base, qps)
 
     def __call__(self, qps: float, stage: Stage) -> Probe:
-        return self._run(stage_spec(self.base, qps, stage, self.settings), stage)
+        """The verdict at `qps`: the checker's, and for a short probe also its overload signals' (a probe whose
+        backlog would push a full-length run over a limit fails)."""
+        probe = self._run(stage_spec(self.base, qps, stage, self.settings), stage)
+        return overload.judged(probe, self.limits, self.full_seconds(qps), self.capacity)
 
     def offline(self, spec: RunSpec) -> Probe:
         """The plan's own Offline run: its samples/s (`completed_qps`) start the bracket."""

@@ -59,7 +59,7 @@ def test_failed_confirmation_steps_down_and_confirms_lower() -> None:
     """Short probes are optimistic (they pass 60), full-length runs only pass 50: the search must end at or under
     50, within precision, and every final answer must come from a passing full-length run."""
     j = Threshold(60.0, confirm_max=50.0)
-    result = search(j, 100.0, SearchSettings(precision=0.02))
+    result = search(j, 100.0, SearchSettings(precision=0.02, max_confirmations=10))
     assert result.confirmed and 50 * 0.98 <= result.qps <= 50.0
     confirms = [(q, stage) for q, stage in j.calls if stage == "confirm"]
     assert confirms[0][0] > 50                           # the probe answer failed its confirmation
@@ -102,7 +102,8 @@ def test_search_on_the_model_finds_loadgen_s_known_maximum() -> None:
     probe = Protocol(3000, 80, 1000, 640, 32, SEED, max_tokens=8)
     full = Protocol(3000, 80, 1000, 1024, 32, SEED, max_tokens=8)
     known = max_valid_qps(cfg, full)
-    result = search(judge(cfg, probe, full), cfg.capacity(8), SearchSettings(precision=0.03))
+    # probe_budget: here a full-length run is barely longer than a probe; the default would spend less, less precisely
+    result = search(judge(cfg, probe, full), cfg.capacity(8), SearchSettings(precision=0.03, probe_budget=10))
     assert result.confirmed
     assert known * (1 - 0.03) <= result.qps <= known
 
@@ -111,7 +112,8 @@ def test_refine_up_when_short_probes_are_pessimistic() -> None:
     """Probes fail above 45 but full-length runs pass up to 52: with refine_up the full-length runs climb there."""
     plain = search(Threshold(45.0, confirm_max=52.0), 100.0, SearchSettings(precision=0.02))
     assert 45 * 0.98 <= plain.qps <= 45                  # without it the answer stays at the probes' peak
-    result = search(Threshold(45.0, confirm_max=52.0), 100.0, SearchSettings(precision=0.02, refine_up=True))
+    result = search(Threshold(45.0, confirm_max=52.0), 100.0, SearchSettings(precision=0.02, refine_up=True,
+                                                                              max_confirmations=10))
     assert 52 * 0.98 <= result.qps <= 52 and "refined upwards" in result.message
 
 
@@ -126,3 +128,104 @@ def test_interpolation_uses_the_margins_but_stays_inside_the_bracket() -> None:
     early = _midpoint(50.0, 100.0, m_low=0.9, m_high=0.98)     # failed by early stopping, p99 under the limit
     assert early == pytest.approx(70.71, abs=0.01)
     assert _midpoint(50.0, 50.01) is None
+
+
+# Servers none of the other tests use, where the search used to spend most of its time on full-length runs stepping
+# down (the short probes passed rates the full runs failed: a queue builds slowly over capacity):
+# decode-slot bound (4 x 16 slots at 25 ms a token): 7 full-length runs, 158.4 -> 155.2 -> ... -> 136.8 q/s;
+# prefill bound (one 19 ms prefill worker, TTFT): 8 full-length runs, 68.13 -> 66.77 -> ... -> 54.29 q/s.
+OVERLOADED = {"decode-slot": SimConfig(prefill_workers=1, prefill_ms=2, decode_workers=4, decode_slots=16, tpot_ms=25,
+                                       tpot_load=0.25, output_tokens=16),
+              "prefill": SimConfig(prefill_workers=1, prefill_ms=19, decode_workers=4, decode_slots=64, tpot_ms=5,
+                                   tpot_load=0.0, output_tokens=16)}
+V61 = {"ttft": 3000, "tpot": 80}   # gpt-oss-120b Server limits (ms)
+
+
+@pytest.mark.parametrize("name", sorted(OVERLOADED))
+def test_overloaded_servers_spend_at_most_two_full_length_runs(name: str) -> None:
+    """Judged by the model: the answer is VALID in an independent full-length run and INVALID at 1.06x, the search
+    makes at most two full-length runs, and everything it measured adds up to at most four full-length runs."""
+    from tasks.engines.simulated.queueing import valid_at
+
+    cfg = OVERLOADED[name]
+    probe = Protocol(V61["ttft"], V61["tpot"], 1000, 640, 32, SEED, max_tokens=16)
+    full = Protocol(V61["ttft"], V61["tpot"], 1000, 2048, 32, SEED, max_tokens=16)
+    judge_ = judge(cfg, probe, full)
+    result = search(judge_, cfg.capacity(16), SearchSettings(precision=0.02, probe_duration_ms=1000))
+    assert result.confirmed
+    assert valid_at(cfg, full, result.qps) and not valid_at(cfg, full, result.qps * 1.06)
+    assert sum(p.stage == "confirm" for p in result.trace) <= 2
+    assert result.run_seconds <= 4 * judge_.full_seconds(result.qps)
+    overloaded = [p for p in result.trace if p.stage == "probe" and not p.valid and "over capacity" in p.why]
+    assert overloaded, "some probe should fail by its overload signals"
+    assert all(p.why for p in result.trace)
+
+
+def timeline(rate: float, capacity: float, n: int = 640, service_s: float = 0.5, tokens: int = 16):
+    """Per-query times of a FIFO server of `capacity` queries/s fed evenly at `rate`: each query starts when the
+    one `capacity` x service_s before it finished (a backlog grows when rate > capacity)."""
+    import numpy as np
+
+    from tasks.tuning.overload import QueryTimes
+
+    issued = np.arange(n) / rate
+    start = np.maximum(issued, np.arange(n) / capacity)
+    first = start + 0.01
+    done = start + service_s
+    return QueryTimes.of(issued, first, done, np.full(n, tokens))
+
+
+def test_overload_signals_of_a_server_keeping_up_and_one_falling_behind() -> None:
+    from tasks.tuning.overload import assess, measure
+
+    keeping = measure(timeline(100.0, 120.0))
+    assert keeping.served_qps == pytest.approx(100, rel=0.02) and keeping.backlog <= 60
+    verdict = assess(keeping, 100.0, {"ttft": 20, "tpot": 40}, V61, full_s=600)
+    assert not verdict.overloaded and not verdict.fails and verdict.why.startswith("keeps up")
+
+    behind = measure(timeline(130.0, 100.0))
+    assert behind.served_qps == pytest.approx(100, rel=0.03)
+    assert behind.backlog > 100 and behind.second_ms["latency"] > behind.first_ms["latency"]
+    short = assess(behind, 130.0, {"ttft": 20, "tpot": 40}, V61, full_s=6)
+    assert short.overloaded and not short.fails        # a run as short as the probe would still pass
+    long = assess(behind, 130.0, {"ttft": 20, "tpot": 40}, V61, full_s=600)
+    assert long.fails and "over capacity" in long.why and "served 100" in long.why
+
+
+def test_a_valid_short_probe_over_capacity_fails_with_why() -> None:
+    from tasks.tuning.overload import judged, measure
+
+    probe = Probe(qps=130.0, stage="probe", valid=True, ttft_p99_ms=20, tpot_p99_ms=40,
+                  signals=measure(timeline(130.0, 100.0)))
+    out = judged(probe, V61, full_s=600)
+    assert not out.valid and out.why.startswith("FAIL: the short run is VALID, but it is over capacity")
+    fine = judged(probe.model_copy(update={"signals": measure(timeline(90.0, 100.0))}), V61, full_s=600)
+    assert fine.valid and fine.why.startswith("PASS by the checker")
+    confirm = judged(probe.model_copy(update={"stage": "confirm"}), V61, full_s=600)
+    assert confirm.valid   # a full-length run keeps the checker's verdict
+
+
+def test_step_down_learns_from_the_served_rate_of_a_failed_full_run() -> None:
+    from tasks.tuning.bisection import step_down
+    from tasks.tuning.overload import measure
+
+    failed = Probe(qps=130.0, stage="confirm", valid=False, margin=1.6, signals=measure(timeline(130.0, 100.0)))
+    qps, how = step_down(failed, [failed], SearchSettings(precision=0.02))
+    assert "served" in how and 97 <= qps <= 100
+
+
+def test_a_second_failed_full_run_reports_the_highest_passed_or_none() -> None:
+    result = search(Threshold(60.0, confirm_max=40.0), 100.0, SearchSettings(precision=0.02))
+    assert not result.confirmed and result.qps is None
+    assert sum(p.stage == "confirm" for p in result.trace) == 2 and "no full-length run passed" in result.message
+
+    class Earlier(Threshold):   # a full-length run at 45 passed before (recalled from the probe cache)
+        def __call__(self, qps: float, stage: str) -> Probe:
+            return super().__call__(qps, stage)
+
+    trace_judge = Earlier(60.0, confirm_max=40.0)
+    from tasks.tuning.bisection import confirm
+
+    trace = [Probe(qps=39.0, stage="confirm", valid=True, cached=True)]
+    qps, message = confirm(trace_judge, 58.0, SearchSettings(precision=0.02), trace)
+    assert qps == 39.0 and "highest rate a full-length run passed is 39" in message
