@@ -130,6 +130,10 @@ def _narrow(low: float, high: float, precision: float) -> bool:
 
 
 MAX_STEP = 4          # a step-down learnt from a p99 margin goes at most this many precisions under the failed rate
+AIM = 2.5             # ... and aims its p99 this many precisions under the limit: loadgen's early stopping bounds a
+                      # full-length run's p99 a little above the p99 itself (~p99.3 at 6400 queries)
+TOTAL_RUNS = 4        # everything a search measures, probes included, within this many full-length runs' time
+NEAR = 0.2            # the margin's elasticity is fitted over the probes within 20 % of the failed rate
 SAFE = (0.25, 0.75)   # an interpolated step stays within the middle half of the bracket (in log rate)
 
 
@@ -169,7 +173,7 @@ def bisect(judge: Judge, stage: Stage, low: float, high: float, precision: float
             break
         probe = judge(mid, stage)
         trace.append(probe)
-        budget -= not probe.cached
+        budget -= stage == "confirm" or not probe.cached
         low, high = (mid, high) if probe.valid else (low, mid)
     return low, high, budget
 
@@ -213,10 +217,14 @@ def bracket(judge: Judge, start: float, settings: SearchSettings,
     return low, high, budget
 
 
-def elasticity(trace: list[Probe]) -> float:
+def elasticity(trace: list[Probe], near: float | None = None) -> float:
     """How steeply the p99 margin rises with the rate (d log margin / d log rate), fitted over the probes with
-    margins, within [1, 4]; 2 when fewer than two differ."""
+    margins (those within NEAR of the rate `near` when at least two differ there: the curve bends at the knee),
+    within [1, 4]; 2 when fewer than two differ."""
     points = [(math.log(p.qps), math.log(p.margin)) for p in trace if p.stage == "probe" and p.margin]
+    if near:
+        close = [(x, y) for x, y in points if abs(x - math.log(near)) <= math.log(1 + NEAR)]
+        points = close if len({x for x, _ in close}) >= 2 else points
     if len({x for x, _ in points}) < 2:
         return 2.0
     mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
@@ -226,24 +234,58 @@ def elasticity(trace: list[Probe]) -> float:
 
 def step_down(failed: Probe, trace: list[Probe], settings: SearchSettings) -> tuple[float, str]:
     """The next full-length rate after `failed`, learnt from what that run measured: the rate it served when it fell
-    behind (its capacity), and the rate where its p99 margin would be 1 at the probes' margin elasticity; the lower,
-    less half the precision, and at least one precision under it."""
+    behind (its capacity; half a precision under it), and the rate where its p99 margin would fall to the aim (1 -
+    AIM precisions: a full-length run's early stopping needs that headroom) at the probes' elasticity near it, at most
+    MAX_STEP precisions down; the lower, at least one precision under the failed rate, and never under the highest
+    rate a probe passed outright."""
     estimates = {}
     s = failed.signals
     if s is not None and s.served_qps < failed.qps * (1 - settings.overload_tolerance):
         estimates["the rate it served"] = s.served_qps
-    if failed.margin and failed.margin > 1:
-        e = elasticity(trace)
-        estimates[f"where its p99 margin {failed.margin:g} falls to 1 (elasticity {e:.2g})"] = \
-            failed.qps * failed.margin ** (-1 / e)
+    aim = 1 - AIM * settings.precision
+    if failed.margin and failed.margin > aim:   # over its limit, or under it but failed by early stopping
+        e = elasticity(trace, failed.qps)
+        estimates[f"where its p99 margin {failed.margin:g} falls to {aim:g} (elasticity {e:.2g})"] = \
+            failed.qps * (aim / failed.margin) ** (1 / e)
     if not estimates:
         return round_qps(failed.qps * (1 - 2 * settings.precision)), "no measurement to learn from: two precisions down"
     how = min(estimates, key=estimates.get)
-    qps = estimates[how] * (1 - settings.precision / 2)
-    if how != "the rate it served":   # a margin's elasticity near the knee is steeper than the probes': step at most
-        qps = max(qps, failed.qps * (1 - MAX_STEP * settings.precision))   # MAX_STEP precisions on its word alone
+    qps = estimates[how]
+    if how == "the rate it served":   # just under it (the margin's estimate has its headroom in its aim)
+        qps *= 1 - settings.precision / 2
+    else:   # a margin's elasticity near the knee is steeper than the probes': step at most MAX_STEP precisions on its
+        qps = max(qps, failed.qps * (1 - MAX_STEP * settings.precision))   # word alone
     qps = min(qps, failed.qps * (1 - settings.precision))
+    # a probe the checker itself called VALID under the failed rate (not one passed for the search on early stopping
+    # alone, tasks.tuning.overload) is a rate the server held with short-run evidence: never step down past it
+    passed = [p.qps for p in trace if p.stage == "probe" and p.valid and not p.reasons and p.qps < failed.qps]
+    if passed and max(passed) < qps:
+        return round_qps(max(passed)), (f"the highest rate a probe passed outright ({max(passed):g} q/s), under "
+                                        f"{how}: {estimates[how]:.4g} q/s")
     return round_qps(qps), f"{how}: {estimates[how]:.4g} q/s"
+
+
+def affordable(judge: Judge, trace: list[Probe], qps: float) -> bool:
+    """Whether one more full-length run at `qps` keeps everything the search measured within TOTAL_RUNS full-length
+    runs' time (always, for a judge that cannot say how long a full-length run lasts)."""
+    full_seconds = getattr(judge, "full_seconds", None)
+    if full_seconds is None:
+        return True
+    return sum(p.duration_s for p in trace) + full_seconds(qps) <= TOTAL_RUNS * full_seconds(qps)
+
+
+def step_up(passed: Probe, trace: list[Probe], settings: SearchSettings) -> float | None:
+    """A higher rate worth one more full-length run after `passed` (a full-length run that passed): where its p99
+    margin would reach the aim (1 - AIM precisions) at the probes' elasticity near it, at most MAX_STEP precisions
+    up; None when that is under one precision up (no room worth a run) or the margin is unknown. Short probes can be
+    pessimistic (a queue still filling in a short run, early stopping on few queries): the full-length run's own
+    margin is the better evidence."""
+    aim = 1 - AIM * settings.precision
+    if not passed.margin or passed.margin >= aim:
+        return None
+    factor = (aim / passed.margin) ** (1 / elasticity(trace, passed.qps))
+    factor = min(factor, 1 + MAX_STEP * settings.precision)
+    return round_qps(passed.qps * factor) if factor >= 1 + settings.precision else None
 
 
 def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Probe]) -> tuple[float | None, str]:
@@ -253,18 +295,26 @@ def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Prob
     budget = settings.max_confirmations
     probe = judge(qps, "confirm")
     trace.append(probe)
-    budget -= not probe.cached
+    budget -= 1   # cached or not: a re-run decides alike
     if probe.valid:
-        if not settings.refine_up or budget <= 0:
-            return qps, f"confirmed at {qps:g} q/s with a full-length run"
-        return _refine_up(judge, qps, settings, budget, trace)
+        if settings.refine_up and budget > 0:
+            return _refine_up(judge, qps, settings, budget, trace)
+        if budget > 0 and (up := step_up(probe, trace, settings)) and affordable(judge, trace, up):
+            higher = judge(up, "confirm")
+            trace.append(higher)
+            if higher.valid:
+                return up, (f"confirmed at {qps:g} q/s with a full-length run, whose p99 margin {probe.margin:g} "
+                            f"left room; a second one confirmed {up:g} q/s")
+            return qps, (f"confirmed at {qps:g} q/s with a full-length run; a second one at {up:g} q/s, where its "
+                         f"p99 margin {probe.margin:g} said there was room, did not pass")
+        return qps, f"confirmed at {qps:g} q/s with a full-length run"
     high, low, notes = qps, None, []
     while budget > 0 and low is None:
         candidate, how = step_down(trace[-1], trace, settings)
         notes.append(f"{candidate:g} q/s from {how}")
         probe = judge(candidate, "confirm")
         trace.append(probe)
-        budget -= not probe.cached
+        budget -= 1   # cached or not: a re-run decides alike
         low, high = (candidate, high) if probe.valid else (None, candidate)
     if low is None:
         passed = [p.qps for p in trace if p.stage == "confirm" and p.valid and p.qps < qps]
@@ -289,7 +339,7 @@ def _refine_up(judge: Judge, low: float, settings: SearchSettings, budget: int,
         candidate = round_qps(low * (1 + step))
         probe = judge(candidate, "confirm")
         trace.append(probe)
-        budget -= not probe.cached
+        budget -= 1   # cached or not: a re-run decides alike
         low, high, step = (candidate, None, step * 2) if probe.valid else (low, candidate, step)
     if high is not None:
         low, high, _ = bisect(judge, "confirm", low, high, settings.precision, budget, trace, settings.interpolate)

@@ -223,6 +223,14 @@ class Capacity:
         return float(np.median(self.served)) if self.served else None
 
 
+def early_stopping_only(probe) -> bool:
+    """Whether loadgen called the run INVALID by early stopping alone, with its p99s within their limits (margin
+    under 1). Early stopping bounds the p99 from the queries a run has: a 640-query probe's bound is well above its
+    p99, a full-length run's (ten times the queries) close to it, so such a probe says nothing against the rate."""
+    return (not probe.valid and bool(probe.reasons) and all("early stopping" in r for r in probe.reasons)
+            and probe.margin is not None and probe.margin < 1)
+
+
 def judged(probe, limits_ms: dict[str, float | None], full_s: float, capacity: Capacity | None = None):
     """A probe (`tasks.tuning.bisection.Probe`) with its overload verdict: a short probe whose signals say a
     full-length run of `full_s` seconds at its rate would fail fails too, with why, and its margin is the larger of
@@ -236,6 +244,12 @@ def judged(probe, limits_ms: dict[str, float | None], full_s: float, capacity: C
     if probe.stage != "probe":
         return probe.model_copy(update={"why": f"{probe.verdict} by the checker ({checker}); {verdict.why}"})
     margin = max(m for m in (probe.margin, verdict.margin, 0.0) if m is not None) or probe.margin
+    if early_stopping_only(probe) and not verdict.overloaded:
+        return probe.model_copy(update={
+            "valid": True, "margin": margin,
+            "why": f"PASS for the search: the checker's INVALID is early stopping alone at this probe's length "
+                   f"({checker}), its p99s within their limits (margin {probe.margin:g}); a full-length run has the "
+                   f"queries the estimate needs, and the confirmation decides; {verdict.why}"})
     if not probe.valid or not verdict.fails:
         why = f"{probe.verdict} by the checker ({checker}); {verdict.why}"
         return probe.model_copy(update={"why": why, "margin": margin})

@@ -192,13 +192,28 @@ def _early_stopping_ok(values: np.ndarray, limit: float) -> bool:
     return len(values) >= min_passing(over) + over
 
 
+def loadgen_reasons(ttft_s: np.ndarray, tpot_s: np.ndarray, *, ttft_limit_s: float, tpot_limit_s: float,
+                    last_scheduled_s: float, min_duration_ms: int) -> list[str]:
+    """Why loadgen would call a Server run with token latencies INVALID, in the words of its detail log (what
+    submission.logs reads from a real one): a p99 over its limit, early stopping not met, min_duration not met;
+    none when VALID."""
+    reasons = []
+    for name, values, limit in (("TTFT", ttft_s, ttft_limit_s), ("TPOT", tpot_s, tpot_limit_s)):
+        if not _percentile_ok(values, limit):
+            reasons.append(f"{name} constrain not met: Reduce target QPS to improve latency.")
+        if not _early_stopping_ok(values, limit):
+            reasons.append(f"{name} early stopping: not met with {len(values)} queries")
+    if last_scheduled_s < min_duration_ms / 1000.0:
+        reasons.append("min duration not met")
+    return reasons
+
+
 def loadgen_verdict(ttft_s: np.ndarray, tpot_s: np.ndarray, *, ttft_limit_s: float, tpot_limit_s: float,
                     last_scheduled_s: float, min_duration_ms: int) -> bool:
     """Loadgen's VALID for a Server run with token latencies: p99 TTFT and TPOT within their limits, early stopping
     met for both, and the last query scheduled at or after min_duration."""
-    return (_percentile_ok(ttft_s, ttft_limit_s) and _percentile_ok(tpot_s, tpot_limit_s)
-            and _early_stopping_ok(ttft_s, ttft_limit_s) and _early_stopping_ok(tpot_s, tpot_limit_s)
-            and last_scheduled_s >= min_duration_ms / 1000.0)
+    return not loadgen_reasons(ttft_s, tpot_s, ttft_limit_s=ttft_limit_s, tpot_limit_s=tpot_limit_s,
+                               last_scheduled_s=last_scheduled_s, min_duration_ms=min_duration_ms)
 
 
 @dataclass(frozen=True)
@@ -263,8 +278,9 @@ def judge(config: SimConfig, probe: Protocol, confirm: Protocol, overhead_s: flo
                         protocol.sample_count, protocol.equal_issue)
         arrivals = loadgen_schedule(protocol.schedule_seed, qps, n)
         ttft, tpot = replay(config, arrivals, protocol.max_tokens)
-        valid = loadgen_verdict(ttft, tpot, ttft_limit_s=protocol.ttft_limit_ms / 1000, last_scheduled_s=arrivals[-1],
-                                tpot_limit_s=protocol.tpot_limit_ms / 1000, min_duration_ms=protocol.min_duration_ms)
+        reasons = loadgen_reasons(ttft, tpot, ttft_limit_s=protocol.ttft_limit_ms / 1000,
+                                  last_scheduled_s=arrivals[-1], tpot_limit_s=protocol.tpot_limit_ms / 1000,
+                                  min_duration_ms=protocol.min_duration_ms)
         tokens = config.tokens(protocol.max_tokens)
         done = arrivals + ttft + tpot * max(tokens - 1, 0)
         end = float(np.max(done))
@@ -272,9 +288,9 @@ def judge(config: SimConfig, probe: Protocol, confirm: Protocol, overhead_s: flo
         tpot_ms = float(np.sort(tpot)[int(n * PERCENTILE)]) * 1000
         margin = max(ttft_ms / protocol.ttft_limit_ms, tpot_ms / protocol.tpot_limit_ms)
         signals = overload.measure(overload.QueryTimes.of(arrivals, arrivals + ttft, done, np.full(n, tokens)))
-        result = Probe(qps=qps, stage=stage, valid=valid, ttft_p99_ms=round(ttft_ms, 3), tpot_p99_ms=round(tpot_ms, 3),
-                       margin=round(margin, 4), duration_s=round(end + overhead_s, 3), signals=signals,
-                       completed_qps=round(n / end, 3), metric=round(n * tokens / end, 3))
+        result = Probe(qps=qps, stage=stage, valid=not reasons, reasons=tuple(reasons), ttft_p99_ms=round(ttft_ms, 3),
+                       tpot_p99_ms=round(tpot_ms, 3), margin=round(margin, 4), duration_s=round(end + overhead_s, 3),
+                       signals=signals, completed_qps=round(n / end, 3), metric=round(n * tokens / end, 3))
         full_s = run_seconds(confirm.min_duration_ms / 1000, confirm.min_queries, qps)
         return overload.judged(result, limits, full_s, capacity)
 
