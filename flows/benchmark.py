@@ -62,11 +62,14 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
     sources = {source for _, kind, source in bench.sources() if kind == "datasets"}
     datasets = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sorted(sources)}
     staged = {p: d["path"] for p, d in datasets.items()}
+    tests = {p: stage_task(p, str(ws.stage / "tests"), access)["path"]
+             for _, kind, p in bench.sources() if kind == "tests"}   # beside no data set: given to the evaluator
     check_staged(plan, bench, model["path"], staged)
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
                       dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
                       engine=engine_identity(bench.engine.name, bench.engine.config()))
-    specs = [s.model_copy(update={"dataset": staged[s.dataset]}) for s in specs]
+    specs = [s.model_copy(update={"dataset": staged[s.dataset], "lcb_tests": tests.get(bench.dataset.lcb_tests or "")})
+             for s in specs]
     tokenizer = str(Path(model["path"]) / "tokenizer.json")
     built = build_engine(bench.engine.name, bench.engine.config(), model["path"], model["sha256"], str(ws.builds))
     with EngineSession(bench.engine.name, bench.engine.config(), str(model_dir_for(bench.engine, Path(model["path"]))),

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import curation_cli, inference_cli, link_cli, published_cli, search_cli
+from flows import curation_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli
 from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
@@ -102,7 +102,9 @@ def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pa
     """Pack a submission tree: tarball, its sha256 and a manifest of every file; upload them when asked."""
     from submission.checker import check_tree
     from submission.package import package as make_package
+    from submission.rehearsal_marker import refuse
 
+    refuse(tree)   # a dress rehearsal's tree is never packaged, checked or not
     if run_check:
         report = check_tree(tree, round)
         if not report.ok:
@@ -335,7 +337,8 @@ for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the t
                 curation_cli.assemble,                                   # curation
                 inference_cli.fetch_inference,                           # the official tools' sources
                 link_cli.link,                                           # download links
-                published_cli.published):                                # the round's published results
+                published_cli.published,                                 # the round's published results
+                rehearsal_cli.rehearse):                                 # and the dress rehearsal
     app.command()(command)
 
 

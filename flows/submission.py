@@ -18,7 +18,7 @@ from prefect.states import Completed, Failed, State
 from flows import fleet
 from flows.benchmark import benchmark
 from submission import plan as plans
-from submission import runs, selection
+from submission import rehearsal_marker, runs, selection
 from submission.checker import CheckReport
 from submission.errors import PodiumError
 from submission.files import write_atomic
@@ -97,6 +97,14 @@ def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path, cfg:
     return done
 
 
+def rehearsal_banner() -> str:
+    """What a dress rehearsal replaced, atop its report (tasks.rehearsal.plan.changes)."""
+    from tasks import clock
+    from tasks.rehearsal.plan import changes
+
+    return (f"> **{rehearsal_marker.NOTICE}**\n>\n" + "".join(f"> - {c}\n" for c in changes(clock.speed())) + "\n")
+
+
 def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, systems: dict[str, dict],
                        cfg: storage.StorageConfig, ws: Workspace, folder: Path, tags: dict[str, str]) -> dict:
     """The report (results, compliance, checker, plots, data checks, gates) into the run folder, the run folder
@@ -119,8 +127,12 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
                              data_checks=data_checks["failed"], gates=gate_report["failed"], tree=done.tree, s3=s3,
                              not_run=len(done.skipped), published=gate_report["published_line"])
     rows = reporting.table(done.records, done.audits)
+    if rehearsal_marker.is_rehearsal(plan.name):   # said on every page: the outcome line, the report, the artifacts
+        line = f"DRESS REHEARSAL (not a submission): {line}"
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
                               folder=str(folder), tree=done.tree, s3=s3, link=link)
+    if rehearsal_marker.is_rehearsal(plan.name):
+        text = rehearsal_banner() + text
     text += (reporting.plots_markdown([f"plots/{p.name}" for p in plots]) + "\n" + data_checks["markdown"] + "\n"
              + gate_report["markdown"])
     write_atomic(folder / "gates.json", json.dumps(gate_report, indent=2, default=str))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from submission import rehearsal_marker
 from submission.errors import PlanError
 from submission.files import replace_atomic, sha256_file, write_atomic
 from submission.plan import check_name
@@ -87,6 +88,7 @@ def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> 
     tree = Path(tree).resolve()
     if not tree.is_dir():
         raise PlanError(f"{tree} is not a folder", fix="pass the submission tree (the folder holding closed/ ...)")
+    rehearsal_marker.refuse(tree)
     name = name or tree.name
     try:
         check_name(name)

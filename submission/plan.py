@@ -120,6 +120,8 @@ class DatasetSpec(Strict):
                                       description="a scenario's own data set for its performance and accuracy runs, "
                                                   "where the round gives it one, e.g. Interactive: "
                                                   "/data/shopify_product_catalogue_8k.parquet (Qwen3-VL)")
+    lcb_tests: str | None = Field(None, description="gpt-oss-120b: the LiveCodeBench tests (JSON lines) its evaluator "
+                                                    "runs; staged like the data sets and given to the evaluator")
     compliance: dict[str, str] = Field(default_factory=dict,
                                        description="a compliance test's own data set, e.g. "
                                                    "TEST07: acc/acc_eval_compliance_gpqa.parquet")
@@ -178,12 +180,14 @@ class BenchmarkSpec(Strict):
 
     def sources(self) -> list[tuple[str, str, str]]:
         """Everything a run of this benchmark stages, as (plan field under the benchmark, kind, source): the model
-        (kind `models`), then its data sets (kind `datasets`: performance, accuracy, each compliance test's own)."""
+        (kind `models`), then its data sets (kind `datasets`: performance, accuracy, each compliance test's own), then
+        the LiveCodeBench tests (kind `tests`) where the plan names them."""
         return [("model.source", "models", self.model.source),
                 ("dataset.performance", "datasets", self.dataset.performance),
                 ("dataset.accuracy", "datasets", self.dataset.accuracy),
                 *((f"dataset.scenarios.{name}", "datasets", path) for name, path in self.dataset.scenarios.items()),
-                *((f"dataset.compliance.{test}", "datasets", path) for test, path in self.dataset.compliance.items())]
+                *((f"dataset.compliance.{test}", "datasets", path) for test, path in self.dataset.compliance.items()),
+                *((("dataset.lcb_tests", "tests", self.dataset.lcb_tests),) if self.dataset.lcb_tests else ())]
 
     @model_validator(mode="after")
     def _guided_decoding_supported(self) -> BenchmarkSpec:

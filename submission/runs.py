@@ -41,6 +41,7 @@ class RunSpec(Strict):
     guided_decoding: bool = False              # Qwen3-VL: requests carry the answer schema as response_format
     audit: str | None = None                   # a compliance run: TEST01 | TEST04 | TEST06 | TEST07 | TEST09
     audit_config: tuple[str, ...] = ()         # its audit.config lines, written beside the run only while it runs
+    lcb_tests: str | None = None               # the staged LiveCodeBench tests its evaluator runs (gpt-oss-120b)
 
     def key(self) -> str:
         data = self.model_dump(mode="json")
@@ -52,6 +53,8 @@ class RunSpec(Strict):
             del data["guided_decoding"]
         if self.harness == "loadgen":   # and loadgen runs the keys they had before the endpoints client
             del data["harness"]
+        if self.lcb_tests is None:   # and runs without LiveCodeBench tests the keys they had before them
+            del data["lcb_tests"]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 

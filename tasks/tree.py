@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prefect import task
 
+from submission import rehearsal_marker
 from submission.assemble import assemble
 from submission.checker import CheckReport
 from submission.plan import Plan
@@ -20,6 +21,8 @@ def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: s
                   audits: list[AuditRecord] | None = None) -> str:
     root = Path(folder) / "submission"
     assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit, audits=audits or [])
+    if rehearsal_marker.is_rehearsal(plan.name):
+        rehearsal_marker.mark(root)
     with tarfile.open(Path(folder) / "submission.tar.gz", "w:gz") as tar:
         tar.add(root, arcname="submission")
     return str(root)

@@ -21,6 +21,7 @@ from pathlib import Path
 from submission.errors import CommandError
 from submission.files import tail
 from submission.runs import RunSpec
+from tasks import clock
 from tasks.endpoints import config as client_config
 from tasks.endpoints import dataset
 from tasks.endpoints.results import ClientResult, read_result
@@ -67,7 +68,7 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
     """Run the client (`client`, else the one `make venv-endpoints` installed, checked at the round's pin) and read
     its result. CommandError when it exits non-zero or runs past `timeout_s`; RunFailed when samples failed."""
     config = prepare(spec, endpoint, run_dir, tokenizer=tokenizer, data_dir=data_dir)
-    argv = command(spec, config, client or require_client(spec.round))
+    argv = clock.wrap(command(spec, config, client or require_client(spec.round)))
     log = run_dir / LOG
     with log.open("wb") as out:
         child = subprocess.Popen(argv, cwd=run_dir, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603

@@ -69,7 +69,8 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     metrics = passed = None
     if spec.mode == "accuracy":
         result = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer),
-                       benchmark=spec.benchmark, scenario=spec.scenario, round=spec.round)
+                       benchmark=spec.benchmark, scenario=spec.scenario, round=spec.round,
+                       **({"lcb_tests": Path(spec.lcb_tests)} if spec.lcb_tests else {}))
         metrics, passed = result.metrics, result.verdict is not None and result.verdict.passed
     rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed,
                  flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at)

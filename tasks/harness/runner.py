@@ -22,6 +22,7 @@ from pathlib import Path
 from submission.errors import CommandError
 from submission.files import tail
 from submission.runs import RunSpec
+from tasks import clock
 from tasks.engines import Endpoint
 from tasks.harness.child import client_for, die_with_parent, requests_for
 
@@ -83,9 +84,12 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
     (run_dir / "run.json").write_text(spec.model_dump_json(indent=2))
     endpoint_data = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
     (run_dir / "endpoint.json").write_text(json.dumps(endpoint_data, indent=2))
-    argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir), str(os.getpid())]
+    # under the accelerated clock faketime is the child's parent: it then only dies with faketime (parent 0)
+    parent = 0 if clock.speed() else os.getpid()
+    argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir), str(parent)]
     if stall_s:
         argv.append(str(stall_s))
+    argv = clock.wrap(argv)
     with (run_dir / "harness.log").open("wb") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=run_dir)  # noqa: S603
         try:

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from submission.engine_options import OptionsLike, SimulatedOptions, parse_options
+from tasks import clock
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.simulated.queueing import SimConfig
 
@@ -52,8 +53,8 @@ class SimulatedBackend(EngineBackend):
     def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
         port = placement.ports[0]
-        argv = [sys.executable, "-m", "tasks.engines.simulated.server", "--host", placement.bind_host(0),
-                "--port", str(port), *server_args(options)]
+        argv = clock.wrap([sys.executable, "-m", "tasks.engines.simulated.server", "--host", placement.bind_host(0),
+                           "--port", str(port), *server_args(options)])   # on the client's clock (tasks.clock)
         probe = HttpProbe("/v1/completions", {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 1})
         return [ProcessSpec(role="server", name="simulated-server", argv=tuple(argv),
                             cwd=str(Path(__file__).resolve().parents[3]), host=placement.address(0, "simulated-server"),

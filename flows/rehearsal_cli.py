@@ -1,0 +1,131 @@
+"""`podium rehearse PLAN`: the dress rehearsal (flows/cli.py registers it).
+
+It builds the synthetic data sets once into the workspace (`rehearsal-data/<benchmark>`), writes the rewritten plan
+(tasks.rehearsal.plan) to `rehearsal/<plan>.yaml`, sets the measuring client's clock (tasks.clock) and runs the
+normal submission flow on it. Then `rehearsal.md` in the run folder adds what the real round would cost on the
+plan's hardware, the size of every artifact and each step's wall time; it is printed with the flow's report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from flows.cli_common import Workspace, exits_on_error, prefect_env
+from submission.errors import PlanError, PodiumError, RunFailed
+
+Clock = Annotated[str, typer.Option("--clock", help="xN: the client and the engine run N times faster "
+                                                     "(libfaketime); real: the honest full-duration rehearsal")]
+DEFAULT_CLOCK = "x10"   # a 600 s run in about a minute
+
+
+def prepare(plan: Path, workspace: Path, inference_src: Path | None = None) -> Path:
+    """The rehearsal's plan file in `workspace`, its data sets built there first (once; reused when present)."""
+    from tasks.rehearsal import data
+    from tasks.rehearsal.plan import rehearsal_plan
+
+    original = yaml.safe_load(Path(plan).read_text())
+    built = {}
+    for bench in {b["benchmark"] for b in original["benchmarks"]}:
+        folder = workspace / "rehearsal-data" / bench
+        try:
+            found = data.load(folder)
+            built[bench] = found if found.scale == 1 else data.build(bench, folder)
+        except PlanError:
+            typer.echo(f"building the synthetic {bench} data sets into {folder} (once)")
+            built[bench] = data.build(bench, folder)
+    rewritten = rehearsal_plan(original, built, inference_src=str(inference_src.resolve()) if inference_src else None)
+    out = workspace / "rehearsal" / f"{rewritten['name']}.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(rewritten, sort_keys=False))
+    return out
+
+
+def sizes(folder: Path) -> dict[str, int]:
+    """Bytes of the run's artifacts: accuracy and detail logs before truncation (the full copies kept in the run
+    folder) and after (in the tree), the tree, the tarball, and everything uploaded (the run folder)."""
+    def total(paths: Any) -> int:
+        return sum(p.stat().st_size for p in paths if p.is_file())
+
+    tree = folder / "submission"
+    return {"accuracy logs, full": total((folder / "logs").rglob("mlperf_log_accuracy.json")),
+            "accuracy logs, in the tree": total(tree.rglob("mlperf_log_accuracy.json")),
+            "detail logs": total(tree.rglob("mlperf_log_detail.txt")),
+            "tree": total(tree.rglob("*")),
+            "tarball": total([folder / "submission.tar.gz"]),
+            "run folder (uploaded to object storage)": total(folder.rglob("*"))}
+
+
+def report(original: Path, folder: Path, clock: str, wall_s: float) -> str:
+    """rehearsal.md: what was replaced, the real round's cost, artifact sizes, wall time and peak memory."""
+    from submission import plan as plans
+    from tasks.rehearsal.cost import real_round
+    from tasks.rehearsal.plan import changes
+
+    speed = None if clock == "real" else float(clock.removeprefix("x"))
+    cost = real_round(plans.load(original))
+    lines = ["# Dress rehearsal", "", *(f"- {c}" for c in changes(speed)), "",
+             "## What the real round would cost on the plan's hardware", "",
+             "| run | seconds at the plan's target rate |", "|---|---|"]
+    lines += [f"| {run} | {s:,.0f} |" for run, s in cost["runs"].items()]
+    lines += ["", f"Total: {cost['hours']:.2f} h, {cost['gpu_hours']:.1f} GPU-hours on {cost['gpus']} GPUs "
+              "(accuracy runs and audits included; engine start-up not counted).", "",
+              "## Artifact sizes", "", "| artifact | bytes |", "|---|---|"]
+    lines += [f"| {name} | {size:,} |" for name, size in sizes(folder).items()]
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    lines += ["", f"Wall time {wall_s:.0f} s; peak resident memory of one child process {peak:.0f} MiB "
+              "(each step's own timing: the Prefect UI's task runs).", ""]
+    return "\n".join(lines)
+
+
+@exits_on_error
+def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to rehearse")],
+             clock: Clock = DEFAULT_CLOCK,
+             only: Annotated[list[str] | None, typer.Option(
+                 "--only", metavar="SYSTEM/BENCHMARK[/SCENARIO]", help="rehearse this scenario afresh (the "
+                 "rehearsal's names: rehearsal-SYSTEM/...); the rest from the cache (repeatable)")] = None,
+             inference_src: Annotated[Path | None, typer.Option(
+                 "--inference-src", help="the folder `podium fetch-inference` prints: its checker judges the tree")]
+             = None,
+             workspace: Workspace = Path(".podium")) -> None:
+    """Dress rehearsal: run a real plan as written, with the simulated engine, synthetic full-size data and an
+    accelerated clock in place of the plan's engine, data and time. Its tree can never be packaged."""
+    from tasks import clock as clocks
+
+    os.environ[clocks.ENV] = clock
+    clocks.speed()   # a bad --clock: exit 2 before anything starts
+    if clock != "real":
+        clocks.wrap([])
+    from submission import plan as plans
+    from submission import selection
+
+    rewritten = prepare(plan, workspace, inference_src)
+    loaded = plans.load(rewritten)
+    chosen = selection.resolve(loaded, only or (), where=str(rewritten))
+    prefect_env(workspace)
+    from flows.submission import submission
+
+    typer.secho(f"DRESS REHEARSAL of {plan} (plan {rewritten}): not a submission", fg=typer.colors.YELLOW)
+    started = time.monotonic()
+    state = submission(str(rewritten), str(workspace), list(chosen) or None, return_state=True)
+    latest = (workspace / "runs" / "latest").resolve()
+    text = report(plan, latest, clock, time.monotonic() - started)
+    (latest / "rehearsal.md").write_text(text)
+    if (latest / "report.md").is_file():
+        typer.echo((latest / "report.md").read_text())
+    typer.echo(text)
+    typer.echo(f"run folder: {latest}")
+    result = state.result(raise_on_failure=False)
+    summary = {"clock": clock, "run_folder": str(latest)}
+    (latest / "rehearsal.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if state.is_completed():
+        typer.echo(state.message)
+        return
+    raise result if isinstance(result, PodiumError) else RunFailed(state.message or str(result))

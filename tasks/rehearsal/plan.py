@@ -1,0 +1,155 @@
+"""The dress rehearsal's plan: a real plan kept as written except for what a laptop cannot have.
+
+    data = rehearsal_plan(yaml.safe_load(path.read_text()), {"gpt-oss-120b": built}, clock=10)
+
+What changes (and `changes` lists it, for every page of the report):
+- the engine: the simulated engine (tasks/engines/simulated), launched locally, answering from the synthetic data
+  sets at their real output lengths, sized so that an Offline run lasts just over the round's min duration;
+- the data: the synthetic full-size sets (`tasks.rehearsal.data`) and the byte-level tokenizer in place of the model;
+- the rates: each scenario at the lowest rate the rules allow (`lowest_rates`), not the plan's targets;
+- the names: plan and systems are prefixed `rehearsal-`; the system description's fields the plan leaves empty get
+  labelled rehearsal values; storage is the local S3 server under a `rehearsal/` prefix.
+Everything else (division, profile, min durations, sample counts, audits, generation settings) is the plan's.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+from submission.files import write_atomic
+from submission.rehearsal_marker import PREFIX
+from submission.rules import load_rules
+from tasks.endpoints.probe import P99_MIN_SAMPLES
+from tasks.rehearsal.data import Built
+
+STORAGE_PREFIX = "rehearsal"
+LABEL = "rehearsal placeholder, not a fact of the plan's system"
+MARGIN = 1.1            # runs last 10% over the round's minimum: min_duration and the early-stopping sample count
+CHUNK_TOKENS = 4096     # tokens per streamed event after the first: 32M accuracy tokens in a few events per answer
+TPOT_SHARE = 0.4        # the engine's empty-batch TPOT as a share of the tightest TPOT (or e2e) limit of the plan
+TPOT_LOAD = 0.5         # a full batch is 1.5x slower per token: a full batch stays within the limit
+PREFILL = {"prefill_workers": 8, "prefill_ms": 20.0}   # 400 prompts/s: prefill never limits the rehearsal
+
+
+def changes(clock: float | None) -> list[str]:
+    """What a rehearsal replaces, one line each: said on every page of its output."""
+    speed = "the real clock (--clock real)" if not clock else \
+        f"an accelerated clock, x{clock:g} (libfaketime): 600 s of the client's clock take {600 / clock:.0f} s"
+    return ["engine: Podium's simulated engine on this machine, not the plan's engine and hardware",
+            "data: synthetic data sets at the reference's sizes and schemas, with answers the engine knows",
+            f"clock: the measuring client and the engine run on {speed}; everything else on the real clock",
+            "rates: the lowest the round's rules allow, not the plan's targets (the real round's cost is estimated)"]
+
+
+def lowest_rates(plan: dict[str, Any], bench: dict[str, Any], rows: dict[str, int]) -> dict[str, float]:
+    """Scenario -> the lowest target QPS the round allows: Offline issues the performance set once over
+    `MARGIN` x min_duration; Server and Interactive issue the early-stopping p99's minimum sample count
+    (P99_MIN_SAMPLES, loadgen's early_stopping.cc and the endpoints client alike) over min_duration, with `MARGIN`."""
+    rules = load_rules(plan["round"])
+    seconds = rules.min_duration_ms / 1000
+    out = {}
+    for name in bench["scenarios"]:
+        if name == "Offline":
+            out[name] = math.floor(100 * rows[name] / (seconds * MARGIN)) / 100
+        else:
+            out[name] = math.ceil(100 * P99_MIN_SAMPLES * MARGIN / seconds) / 100
+    return out
+
+
+def engine_options(plan: dict[str, Any], bench: dict[str, Any], built: Built, rows: dict[str, int],
+                   output: dict[str, float]) -> dict[str, Any]:
+    """The simulated engine's options: prefill never limits; TPOT a share of the plan's tightest limit; decode slots
+    so that the Offline performance set (`rows`, `output`: its mean answer length) takes MARGIN x min_duration."""
+    rules = load_rules(plan["round"])
+    scenarios = rules.benchmark(bench["benchmark"]).scenario
+    limits = [scenarios(n).tpot_ms for n in bench["scenarios"] if scenarios(n).tpot_ms]
+    limits += [scenarios(n).latency_ms / max(output["p99"], 1) for n in bench["scenarios"] if scenarios(n).latency_ms]
+    tpot_ms = round(TPOT_SHARE * min(limits or [80.0]), 3)
+    seconds = rules.min_duration_ms / 1000 * MARGIN
+    per_request_s = (output["mean"] - 1) * tpot_ms * (1 + TPOT_LOAD) / 1000
+    slots = max(1, math.ceil(rows["Offline"] / seconds * per_request_s)) if "Offline" in rows else 64
+    return {**PREFILL, "decode_workers": 1, "decode_slots": slots, "tpot_ms": tpot_ms, "tpot_load": TPOT_LOAD,
+            "output_tokens": max(2, round(output["mean"])), "chunk_tokens": CHUNK_TOKENS,
+            "answers": list(built.answers)}
+
+
+def output_lengths(path: str) -> dict[str, float]:
+    """Mean and p99 answer length (tokens) the simulated engine serves for the data set at `path`."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tasks.engines.simulated.answers import OUTPUT_TOKENS
+
+    values = pq.read_table(path, columns=[OUTPUT_TOKENS]).column(0).to_numpy()
+    return {"mean": float(values.mean()), "p99": float(np.percentile(values, 99))}
+
+
+def describe(system: dict[str, Any], round: str) -> dict[str, str]:
+    """The plan's description, every field the checker requires non-empty and the plan leaves out given a labelled
+    rehearsal value (the plan's own entries, as system_name or division, come from the plan)."""
+    fields = load_rules(round).system_fields
+    own = {"division", "submitter", "system_type", "status", "system_name", "number_of_nodes", "framework"}
+    given = dict(system.get("description") or {})
+    return given | {f: LABEL for f in fields.non_empty if f not in given and f not in own}
+
+
+def rehearsal_plan(plan: dict[str, Any], built: dict[str, Built], *, inference_src: str | None = None
+                   ) -> dict[str, Any]:
+    """The rehearsal of `plan` (its YAML data, unchanged): see the module's docstring. `built`: benchmark -> its
+    synthetic data (`tasks.rehearsal.data.build`)."""
+    out = copy.deepcopy(plan)
+    out["name"] = PREFIX + plan["name"]
+    names = {s["name"]: PREFIX + s["name"] for s in plan["systems"]}
+    out["systems"] = [{**{k: v for k, v in s.items() if k != "work_pool"}, "name": names[s["name"]],
+                       "description": describe(s, plan["round"])} for s in plan["systems"]]
+    out["benchmarks"] = [_benchmark(plan, b, built[b["benchmark"]], names) for b in plan["benchmarks"]]
+    out["storage"] = {"bucket": plan["storage"]["bucket"], "embedded": True,
+                      "prefix": "/".join(p for p in (STORAGE_PREFIX, plan["storage"].get("prefix", "")) if p)}
+    if inference_src:
+        out["inference_src"] = inference_src
+    return out
+
+
+def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names: dict[str, str]) -> dict[str, Any]:
+    out = copy.deepcopy(bench)
+    out["system"] = names[bench["system"]]
+    for field, path in built.plan.items():   # dataset.performance, dataset.compliance.TEST07, model.source ...
+        *parents, last = field.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = path
+    if "model.source" not in built.plan:   # no tokenizer of its own: a stand-in folder (`model_folder`)
+        out["model"]["source"] = str(model_folder(built))
+    if "lcb_tests" in built.extra:
+        out["dataset"]["lcb_tests"] = built.extra["lcb_tests"]
+    datasets = {name: out["dataset"].get("scenarios", {}).get(name, out["dataset"]["performance"])
+                for name in bench["scenarios"]}
+    rows = {name: output_rows(path) for name, path in datasets.items()}
+    output = output_lengths(out["dataset"]["performance"])
+    engine = bench["engine"]
+    kept = {k: engine[k] for k in ("ready_timeout_s", "stall_timeout_s", "warmup_requests", "warmup_timeout_s")
+            if k in engine}
+    out["engine"] = {"name": "simulated", "launcher": "local", **kept,
+                     "options": engine_options(plan, bench, built, rows, output)}
+    rates = lowest_rates(plan, bench, rows)
+    out["scenarios"] = {name: {**sc, "target_qps": rates[name]} for name, sc in bench["scenarios"].items()}
+    return out
+
+
+def model_folder(built: Built) -> Path:
+    """The stand-in for the model's folder where the synthetic data brings no tokenizer: a README saying so."""
+    folder = Path(built.root) / "model"
+    if not (folder / "README.md").is_file():
+        write_atomic(folder / "README.md", "Dress rehearsal: no model; the simulated engine answers.\n")
+    return folder
+
+
+def output_rows(path: str) -> int:
+    """Rows of the parquet data set at `path`."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows

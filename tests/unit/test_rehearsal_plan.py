@@ -1,0 +1,76 @@
+"""The dress rehearsal's plan rewrite of both shipped closed plans: engine, data, rates, names, description and
+storage replaced; everything else as written; the result a valid submission-profile plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from submission import plan as plans
+from submission.errors import PlanError
+from submission.package import package
+from submission.rehearsal_marker import MARKER, mark
+from tasks import clock
+from tasks.rehearsal import data
+from tasks.rehearsal.plan import LABEL, rehearsal_plan
+
+PLANS = {"gpt-oss-120b": "deployments/plans/gpt-oss-120b-trtllm-k8s.yaml",
+         "qwen3-vl-235b-a22b": "deployments/plans/qwen3-vl-dynamo-75-25.yaml"}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, data.Built]:
+    root = tmp_path_factory.mktemp("rehearsal-data")
+    return {b: data.build(b, root / b, scale=0.02) for b in PLANS}
+
+
+@pytest.mark.parametrize("benchmark", PLANS)
+def test_rewrite_keeps_the_plan_but_engine_data_rates_and_names(benchmark: str,
+                                                                built: dict[str, data.Built]) -> None:
+    original = yaml.safe_load(Path(PLANS[benchmark]).read_text())
+    out = rehearsal_plan(original, built)
+    loaded = plans.parse(out)   # valid as a closed submission-profile plan
+    assert (loaded.division, loaded.profile) == (original["division"], original["profile"]) == ("closed", "submission")
+    assert loaded.name == "rehearsal-" + original["name"]
+    assert all(s.name.startswith("rehearsal-") for s in loaded.systems)
+    assert loaded.storage.embedded and loaded.storage.prefix.startswith("rehearsal")
+    bench, before = loaded.benchmarks[0], original["benchmarks"][0]
+    assert bench.engine.name == "simulated" and bench.engine.launcher == "local"
+    options = bench.engine.config()
+    assert options.answers == built[benchmark].answers and options.chunk_tokens >= 1024
+    assert bench.dataset.performance == built[benchmark].plan["dataset.performance"]
+    assert Path(bench.model.source).is_relative_to(built[benchmark].root)
+    assert bench.generation.model_dump(exclude_defaults=True) == before["generation"]
+    assert bench.model.name == before["model"]["name"]
+    assert set(bench.scenarios) == set(before["scenarios"])
+    for name, sc in bench.scenarios.items():   # the lowest rates: under the plan's targets, enough for 662 samples
+        assert sc.target_qps < before["scenarios"][name]["target_qps"]
+        if name != "Offline":
+            assert sc.target_qps * 600 >= 662
+        assert sc.max_concurrency == before["scenarios"][name]["max_concurrency"]
+    system = loaded.systems[0].description
+    assert all(system[k] == v for k, v in original["systems"][0]["description"].items())
+    assert LABEL in system.values()   # the fields the plan leaves empty are labelled
+    if benchmark == "gpt-oss-120b":
+        assert bench.dataset.lcb_tests == built[benchmark].extra["lcb_tests"]
+        assert ("dataset.lcb_tests", "tests", bench.dataset.lcb_tests) in bench.sources()
+
+
+def test_the_clock_seam(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(clock.ENV, raising=False)
+    assert clock.wrap(["a"]) == ["a"] and clock.speed() is None
+    monkeypatch.setenv(clock.ENV, "x10")
+    assert clock.speed() == 10 and clock.wrap(["a"])[-3:] == ["-f", "+0 x10", "a"]
+    monkeypatch.setenv(clock.ENV, "fast")
+    with pytest.raises(PlanError):
+        clock.speed()
+
+
+def test_package_refuses_a_rehearsal_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "submission"
+    (tree / "closed").mkdir(parents=True)
+    mark(tree)
+    with pytest.raises(PlanError, match=MARKER):
+        package(tree)
