@@ -66,7 +66,7 @@ def sizes(folder: Path) -> dict[str, int]:
 def report(original: Path, folder: Path, clock: str, wall_s: float) -> str:
     """rehearsal.md: what was replaced, the real round's cost, artifact sizes, wall time and peak memory."""
     from submission import plan as plans
-    from tasks.rehearsal.cost import real_round
+    from submission.cost import real_round
     from tasks.rehearsal.plan import changes
 
     speed = None if clock == "real" else float(clock.removeprefix("x"))

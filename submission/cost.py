@@ -5,13 +5,15 @@ check, a dress rehearsal of the real round), so their numbers agree.
 A Server-type run lasts the longest of its floor (min_duration: the round's 600 s in a submission) and its query
 count at its rate (min_query_count / target_qps): loadgen issues until both are met. An Offline run's expected rate
 is its target_qps the same way. GPU-hours are seconds x the deployment's GPUs / 3600; the GPUs come from the engine
-options' topology (`gpus`).
+options' topology (`gpus`). `real_round`: what a whole plan's round takes on its own hardware, at its target rates.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from submission.plan import Plan
+from submission.rules import load_rules
 from submission.runs import RunSpec
 
 ROUND_MIN_DURATION_S = 600.0   # mlperf.conf *.*.min_duration = 600000 (ms): a run's floor where user.conf sets none
@@ -72,3 +74,34 @@ def describe(t: dict[str, Any]) -> str:
     if "in_full_runs" in t:
         line += f" = {t['in_full_runs']:g} full-length runs"
     return line + (f", {t['gpu_hours']:g} GPU-hours on {t['gpus']} GPUs" if t["gpus"] else " (no GPUs: a CPU engine)")
+
+
+def real_round(plan: Plan) -> dict[str, Any]:
+    """What the round of `plan` takes on its own hardware at its target rates (a dress rehearsal reports it): each
+    performance run its `run_seconds` (the round's min duration, its performance samples at the target rate); an
+    accuracy run the accuracy set at the Offline rate (longer answers not modelled: a lower bound); each audit its
+    audit.config min_query_count at the scenario's rate (Server audits at compliance.server_qps_factor). GPU-hours on
+    the benchmark's GPUs (`gpus` of its engine options, else its system's nodes x accelerators_per_node)."""
+    rules = load_rules(plan.round)
+    minimum = rules.min_duration_ms / 1000
+    runs: dict[str, float] = {}
+    gpu_seconds, most = 0.0, 0
+    for b in plan.benchmarks:
+        system = plan.system(b.system)
+        count = gpus(b.engine.config()) or system.nodes * int(system.description.get("accelerators_per_node") or 1)
+        most = max(most, count)
+        bench = rules.benchmark(b.benchmark)
+        offline = (b.scenarios.get("Offline") or next(iter(b.scenarios.values()))).target_qps or 1.0
+        for name, sc in b.scenarios.items():
+            qps = sc.target_qps or offline
+            samples = bench.performance_sample_count
+            here = {f"{b.key}/{name}/performance": run_seconds(minimum, samples, qps),
+                    f"{b.key}/{name}/accuracy": run_seconds(0.0, bench.scenario(name).accuracy_sample_count, offline)}
+            audit_qps = qps if name == "Offline" else qps * plan.compliance.server_qps_factor
+            for test in bench.compliance_tests if plan.audits_enabled else ():
+                queries = rules.audit(test).values(b.benchmark).get("min_query_count", samples)
+                here[f"{b.key}/{name}/{test}"] = run_seconds(0.0, queries, audit_qps)
+            runs |= here
+            gpu_seconds += sum(here.values()) * count
+    seconds = sum(runs.values())
+    return {"runs": runs, "hours": seconds / 3600, "gpus": most, "gpu_hours": round(gpu_seconds / 3600, 3)}
