@@ -74,3 +74,19 @@ def test_package_refuses_a_rehearsal_tree(tmp_path: Path) -> None:
     mark(tree)
     with pytest.raises(PlanError, match=MARKER):
         package(tree)
+
+
+def test_the_real_rounds_cost_of_the_gpt_oss_plan() -> None:
+    """Offline at 40 q/s: 6396 samples take 159.9 s, so the round's 600 s floor holds; Server at 9 q/s: 710.7 s; the
+    accuracy runs (4395 samples) at the Offline rate; TEST07/TEST09 at each scenario's rate; on the plan's GPUs."""
+    from submission.cost import real_round
+
+    plan = plans.load(Path(PLANS["gpt-oss-120b"]))
+    cost = real_round(plan)
+    runs = {k.split("/", 2)[-1]: v for k, v in cost["runs"].items()}
+    assert runs["Offline/performance"] == 600.0
+    assert runs["Server/performance"] == pytest.approx(6396 / 9)
+    assert runs["Offline/accuracy"] == runs["Server/accuracy"] == pytest.approx(4395 / 40)
+    assert {"Offline/TEST07", "Offline/TEST09", "Server/TEST07", "Server/TEST09"} <= set(runs)
+    assert cost["gpus"] == 4
+    assert cost["gpu_hours"] == pytest.approx(sum(cost["runs"].values()) * 4 / 3600, abs=1e-3)
