@@ -237,7 +237,8 @@ def test_bringup_deployment_runs_the_smoke_plan_then_the_full_plan(stack: Stack)
     artifacts = post(stack, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}})
     assert any(a["key"] == "bringup-preflight" and "GPUs and driver" in a["data"] for a in artifacts)
     # what the bring-up run itself shows: its outcome line, the summaries, live progress, named subflows; the CPU
-    # smoke run has no published result for its accelerator, the simulated 4 x GB200 run is far under the best one
+    # smoke run has no published result for its accelerator, the 4 x GB200 run (the smoke engine on a system described
+    # as 4 GB200) is far under the best one
     line, tree = flow_run["state"]["message"], re.escape(str(folder / "submission"))
     sim_tree = re.escape(str(sim_folder / "submission"))
     assert re.fullmatch(rf"bring-up of ci: (\d+)/\1 preflight checks passed \| smoke plan smoke: 1/1 runs VALID, "
