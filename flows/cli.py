@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from flows import curation_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli
-from flows.cli_common import Workspace, exits_on_error, prefect_env, prefect_server
+from flows.cli_common import Workspace, end_with, exits_on_error, prefect_env, prefect_server
 from submission.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
 
@@ -58,11 +58,7 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     if report.is_file():
         typer.echo(report.read_text())
         typer.echo(f"run folder: {latest.resolve()}")
-    if state.is_completed():
-        typer.echo(state.message)   # the run in one line, as its final state says it
-    else:
-        error = state.result(raise_on_failure=False)
-        raise error if isinstance(error, PodiumError) else RunFailed(state.message or str(error))
+    end_with(state)   # the run in one line, as its final state says it, or its error
 
 
 @app.command()

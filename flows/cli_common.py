@@ -12,7 +12,7 @@ from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
-from submission.errors import PodiumError
+from submission.errors import PodiumError, RunFailed
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium keeps its state")]
 P = ParamSpec("P")
@@ -66,3 +66,13 @@ def exits_on_error(command: Callable[P, R]) -> Callable[P, R]:
             raise   # unreachable: fail exits
 
     return wrapper
+
+
+def end_with(state) -> None:
+    """The end of a command that ran the submission flow: its one-line outcome when it completed, else its error
+    (a PodiumError keeps its exit code; anything else is a failed run)."""
+    if state.is_completed():
+        typer.echo(state.message)
+        return
+    error = state.result(raise_on_failure=False)
+    raise error if isinstance(error, PodiumError) else RunFailed(state.message or str(error))

@@ -18,8 +18,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from flows.cli_common import Workspace, exits_on_error, prefect_env
-from submission.errors import PlanError, PodiumError, RunFailed
+from flows.cli_common import Workspace, end_with, exits_on_error, prefect_env
+from submission.errors import PlanError
 
 Clock = Annotated[str, typer.Option("--clock", help="xN: the client and the engine run N times faster "
                                                      "(libfaketime); real: the honest full-duration rehearsal")]
@@ -102,7 +102,7 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
     os.environ[clocks.ENV] = clock
     clocks.speed()   # a bad --clock: exit 2 before anything starts
     if clock != "real":
-        clocks.wrap([])
+        clocks.wrap([])   # faketime missing: exit 2 now, not at the first run
     from submission import plan as plans
     from submission import selection
 
@@ -122,10 +122,6 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
         typer.echo((latest / "report.md").read_text())
     typer.echo(text)
     typer.echo(f"run folder: {latest}")
-    result = state.result(raise_on_failure=False)
     summary = {"clock": clock, "run_folder": str(latest)}
     (latest / "rehearsal.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if state.is_completed():
-        typer.echo(state.message)
-        return
-    raise result if isinstance(result, PodiumError) else RunFailed(state.message or str(result))
+    end_with(state)
