@@ -257,3 +257,23 @@ def test_a_probe_invalid_by_early_stopping_alone_does_not_hold_the_search_down(n
     assert result.run_seconds <= 4 * judge_.full_seconds(result.qps)
     early = [p for p in result.trace if p.stage == "probe" and p.valid and p.reasons]
     assert early and all("early stopping alone" in p.why for p in early)
+
+
+def test_a_confirmation_with_room_climbs_once() -> None:
+    """A server whose short probes fail by their overload signals at 198.8 q/s, under its true peak (213 q/s at 6400
+    queries): the confirmation at 195.2 passes with its p99 margin at 0.75, so a second full-length run tries where
+    that margin says the limit is, and passes; 195.2 alone is VALID at 1.06x, so it was not the peak."""
+    from tasks.engines.simulated.queueing import valid_at
+
+    cfg = SimConfig(prefill_workers=1, prefill_ms=2, decode_workers=4, decode_slots=48, tpot_ms=15, tpot_load=3.0,
+                    output_tokens=16)
+    probe = Protocol(V61["ttft"], V61["tpot"], 1000, 640, 32, SEED, max_tokens=16)
+    full = Protocol(V61["ttft"], V61["tpot"], 1000, 6400, 32, SEED, max_tokens=16)
+    judge_ = judge(cfg, probe, full)
+    result = search(judge_, 208.33, SearchSettings(precision=0.02, probe_duration_ms=1000))
+    confirms = [p for p in result.trace if p.stage == "confirm"]
+    assert [p.valid for p in confirms] == [True, True] and confirms[0].qps < confirms[1].qps == result.qps
+    assert "left room; a second one confirmed" in result.message
+    assert valid_at(cfg, full, result.qps) and not valid_at(cfg, full, result.qps * 1.06)
+    assert valid_at(cfg, full, confirms[0].qps * 1.06)   # without the climb the answer was not the peak
+    assert result.run_seconds <= 4 * judge_.full_seconds(result.qps)
