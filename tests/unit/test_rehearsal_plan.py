@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -45,10 +46,12 @@ def test_rewrite_keeps_the_plan_but_engine_data_rates_and_names(benchmark: str,
     assert bench.generation.model_dump(exclude_defaults=True) == before["generation"]
     assert bench.model.name == before["model"]["name"]
     assert set(bench.scenarios) == set(before["scenarios"])
-    for name, sc in bench.scenarios.items():   # the lowest rates: under the plan's targets, enough for 662 samples
+    offline = bench.scenarios["Offline"].target_qps   # the performance set once over 660 s
+    assert offline * 660 <= len(pq.read_table(bench.dataset.performance)) < (offline + 0.01) * 660
+    for name, sc in bench.scenarios.items():   # under the plan's targets; Server/Interactive at half the Offline rate
         assert sc.target_qps < before["scenarios"][name]["target_qps"]
         if name != "Offline":
-            assert sc.target_qps * 600 >= 662
+            assert sc.target_qps * 600 >= 662 and sc.target_qps >= offline / 2 - 0.01
         assert sc.max_concurrency == before["scenarios"][name]["max_concurrency"]
     system = loaded.systems[0].description
     assert all(system[k] == v for k, v in original["systems"][0]["description"].items())
