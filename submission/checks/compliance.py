@@ -5,8 +5,9 @@ verification file and pass lines: TEST01 "TEST PASS" in verify_accuracy.txt and 
 verify_performance.txt, TEST06 the three check lines, TEST07 "TEST PASS" in verify_accuracy.txt, TEST08 in
 verify_accuracy.txt, TEST09 in verify_output_len.txt; TEST01/TEST04 performance/run_1 with exactly the two logs,
 checked like a performance run. Podium's own: the exact file set of every test folder, the audit run's log (VALID,
-no errors, the round's seeds, the folder's scenario and limits, the audit.config in effect), truncated accuracy logs
-with their hash line.
+an error for TEST01/TEST04 and a warning for the tests whose performance run the official checker does not judge; no
+errors, the round's seeds, the folder's scenario and limits, the audit.config in effect), truncated accuracy logs with
+their hash line.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 from submission.checks import endpoints, loadgen
 from submission.checks.findings import Context, ScenarioResult
 from submission.plan import check_name
+from submission.rehearsal_marker import MARKER as REHEARSAL_MARKER
 from submission.rules import BenchmarkRules
 from submission.systems import validate as validate_system
 from submission.tree import DIVISIONS, ORG_DIRS, ORG_FILES, SCENARIO_FOLDERS, SMOKE_MARKER, layout_of
@@ -39,8 +40,11 @@ def walk(ctx: Context) -> None:
     for link in sorted(p for p in ctx.root.rglob("*") if p.is_symlink()):
         ctx.add("symlink", link, "a symbolic link in the tree", "copy the file in; a tarball or upload may not follow "
                 "links, and a link can point outside the tree")
-    ctx.unexpected(ctx.root, files={SMOKE_MARKER}, dirs=set(DIVISIONS),
+    ctx.unexpected(ctx.root, files={SMOKE_MARKER, REHEARSAL_MARKER}, dirs=set(DIVISIONS),
                    why=" at the top level (only closed/, open/ and network/ belong here)")
+    if (ctx.root / REHEARSAL_MARKER).is_file():   # the official checker reads no file at the top and passes it
+        ctx.add("rehearsal", ctx.root / REHEARSAL_MARKER, "a dress rehearsal's tree (podium rehearse), not a "
+                "submission", "run the plan itself on its hardware for a submission", severity="warning")
     for division in DIVISIONS:
         folder = ctx.root / division
         if not folder.is_dir():

@@ -87,3 +87,17 @@ def test_the_last_scaling_check_joins_the_report(tmp_path: Path) -> None:
     out = evaluate(plan, [{**row("Offline", 10.0), "mode": "performance"}], {}, None, tmp_path)
     assert [g["gate"] for g in out["gates"]] == ["scaling"] and out["failed"] == 1
     assert "nothing to compare with" in out["markdown"]
+
+
+def test_a_rehearsal_is_not_held_against_the_published_results(tmp_path: Path) -> None:
+    """A GB200 system's Offline row is compared with the published GB200 results; the same row of a rehearsal (the
+    simulated engine at the rehearsal's own rates) is not: a full-size rehearsal printed "16 % of the best published
+    B200 per GPU" in its outcome line."""
+    plan = plans.load(SMOKE)
+    systems = {"s": {"accelerator_model_name": "NVIDIA GB200", "accelerators_per_node": "4", "number_of_nodes": "1"}}
+    records = [{**row("Offline", 20000.0), "benchmark": "gpt-oss-120b", "unit": "Tokens/s", "mode": "performance"}]
+    real = evaluate(plan, records, systems, None, tmp_path)
+    assert real["published"] and "published" in real["published_line"]
+    rehearsal = evaluate(plan.model_copy(update={"name": "rehearsal-" + plan.name}), records, systems, None, tmp_path)
+    assert rehearsal["published"] == [] and rehearsal["published_line"] == ""
+    assert "published" not in rehearsal["markdown"]

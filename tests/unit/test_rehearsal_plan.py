@@ -53,6 +53,7 @@ def test_rewrite_keeps_the_plan_but_engine_data_rates_and_names(benchmark: str,
         if name != "Offline":
             assert sc.target_qps * 600 >= 662 and sc.target_qps >= offline / 2 - 0.01
         assert sc.max_concurrency == before["scenarios"][name]["max_concurrency"]
+    assert loaded.gates.server_offline_min_ratio is None and loaded.gates.published_min_fraction is None
     system = loaded.systems[0].description
     assert all(system[k] == v for k, v in original["systems"][0]["description"].items())
     assert LABEL in system.values()   # the fields the plan leaves empty are labelled
