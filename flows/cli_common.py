@@ -13,6 +13,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from submission.errors import PodiumError, RunFailed
+from tasks.ops import nodes
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium keeps its state")]
 P = ParamSpec("P")
@@ -26,6 +27,8 @@ def prefect_env(workspace: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "podium")
+    for name, value in nodes.LEASE_STORAGE.items():   # a killed flow's node slot outlives its temporary server
+        os.environ.setdefault(name, value)
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 It builds the synthetic data sets once into the workspace (`rehearsal-data/<benchmark>`), writes the rewritten plan
 (tasks.rehearsal.plan) to `rehearsal/<plan>.yaml`, sets the measuring client's clock (tasks.clock) and runs the
 normal submission flow on it. Then `rehearsal.md` in the run folder adds what the real round would cost on the
-plan's hardware, the size of every artifact and each step's wall time; it is printed with the flow's report.
+plan's hardware, the runs that needed a slower clock than the rehearsal's (tasks.clock: the fall-back), the size of
+every artifact and each step's wall time; it is printed with the flow's report.
 """
 
 from __future__ import annotations
@@ -63,8 +64,24 @@ def sizes(folder: Path) -> dict[str, int]:
             "run folder (uploaded to object storage)": total(folder.rglob("*"))}
 
 
+def slower_clocks(folder: Path, speed: float) -> list[str]:
+    """The runs and audits of the run folder (results.json, compliance.json) that the client measured on a slower
+    clock than the rehearsal's `speed` because a faster one missed their latency limits, as `label | xN` rows."""
+    from submission.runs import AuditRecord, RunRecord
+
+    rows = []
+    for name, model in (("results.json", RunRecord), ("compliance.json", AuditRecord)):
+        path = folder / name
+        for item in json.loads(path.read_text()) if path.is_file() else []:
+            rec = model.model_validate(item)
+            if rec.clock is not None and rec.clock < speed:
+                rows.append(f"| {rec.label} | x{rec.clock:g} |")
+    return rows
+
+
 def report(original: Path, folder: Path, clock: str, wall_s: float) -> str:
-    """rehearsal.md: what was replaced, the real round's cost, artifact sizes, wall time and peak memory."""
+    """rehearsal.md: what was replaced, the real round's cost, the runs that needed a slower clock, artifact sizes,
+    wall time and peak memory."""
     from submission import plan as plans
     from submission.cost import real_round
     from tasks.rehearsal.plan import changes
@@ -76,8 +93,14 @@ def report(original: Path, folder: Path, clock: str, wall_s: float) -> str:
              "| run | seconds at the plan's target rate |", "|---|---|"]
     lines += [f"| {run} | {s:,.0f} |" for run, s in cost["runs"].items()]
     lines += ["", f"Total: {cost['hours']:.2f} h, {cost['gpu_hours']:.1f} GPU-hours on {cost['gpus']} GPUs "
-              "(accuracy runs and audits included; engine start-up not counted).", "",
-              "## Artifact sizes", "", "| artifact | bytes |", "|---|---|"]
+              "(accuracy runs and audits included; engine start-up not counted).", ""]
+    if speed is not None:
+        slower = slower_clocks(folder, speed)
+        lines += ["## Runs that needed a slower clock", ""]
+        lines += [f"INVALID for their latency alone on the {clock} clock, these ran again with the client on a "
+                  f"slower one (the engine kept {clock}):", "", "| run | the client's clock |", "|---|---|",
+                  *slower, ""] if slower else [f"None: every run kept the {clock} clock.", ""]
+    lines += ["## Artifact sizes", "", "| artifact | bytes |", "|---|---|"]
     lines += [f"| {name} | {size:,} |" for name, size in sizes(folder).items()]
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     lines += ["", f"Wall time {wall_s:.0f} s; peak resident memory of one child process {peak:.0f} MiB "

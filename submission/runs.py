@@ -176,6 +176,7 @@ class RunRecord(Strict):
     flow_run_id: str | None = None      # the benchmark flow run that measured it (a fleet's child run)
     started_at: str | None = None       # when loadgen started and ended, ISO 8601 UTC
     ended_at: str | None = None
+    clock: float | None = None          # a rehearsal's client clock (x10: 10.0) that measured it; None: the real one
 
     @property
     def label(self) -> str:
@@ -188,7 +189,8 @@ def _ms(ns: int | None) -> float | None:
 
 def record(spec: RunSpec, run_dir: str, run, rules: Rules, stats: dict,
            accuracy: dict[str, float] | None = None, accuracy_pass: bool | None = None, *,
-           flow_run_id: str | None = None, started_at: str | None = None, ended_at: str | None = None) -> RunRecord:
+           flow_run_id: str | None = None, started_at: str | None = None, ended_at: str | None = None,
+           clock: float | None = None) -> RunRecord:
     """Build the results row of a run from its parsed loadgen log (`submission.logs.LoadgenRun`). The row shows
     the headline accuracy metric; `accuracy_pass` is the evaluator's verdict over every target and upper limit."""
     scenario = rules.benchmark(spec.benchmark).scenario(spec.scenario)
@@ -204,7 +206,7 @@ def record(spec: RunSpec, run_dir: str, run, rules: Rules, stats: dict,
         invalid_reasons=run.invalid_reasons, ttft_p99_ms=_ms(run.ttft_p99_ns), tpot_p99_ms=_ms(run.tpot_p99_ns),
         latency_p99_ms=_ms(run.latency_ns.get("99.00")), num_errors=run.num_errors,
         sut_failures=stats.get("failed", 0), token_source=stats.get("token_source", ""), wall_s=stats.get("wall_s"),
-        flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at, **fields)
+        flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at, clock=clock, **fields)
 
 
 class AuditCheck(Strict):
@@ -239,6 +241,7 @@ class AuditRecord(Strict):
     target_qps: float | None = None     # the derated rate of a Server/Interactive audit
     official: str | None = None         # official run_verification.py: PASS | FAIL | not run: why | not configured
     disagreement: str | None = None     # set when the official verdict differs from Podium's
+    clock: float | None = None          # as RunRecord.clock
 
     @property
     def label(self) -> str:

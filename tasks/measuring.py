@@ -1,6 +1,7 @@
 """What every measured run shares, whichever client measures it (`tasks.harness`: loadgen; `tasks.endpoints`: the
 MLCommons endpoints client): what it needs of its engine, where a failed attempt's logs go, how its results row is
-judged and summed up in one line.
+judged and summed up in one line, and the accelerated clock's fall-back for a run INVALID for its latency alone
+(`on_slower_clocks`, tasks.clock).
 
 A run that cannot change by retrying (INVALID, client errors, accuracy under the target) raises `RunRejected`
 carrying its record; the steps neither retry nor cache it.
@@ -8,15 +9,21 @@ carrying its record; the steps neither retry nor cache it.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from submission.errors import RunFailed
 from submission.runs import RunRecord
 from submission.selection import rerun
+from tasks import clock
 from tasks.engines import Endpoint
+
+T = TypeVar("T")
+log = logging.getLogger("podium.measuring")
 
 
 class Engine(Protocol):
@@ -64,6 +71,25 @@ def set_aside(run_dir: Path, why: str = "failed") -> Path:
     aside = run_dir.with_name(f"{run_dir.name}.{why}-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**6:06d}")
     run_dir.rename(aside)
     return aside
+
+
+def on_slower_clocks(label: str, run_dir: Path, measure: Callable[[float | None], T],
+                     latency_alone: Callable[[T], bool]) -> tuple[T, float | None]:
+    """Measure a run on the client's clock and, under an accelerated one, again on each slower clock of the ladder
+    while it comes out INVALID for its latency alone (tasks.clock: the fall-back); returns what the last measurement
+    gave and the clock it ran on (None: the real clock, measured once). `measure(factor)` runs the client on clock
+    `factor` and returns what its judge needs; `latency_alone` judges it. Each faster attempt's folder is set aside as
+    `<key>.clock-x10-<time>` (kept, never read again). The last clock's result stands, whatever it is."""
+    factor, *slower = clock.ladder()
+    result = measure(factor)
+    for next_factor in slower:
+        if not latency_alone(result):
+            break
+        aside = set_aside(run_dir, f"clock-{clock.label(factor)}")
+        log.warning("%s: INVALID for its latency alone on the %s clock (kept in %s); measuring it again on %s", label,
+                    clock.label(factor), aside, clock.label(next_factor))
+        factor, result = next_factor, measure(next_factor)
+    return result, factor
 
 
 def utc_now() -> str:

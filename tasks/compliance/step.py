@@ -2,9 +2,11 @@
 job's content key.
 
 The run happens in its own folder (`<work>/runs/<key>/`, the harness child's working directory) with
-`audit.config` written there just before and removed right after, even when the run fails. A failed verdict is
-retried once on a fresh run; a second failure raises `AuditFailed` carrying the record (what failed, by how much)
-and is not cached. A crash (engine died, harness failed) is retried once by Prefect, like a loadgen run.
+`audit.config` written there just before and removed right after, even when the run fails. Under a rehearsal's
+accelerated clock a run INVALID for its latency alone is measured again on a slower client clock before it is
+verified (tasks.clock). A failed verdict is retried once on a fresh run; a second failure raises `AuditFailed`
+carrying the record (what failed, by how much) and is not cached. A crash (engine died, harness failed) is retried
+once by Prefect, like a loadgen run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Protocol
 from prefect import task
 
 from submission.errors import RunFailed
-from submission.logs import load_run
+from submission.logs import LoadgenRun, load_run
 from submission.runs import AuditCheck, AuditRecord
 from submission.selection import Reuse
 from tasks.compliance import AuditJob, audit
@@ -24,6 +26,8 @@ from tasks.compliance.common import audit_config_file
 from tasks.compliance.official_scripts import Official, run_official
 from tasks.engines import Endpoint
 from tasks.harness import runner
+from tasks.harness.measure import latency_alone
+from tasks.measuring import on_slower_clocks
 from tasks.serving import telemetry
 from tasks.serving.session import EngineSession
 from tasks.steps import call_cached, retry_transient, run_logger
@@ -68,11 +72,16 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
     run_dir = work_dir / "runs" / job.spec.key()
     _set_aside(run_dir)
     endpoint = engine.endpoint()
-    with (engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config),
-          telemetry.sampling(run_dir, endpoint.base_url, job.spec.engine,   # beside the run, as for every run
-                             dcgm_urls=endpoint.dcgm_urls)):
-        stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s)
-    run = load_run(run_dir)
+
+    def measure(speed: float | None) -> tuple[dict, LoadgenRun]:
+        with (engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config),
+              telemetry.sampling(run_dir, endpoint.base_url, job.spec.engine,   # beside the run, as for every run
+                                 dcgm_urls=endpoint.dcgm_urls)):
+            stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed)
+        return stats, load_run(run_dir)
+
+    (stats, run), speed = on_slower_clocks(job.label, run_dir, measure,
+                                           lambda measured: latency_alone(measured[1], measured[0]))
     verdict = impl.verify(run_dir, job)
     checks = list(verdict.checks)
     if not any("audit.config" in w for w in run.warnings):   # loadgen logs this warning when it applied the file
@@ -91,7 +100,7 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
         key=job.key(), system=job.spec.system, benchmark=job.spec.benchmark, scenario=job.spec.scenario,
         test=job.test, run_dir=str(run_dir), folder=str(folder), passed=passed, checks=tuple(checks),
         attempts=attempt, target_qps=job.target_qps, official=official.verdict,
-        disagreement=official.disagreement(passed))
+        disagreement=official.disagreement(passed), clock=speed)
 
 
 def run_audit(job: AuditJob, engine: EndpointSource, work_dir: Path, attempts: int = ATTEMPTS) -> AuditRecord:

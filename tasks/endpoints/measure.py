@@ -8,7 +8,8 @@ minimum duration: a run that ended sooner (an Offline engine faster than its tar
 too. An accuracy run carries the client's own score; the plan's evaluator (the benchmark's reference one unless the
 plan names another) scores the same answers (tasks.endpoints.answers) and gives the verdict, and where it is the
 reference one the two scores must agree. Under the smoke profile (a tiny model standing in) the accuracy verdict is
-reported, not gated on.
+reported, not gated on. Under a rehearsal's accelerated clock a performance run INVALID for its latency alone
+(`latency_alone`) is measured again on a slower client clock first (tasks.clock).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tasks.accuracy import AccuracyResult, score
 from tasks.endpoints import answers, runner
 from tasks.endpoints import config as client_config
 from tasks.endpoints.results import ClientResult
-from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
+from tasks.measuring import Engine, RunRejected, on_slower_clocks, problems, set_aside, utc_now
 from tasks.serving import telemetry
 
 AGREE = 1e-6   # the client's score and the reference evaluator's on the same answers (both print 7 digits)
@@ -37,20 +38,32 @@ def limits(sc: ScenarioRules) -> list[tuple[str, str, float]]:
     return [(name, field, limit) for name, field, limit in named if limit]
 
 
+def over_limits(sc: ScenarioRules, result: ClientResult) -> list[str]:
+    """Each early-stopping p99 over its limit: the latency part of the verdict."""
+    return [f"p99 {name} (early stopping) {p99:g} ms exceeds {limit:g} ms" for name, field, limit in limits(sc)
+            if (p99 := getattr(result, field)) is not None and p99 > limit]
+
+
 def invalid_reasons(spec: RunSpec, result: ClientResult, rules: Rules) -> list[str]:
     """Why a performance run is INVALID (none: VALID)."""
     sc = rules.benchmark(spec.benchmark).scenario(spec.scenario)
-    reasons = []
-    for name, field, limit in limits(sc):
-        p99 = getattr(result, field)
-        if p99 is None:
-            reasons.append(f"the client could not estimate the early-stopping p99 {name} (too few samples)")
-        elif p99 > limit:
-            reasons.append(f"p99 {name} (early stopping) {p99:g} ms exceeds {limit:g} ms")
+    reasons = [f"the client could not estimate the early-stopping p99 {name} (too few samples)"
+               for name, field, _ in limits(sc) if getattr(result, field) is None]
+    reasons += over_limits(sc, result)
     minimum = client_config.min_duration_ms(spec, rules)
     if result.duration_s * 1000 < minimum:
         reasons.append(f"the run took {result.duration_s:.1f} s, under its min duration of {minimum / 1000:g} s")
     return reasons
+
+
+def latency_alone(spec: RunSpec, result: ClientResult, rules: Rules) -> bool:
+    """Whether a performance run is INVALID for its latency alone, the verdict a slower client clock can change
+    (tasks.clock): some early-stopping p99 is over its limit, and the client estimated every p99, ran its min
+    duration and had no failed sample."""
+    if spec.mode != "performance" or result.failed:
+        return False
+    over = over_limits(rules.benchmark(spec.benchmark).scenario(spec.scenario), result)
+    return bool(over) and invalid_reasons(spec, result, rules) == over
 
 
 def resize(spec: RunSpec, result: ClientResult, reasons: list[str]) -> str | None:
@@ -65,7 +78,8 @@ def resize(spec: RunSpec, result: ClientResult, reasons: list[str]) -> str | Non
 
 
 def record(spec: RunSpec, run_dir: Path, result: ClientResult, rules: Rules, scored: AccuracyResult | None, *,
-           flow_run_id: str | None = None, started_at: str | None = None, ended_at: str | None = None) -> RunRecord:
+           flow_run_id: str | None = None, started_at: str | None = None, ended_at: str | None = None,
+           clock: float | None = None) -> RunRecord:
     """The results row of an endpoints run: the client's own numbers, Podium's verdict."""
     sc = rules.benchmark(spec.benchmark).scenario(spec.scenario)
     fields: dict = {}
@@ -83,7 +97,7 @@ def record(spec: RunSpec, run_dir: Path, result: ClientResult, rules: Rules, sco
                      tpot_p99_ms=result.tpot_p99_ms, latency_p99_ms=result.latency_p99_ms,
                      sut_failures=result.failed, token_source="endpoints client",
                      wall_s=round(result.duration_s, 3), flow_run_id=flow_run_id, started_at=started_at,
-                     ended_at=ended_at, **fields)
+                     ended_at=ended_at, clock=clock, **fields)
 
 
 def score_answers(spec: RunSpec, run_dir: Path, result: ClientResult, evaluator: str | None,
@@ -112,11 +126,17 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
         set_aside(run_dir)
     endpoint = engine.endpoint()
     model_dir = Path(tokenizer).parent if tokenizer else None
-    started_at = utc_now()
-    try:
+    rules = load_rules(spec.round)
+
+    def measure(speed: float | None) -> tuple[str, ClientResult]:
+        started_at = utc_now()
         with telemetry.sampling(run_dir, endpoint.base_url, spec.engine, dcgm_urls=endpoint.dcgm_urls):
-            result = runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
-                                data_dir=work_dir / "endpoints-data")
+            return started_at, runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
+                                          data_dir=work_dir / "endpoints-data", speed=speed)
+
+    try:
+        (started_at, result), speed = on_slower_clocks(spec.label, run_dir, measure,
+                                                       lambda measured: latency_alone(spec, measured[1], rules))
     except (CommandError, RunFailed) as error:
         if engine.alive():
             raise
@@ -126,12 +146,11 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
                           f"logs are set aside in {set_aside(run_dir)}\n{error}\n{report}",
                           fix="read the engine log; the step is retried once on a relaunched engine") from None
     ended_at = utc_now()
-    rules = load_rules(spec.round)
     scored = None
     if spec.mode == "accuracy":
         scored = score_answers(spec, run_dir, result, evaluator, tokenizer and Path(tokenizer))
     rec = record(spec, run_dir, result, rules, scored, flow_run_id=flow_run_id, started_at=started_at,
-                 ended_at=ended_at)
+                 ended_at=ended_at, clock=speed)
     found = problems(rec)
     if found:
         raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec,

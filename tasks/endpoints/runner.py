@@ -64,11 +64,12 @@ def review(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path) ->
 
 
 def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, data_dir: Path,
-        timeout_s: float | None = None, client: Path | None = None) -> ClientResult:
+        timeout_s: float | None = None, client: Path | None = None, speed: float | None = None) -> ClientResult:
     """Run the client (`client`, else the one `make venv-endpoints` installed, checked at the round's pin) and read
-    its result. CommandError when it exits non-zero or runs past `timeout_s`; RunFailed when samples failed."""
+    its result. CommandError when it exits non-zero or runs past `timeout_s`; RunFailed when samples failed.
+    `speed`: the client's accelerated clock (tasks.clock.ladder); None: the one PODIUM_CLOCK asks for."""
     config = prepare(spec, endpoint, run_dir, tokenizer=tokenizer, data_dir=data_dir)
-    argv = clock.wrap(command(spec, config, client or require_client(spec.round)))
+    argv = clock.wrap(command(spec, config, client or require_client(spec.round)), speed)
     log = run_dir / LOG
     with log.open("wb") as out:
         child = subprocess.Popen(argv, cwd=run_dir, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603

@@ -3,6 +3,8 @@ free of Prefect so that a host without it (the GPU acceptance script's carried l
 
 A run that cannot change by retrying (INVALID, loadgen errors, accuracy under the target) raises `RunRejected`
 carrying its record (tasks.measuring). The partial logs of a failed attempt are moved aside and never reach the tree.
+Under a rehearsal's accelerated clock a performance run INVALID for its latency alone (`latency_alone`) is measured
+again on a slower client clock first (tasks.clock, tasks.measuring.on_slower_clocks).
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import math
 from pathlib import Path
 
 from submission.errors import CommandError, LaunchError
-from submission.logs import load_run
+from submission.logs import LoadgenRun, load_run
 from submission.rules import load_rules
 from submission.runs import RunRecord, RunSpec, record
 from submission.selection import rerun
 from tasks.accuracy import score
 from tasks.harness import liveness, runner
-from tasks.measuring import Engine, RunRejected, problems, set_aside, utc_now
+from tasks.measuring import Engine, RunRejected, on_slower_clocks, problems, set_aside, utc_now
 from tasks.serving import telemetry
 
 
@@ -30,6 +32,30 @@ def offline_resize(spec: RunSpec, run) -> str | None:
             f"query for: set benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
             f"{math.ceil(1.5 * run.samples_per_second)} and run the plan again "
             f"({rerun(spec.system, spec.benchmark, spec.scenario)})")
+
+
+def over_latency(run: LoadgenRun) -> bool:
+    """Whether some query of a Server run took longer than a latency limit: its slowest TTFT or TPOT over the limit
+    where loadgen measures token latencies, else its slowest latency over the target latency. Loadgen's early
+    stopping counts those queries; with none it fails only for too few queries, saying "Would need to run at least N
+    more queries" either way (a 32-query Server run of the fake SUT, none over: N = 427)."""
+    s = run.settings
+    pairs = ((run.ttft_ns.get("max"), s.ttft_latency_ns), (run.tpot_ns.get("max"), s.tpot_latency_ns)) \
+        if s.use_token_latencies else ((run.latency_ns.get("max"), s.target_latency_ns),)
+    return run.scenario == "Server" and any(slowest is not None and limit and slowest > limit
+                                            for slowest, limit in pairs)
+
+
+def latency_alone(run: LoadgenRun, stats: dict) -> bool:
+    """Whether a loadgen performance run is INVALID for its latency alone, the verdict a slower client clock can
+    change: its latency constraint failed (the p99 latency, or TTFT / TPOT where loadgen measures token latencies),
+    or its early stopping with queries over a limit (`over_latency`), while it met its min duration and min queries
+    and had no loadgen error and no failed request."""
+    if run.validity != "INVALID" or run.num_errors or stats.get("failed"):
+        return False
+    if run.min_duration_met is False or run.min_queries_met is False:
+        return False
+    return run.perf_constraints_met is False or (run.early_stopping_met is False and over_latency(run))
 
 
 def engine_gone(label: str, code: int, engine: Engine, aside: Path) -> LaunchError:
@@ -56,16 +82,21 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
     if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
         set_aside(run_dir)
     endpoint = engine.endpoint()
-    started_at = utc_now()
-    try:
+
+    def measure(speed: float | None) -> tuple[str, dict, LoadgenRun]:
+        started_at = utc_now()
         with telemetry.sampling(run_dir, endpoint.base_url, spec.engine, dcgm_urls=endpoint.dcgm_urls):
-            stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s)
+            stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed)
+        return started_at, stats, load_run(run_dir)
+
+    try:
+        (started_at, stats, run), speed = on_slower_clocks(spec.label, run_dir, measure,
+                                                           lambda measured: latency_alone(measured[2], measured[1]))
     except CommandError as e:
         if e.returncode not in liveness.ENGINE_GONE:
             raise
         raise engine_gone(spec.label, e.returncode, engine, set_aside(run_dir)) from None
     ended_at = utc_now()
-    run = load_run(run_dir)
     metrics = passed = None
     if spec.mode == "accuracy":
         result = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer),
@@ -73,7 +104,7 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
                        **({"lcb_tests": Path(spec.lcb_tests)} if spec.lcb_tests else {}))
         metrics, passed = result.metrics, result.verdict is not None and result.verdict.passed
     rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed,
-                 flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at)
+                 flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at, clock=speed)
     found = problems(rec)
     if found:
         raise RunRejected(f"{spec.label}: {'; '.join(found)}", rec, fix=offline_resize(spec, run))

@@ -76,20 +76,21 @@ def run_in_process(run_dir: Path, stall_s: float | None = None) -> None:
 
 
 def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None,
-        stall_s: float | None = None) -> dict:
+        stall_s: float | None = None, speed: float | None = None) -> dict:
     """Run the test in a child process; return the SUT statistics. A crash raises CommandError with the log tail.
     `stall_s`: end the run (liveness.ENGINE_STALLED) when the engine sends nothing that long with requests in
-    flight."""
+    flight. `speed`: the child's accelerated clock (tasks.clock.ladder); None: the one PODIUM_CLOCK asks for."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(spec.model_dump_json(indent=2))
     endpoint_data = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
     (run_dir / "endpoint.json").write_text(json.dumps(endpoint_data, indent=2))
     # under the accelerated clock faketime is the child's parent: it then only dies with faketime (parent 0)
-    parent = 0 if clock.speed() else os.getpid()
+    speed = speed or clock.speed()
+    parent = 0 if speed else os.getpid()
     argv = [sys.executable, "-m", "tasks.harness.runner", str(run_dir), str(parent)]
     if stall_s:
         argv.append(str(stall_s))
-    argv = clock.wrap(argv)
+    argv = clock.wrap(argv, speed)
     with (run_dir / "harness.log").open("wb") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=run_dir)  # noqa: S603
         try:

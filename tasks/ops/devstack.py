@@ -28,6 +28,7 @@ import httpx
 from submission.errors import LaunchError, PodiumError
 from submission.files import tail, write_atomic
 from tasks.ops import cleanup, registration
+from tasks.ops import nodes as gpu_nodes
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tasks.workspace import Workspace
@@ -73,7 +74,8 @@ def base_env(ws: Workspace, api_url: str) -> dict[str, str]:
     """What every process of the stack (and every flow run the worker starts) sees."""
     return {**os.environ, "PREFECT_HOME": str(ws.prefect_home), "PREFECT_API_URL": api_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_WEBSERVER_HOST": HOST,
-            "PODIUM_REPO": str(registration.REPO), "PREFECT_LOGGING_EXTRA_LOGGERS": "podium"}
+            "PODIUM_REPO": str(registration.REPO), "PREFECT_LOGGING_EXTRA_LOGGERS": "podium",
+            **gpu_nodes.LEASE_STORAGE}   # a restarted server still knows the leases on its nodes' slots
 
 
 def up(ws: Workspace, *, port: int = DEFAULT_PORT, webhook: str | None = None, nodes: Sequence[str] = (),
@@ -129,7 +131,6 @@ def register(api_url: str, cfg: storage.StorageConfig, *, webhook: str | None, n
     Returns what was deployed, what was left out and why, and whether each deployed schedule is active."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.ops import nodes as gpu_nodes
     from tasks.ops import notifications
 
     storage.ensure_bucket(cfg)

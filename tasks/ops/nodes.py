@@ -6,6 +6,13 @@ holder dies; a thread renews it while it is held. A limit that does not exist ye
 slot, so the same code works against a production server (where `podium dev up` or the operator created the
 limits) and against the ephemeral API of a plain `podium run` (where the limit lives in the local database).
 The slot is held by this object, not by a Prefect task context, so it can span many tasks of one flow.
+
+A flow killed with SIGKILL cannot give its slot back; the next `NodeSlot` in the same workspace ends the lease
+(`release_dead_holders`). The server looks the lease up in its lease storage, which Prefect keeps in the server's
+memory unless told otherwise. A plain `podium run` or `podium rehearse` starts a temporary server of its own on the
+workspace's database, so the next command's server knew no lease of the killed one's: it released nothing, and the
+slot stayed taken for good (a temporary server never expires leases). The servers Podium starts keep their leases in
+files under PREFECT_HOME instead (`LEASE_STORAGE`, set by flows.cli_common.prefect_env and `podium dev up`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ LEASE_S = 300.0
 RENEW_FRACTION = 0.5
 POLL_S = (1.0, 15.0)   # first and longest wait between attempts while the node is taken
 LOCKED = 423
+# Prefect's own file-backed lease storage (`<PREFECT_HOME>/concurrency_leases/`), for every server Podium starts
+LEASE_STORAGE = {"PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem"}
 
 log = logging.getLogger("podium.nodes")
 

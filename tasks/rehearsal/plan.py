@@ -25,6 +25,7 @@ from typing import Any
 from submission.files import write_atomic
 from submission.rehearsal_marker import PREFIX
 from submission.rules import load_rules
+from tasks.clock import slower
 from tasks.endpoints.probe import P99_MIN_SAMPLES
 from tasks.rehearsal.data import Built
 
@@ -42,9 +43,12 @@ def changes(clock: float | None) -> list[str]:
     """What a rehearsal replaces, one line each: said on every page of its output."""
     speed = "the real clock (--clock real)" if not clock else \
         f"an accelerated clock, x{clock:g} (libfaketime): 600 s of the client's clock take {600 / clock:.0f} s"
+    fallback = slower(clock) if clock else ()
+    again = (f"; a run INVALID for its latency alone runs again with the client on "
+             f"{', then '.join(f'x{f:g}' for f in fallback)} (tasks.clock)") if fallback else ""
     return ["engine: Podium's simulated engine on this machine, not the plan's engine and hardware",
             "data: synthetic data sets at the reference's sizes and schemas, with answers the engine knows",
-            f"clock: the measuring client and the engine run on {speed}; everything else on the real clock",
+            f"clock: the measuring client and the engine run on {speed}; everything else on the real clock{again}",
             "rates: Offline at the lowest the round's rules allow, Server and Interactive at half that, not the plan's "
             "targets (the real round's cost is estimated); no performance gate, no comparison with published results"]
 

@@ -85,7 +85,7 @@ def runner(monkeypatch: pytest.MonkeyPatch, runs: dict[str, Path]) -> dict:
     state: dict = {"seen": [], "source": runs["TEST09"], "crash": False}
 
     def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None,
-            stall_s: float | None = None) -> dict:
+            stall_s: float | None = None, speed: float | None = None) -> dict:
         config = run_dir / "audit.config"
         state["seen"].append(config.read_text() if config.is_file() else None)
         if state["crash"]:

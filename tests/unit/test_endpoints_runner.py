@@ -104,6 +104,36 @@ def test_a_run_is_judged_by_its_early_stopping_p99_and_its_duration() -> None:
     assert measure.resize(interactive, result(duration_s=120.0), [short]) is None   # only an Offline run is resized
 
 
+def test_only_a_run_invalid_for_its_latency_alone_falls_back_to_a_slower_clock() -> None:
+    rules, interactive = load_rules("v6.1"), spec("Interactive")
+    assert measure.latency_alone(interactive, result(latency_p99_ms=1516.0), rules)
+    assert not measure.latency_alone(interactive, result(), rules)   # VALID
+    assert not measure.latency_alone(interactive, result(latency_p99_ms=None), rules)   # too few samples
+    assert not measure.latency_alone(interactive, result(latency_p99_ms=1516.0, duration_s=120.0), rules)
+    assert not measure.latency_alone(interactive, result(latency_p99_ms=1516.0, failed=3), rules)
+    assert not measure.latency_alone(spec("Interactive", mode="accuracy"), result(latency_p99_ms=1516.0), rules)
+
+
+def test_a_run_over_its_latency_limit_runs_again_on_the_slower_clock(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from tasks import clock
+    from tests.unit.test_clock_fallback import Engine
+
+    clocks: list[float | None] = []
+
+    def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, speed: float | None = None,
+            **_: object) -> ClientResult:
+        clocks.append(speed)
+        run_dir.mkdir(parents=True)
+        return result(latency_p99_ms=1516.0 if speed == 10.0 else 1487.0)
+
+    monkeypatch.setattr(measure.runner, "run", run)
+    monkeypatch.setenv(clock.ENV, "x10")
+    rec = measure.run_once(spec("Interactive"), Engine(), tmp_path, None, None)
+    assert clocks == [10.0, 5.0] and rec.valid and rec.clock == 5.0
+    assert len(list((tmp_path / "runs").glob("*.clock-x10-*"))) == 1
+
+
 def test_the_record_carries_the_clients_numbers_and_podiums_verdict(tmp_path: Path) -> None:
     rules = load_rules("v6.1")
     rec = measure.record(spec("Server"), tmp_path, result(latency_p99_ms=9800.0), rules, None)
