@@ -5,6 +5,7 @@ replaced by a fake that leaves the logs of the run recorded for the clock faketi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -151,12 +152,21 @@ def test_the_ladder_ends_and_other_verdicts_stand(child: dict, runs: dict[str, P
     assert child["clocks"] == [None] and caught.value.record.clock is None
 
 
-def test_an_audit_falls_back_too(child: dict, runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
-                                 tmp_path: Path) -> None:
+def test_an_audit_falls_back_where_its_run_is_judged(child: dict, runs: dict[str, Path],
+                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """TEST04's performance run is judged like a performance run: it falls back. TEST09's is not (the official
+    checker passed a rehearsal's INVALID Server TEST07 run): it stands on the rehearsal's clock."""
     monkeypatch.setenv(clock.ENV, "x10")
     child["logs"] = {10.0: runs["slow"], 5.0: runs["slow"], 2.0: runs["valid"]}
-    record = audits.audit_once(_job(), AuditEngine(), tmp_path)
-    assert child["clocks"] == [10.0, 5.0, 2.0] and record.clock == 2.0
+    job = _job()
+    test04 = job.model_copy(update={"spec": job.spec.model_copy(update={"audit": "TEST04"}),
+                                    "reference_performance": str(runs["valid"])})
+    with contextlib.suppress(audits.AuditFailed):   # TEST04's verdict on these logs is beside the point here
+        audits.audit_once(test04, AuditEngine(), tmp_path / "test04")
+    assert child["clocks"] == [10.0, 5.0, 2.0]
+    child["clocks"] = []
+    record = audits.audit_once(job, AuditEngine(), tmp_path / "test09")
+    assert child["clocks"] == [10.0] and record.clock == 10.0
 
 
 def test_rehearsal_md_lists_the_runs_that_needed_a_slower_clock(tmp_path: Path) -> None:
