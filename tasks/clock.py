@@ -20,6 +20,7 @@ pipeline, not the engine's numbers. A real run (the real clock) is measured once
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 from submission.errors import PlanError
@@ -58,6 +59,20 @@ def ladder() -> tuple[float | None, ...]:
 def label(factor: float | None) -> str:
     """`x5` for a clock of `ladder()`, `real` for the real clock (None)."""
     return "real" if factor is None else f"x{factor:g}"
+
+
+def own_speed() -> float:
+    """How many times faster than the real one this process's clock runs: the speed-up of the FAKETIME setting
+    libfaketime's `faketime` gives the processes it starts ("+0 x10": 10), else 1."""
+    found = re.search(r"\bx([0-9.]+)", os.environ.get("FAKETIME", ""))
+    return float(found.group(1)) if found else 1.0
+
+
+def real(seconds: float) -> float:
+    """A budget of `seconds` of real time on this process's clock. A client's connect and stall timeouts guard
+    against a real engine that does not answer: under x50 a 10 s connect timeout would give up after 0.2 real
+    seconds, which a busy 2-core machine overruns while the engine accepts a thousand connections at once."""
+    return seconds * own_speed()
 
 
 def wrap(argv: list[str], factor: float | None = None) -> list[str]:

@@ -20,6 +20,8 @@ import socket
 import sys
 from urllib.parse import urlsplit
 
+from tasks import clock
+
 ENDPOINT_DOWN = 75          # the runner child's exit code when the engine stopped accepting connections
 ENGINE_STALLED = 76         # ... when it sent nothing for the stall timeout with requests in flight
 ENGINE_GONE = (ENDPOINT_DOWN, ENGINE_STALLED)   # the codes that mean: relaunch the engine and retry
@@ -31,7 +33,7 @@ def reachable(base_url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
     url = urlsplit(base_url)
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        with socket.create_connection((url.hostname or "127.0.0.1", port), timeout=timeout_s):
+        with socket.create_connection((url.hostname or "127.0.0.1", port), timeout=clock.real(timeout_s)):
             return True
     except OSError:
         return False

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import mlperf_loadgen as lg
 import numpy as np
 
+from tasks import clock
 from tasks.harness import liveness
 from tasks.harness.client import Completion, CompletionClient
 from tasks.harness.requests import RequestBuilder
@@ -82,7 +83,7 @@ class SampleServer:
         self.thread = threading.Thread(target=self.loop.run_forever, name="sut-loop", daemon=True)
         self.lock = threading.Lock()
         self.pending: set[asyncio.Future] = set()
-        self.stall_s = stall_s
+        self.stall_s = stall_s and clock.real(stall_s)   # real seconds, whatever this process's clock
         self.busy_since = 0.0   # when requests were last in flight after none were
 
     def start(self) -> None:

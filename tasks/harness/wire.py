@@ -18,7 +18,10 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from submission.errors import LaunchError
+from tasks import clock
 from tasks.harness.sse import ProtocolError, ResponseParser
+
+CONNECT_TIMEOUT_S = 10.0   # real seconds (tasks.clock.real) for a new connection to the engine
 
 
 def post_bytes(path: str, body: bytes, host: str) -> bytes:
@@ -89,7 +92,7 @@ class _Stale(ConnectionError):
 
 
 class HttpPool:
-    def __init__(self, base_url: str, *, max_connections: int, connect_timeout: float = 10.0) -> None:
+    def __init__(self, base_url: str, *, max_connections: int, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
         url = urlsplit(base_url)
         if url.scheme != "http" or not url.hostname:
             raise LaunchError(f"the harness client speaks plain http://host:port only, not {base_url!r}",
@@ -98,7 +101,7 @@ class HttpPool:
         self.prefix = url.path.rstrip("/")
         self.host_header = url.netloc
         self.max_connections = max_connections
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = clock.real(connect_timeout)   # real seconds, whatever this process's clock
         self.idle: list[_Connection] = []
         self.open = 0
         self.peak_open = 0

@@ -94,3 +94,16 @@ def test_the_real_rounds_cost_of_the_gpt_oss_plan() -> None:
     assert {"Offline/TEST07", "Offline/TEST09", "Server/TEST07", "Server/TEST09"} <= set(runs)
     assert cost["gpus"] == 4
     assert cost["gpu_hours"] == pytest.approx(sum(cost["runs"].values()) * 4 / 3600, abs=1e-3)
+
+
+def test_timeouts_in_real_seconds_on_an_accelerated_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A harness child under `faketime -f "+0 x50"` (FAKETIME in its environment) gives its connect timeout 50 x
+    the seconds on its own clock, so 10 real seconds: with 10 s of its clock (0.2 real seconds) a full-size x50
+    rehearsal lost 924 accuracy requests to TimeoutError while the engine accepted 1024 connections at once."""
+    from tasks.harness.wire import CONNECT_TIMEOUT_S, HttpPool
+
+    monkeypatch.delenv("FAKETIME", raising=False)
+    assert clock.own_speed() == 1 and HttpPool("http://127.0.0.1:1", max_connections=1).connect_timeout == 10
+    monkeypatch.setenv("FAKETIME", "+0 x50")
+    assert clock.own_speed() == 50 and clock.real(2) == 100
+    assert HttpPool("http://127.0.0.1:1", max_connections=1).connect_timeout == 50 * CONNECT_TIMEOUT_S

@@ -1,0 +1,60 @@
+"""The dress rehearsal's CI-sized variant, for real: `podium rehearse` of the shipped gpt-oss-120b plan with its
+Offline scenario alone (`--only`), at full counts: 6396 performance samples over the round's 600 s of loadgen's
+clock, the 4395-sample accuracy run (about 32 M answer tokens, a 260 MB accuracy log) scored by the real evaluators
+(LiveCodeBench programs in their sandbox included), TEST07 (990 samples) and TEST09 (6396), truncation, the tree, the
+tarball and the upload to the embedded S3 server. Offline has no latency bound, so the client and the engine run
+on a x50 clock: only the CPU sets the pace. The whole plan (Server too) and the official checker are the manual
+rehearsal's (docs/benchmarks.md, "Dress rehearsal"); here Podium's checker finds exactly the missing Server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from submission.logs import load_run
+from submission.rehearsal_marker import MARKER
+from submission.runs import AuditRecord, RunRecord
+from tests.integration.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+PLAN = REPO / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
+OFFLINE = "rehearsal-b200x4-k8s/gpt-oss-120b/Offline"
+
+
+def test_one_scenario_at_full_size(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}   # its own temporary server
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    began = time.monotonic()
+    done = subprocess.run([str(Path(sys.executable).parent / "podium"), "rehearse", str(PLAN), "--workspace", str(ws),
+                           "--clock", "x50", "--only", OFFLINE], capture_output=True, text=True, timeout=900,
+                          env=env, check=False, cwd=tmp_path)
+    print(f"podium rehearse --only {OFFLINE} --clock x50: {time.monotonic() - began:.0f} s")
+    out = done.stdout + done.stderr
+    folder = (ws / "runs" / "latest").resolve()
+    assert (folder / "rehearsal.md").is_file(), out[-4000:]
+    runs = {r["mode"]: RunRecord.model_validate(r) for r in json.loads((folder / "results.json").read_text())}
+    perf = load_run(Path(runs["performance"].run_dir))
+    assert perf.validity == "VALID" and perf.generated_samples_per_query == 6396, out[-4000:]
+    assert perf.settings.min_duration_ms == 600_000
+    accuracy = runs["accuracy"]
+    assert accuracy.accuracy_pass and accuracy.accuracy > 86.0   # the synthetic answers score 87.586
+    audits = {a["test"]: AuditRecord.model_validate(a) for a in json.loads((folder / "compliance.json").read_text())}
+    assert set(audits) == {"TEST07", "TEST09"} and all(a.passed for a in audits.values())
+    tree = folder / "submission"
+    assert (tree / MARKER).is_file()
+    full = list((folder / "logs").rglob("mlperf_log_accuracy.json"))
+    truncated = list(tree.rglob("mlperf_log_accuracy.json"))
+    assert max(p.stat().st_size for p in full) > 200e6 and max(p.stat().st_size for p in truncated) < 100e3
+    assert (folder / "submission.tar.gz").is_file()
+    report = (folder / "report.md").read_text()   # the one error: the Server the run left out (--only)
+    assert "1 error(s)" in report and "missing scenarios: (one of) Interactive or Server" in report, report
+    assert "x50" in (folder / "rehearsal.md").read_text()
+    assert done.returncode != 0 and "DRESS REHEARSAL" in out   # a checker error fails the run, as in any run
