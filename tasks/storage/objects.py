@@ -36,6 +36,7 @@ MIB = 1024 * 1024
 TRANSFER = TransferConfig(multipart_threshold=8 * MIB, multipart_chunksize=8 * MIB, max_concurrency=4)
 MAX_PRESIGN_S = MAX_LINK_EXPIRY_S  # SigV4 presigned URLs live at most 7 days
 MAX_TAGS = 10  # S3 allows 10 tags per object
+COPY_MIN_BYTES = 1 * MIB   # a repeated file this large is copied inside the store, not sent again
 CONNECTION_ERRORS = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError,
                      botocore.exceptions.ReadTimeoutError, botocore.exceptions.ConnectionClosedError)
 AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "Forbidden"}
@@ -96,20 +97,32 @@ def ensure_bucket(cfg: StorageConfig) -> None:
 
 
 def put_tree(cfg: StorageConfig, local_root: Path, key_prefix: str, *, tags: dict[str, str] | None = None) -> dict:
-    """Upload every file under `local_root` with tags and its sha256 in metadata; return the manifest."""
+    """Upload every file under `local_root` with tags and its sha256 in metadata; return the manifest. A file whose
+    bytes were already uploaded from this tree (a run folder holds each audit's accuracy log three times: the run's,
+    its TESTxx layout's and the truncation's backup; 1.65 GB of a full-size rehearsal's folder, 0.66 GB distinct)
+    is copied inside the store from the first object instead of sent again."""
     if not Path(local_root).is_dir():
         raise StorageError(f"{local_root} is not a directory; nothing to upload", fix="pass the folder to upload")
     tagging = _tagging(tags or {})
     objects: dict[str, dict[str, Any]] = {}
+    sent: dict[str, str] = {}   # sha256 -> the key holding those bytes
     for path in sorted(p for p in Path(local_root).rglob("*") if p.is_file()):
         rel = path.relative_to(local_root).as_posix()
         key = object_key(cfg, key_prefix, rel)
         digest = sha256_file(path)
         extra = {"Metadata": {"sha256": digest}, **({"Tagging": tagging} if tagging else {})}
-        with boundary(cfg, f"uploading {path}", key):
-            client(cfg).upload_file(str(path), cfg.bucket, key, ExtraArgs=extra, Config=TRANSFER)
+        if digest in sent and path.stat().st_size >= COPY_MIN_BYTES:
+            with boundary(cfg, f"copying {sent[digest]} (the same bytes as {path})", key):
+                client(cfg).copy({"Bucket": cfg.bucket, "Key": sent[digest]}, cfg.bucket, key,
+                                 ExtraArgs={**extra, "MetadataDirective": "REPLACE",
+                                            **({"TaggingDirective": "REPLACE"} if tagging else {})}, Config=TRANSFER)
+        else:
+            with boundary(cfg, f"uploading {path}", key):
+                client(cfg).upload_file(str(path), cfg.bucket, key, ExtraArgs=extra, Config=TRANSFER)
+            sent.setdefault(digest, key)
         objects[rel] = {"sha256": digest, "size": path.stat().st_size}
-    log.info("uploaded %d objects to s3://%s/%s", len(objects), cfg.bucket, object_key(cfg, key_prefix))
+    log.info("uploaded %d objects to s3://%s/%s (%d copied inside the store)", len(objects), cfg.bucket,
+             object_key(cfg, key_prefix), len(objects) - len(sent))
     return {"objects": objects, "bucket": cfg.bucket, "key_prefix": object_key(cfg, key_prefix),
             "tags": dict(tags or {}), "created_at": datetime.now(UTC).isoformat()}
 

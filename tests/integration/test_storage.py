@@ -283,3 +283,38 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
             host = socket.inet_ntoa(bytes.fromhex(host_hex)[::-1]) if len(host_hex) == 8 else f"ipv6:{host_hex}"
             found.append((host, int(port_hex, 16)))
     return found
+
+
+def test_repeated_bytes_are_copied_inside_the_store(cfg: storage.StorageConfig, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run folder holds each audit's accuracy log three times: one upload, two copies made by the store."""
+    log = os.urandom(9 * 1024 * 1024 + 7)   # over the multipart threshold, like a real accuracy log
+    for rel in ("runs/a/mlperf_log_accuracy.json", "runs/a/compliance/TEST07/accuracy/mlperf_log_accuracy.json",
+                "accuracy-full/TEST07/accuracy/mlperf_log_accuracy.json"):
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_bytes(log)
+    (tmp_path / "src" / "small.txt").write_text("x")
+    (tmp_path / "src" / "small-copy.txt").write_text("x")   # small repeats are simply sent again
+    sent: list[str] = []   # the keys bytes were sent to
+    real = storage.client
+
+    def counting(*args, **kwargs):
+        s3 = real(*args, **kwargs)
+        for sends_bytes in ("PutObject", "UploadPart"):   # a copy is CopyObject or UploadPartCopy: no bytes sent
+            s3.meta.events.register(f"provide-client-params.s3.{sends_bytes}",
+                                    lambda **kw: sent.append(kw["params"]["Key"]))
+        return s3
+
+    monkeypatch.setattr(storage, "client", counting)
+    manifest = storage.put_tree(cfg, tmp_path / "src", "repeated", tags=TAGS)
+    assert sorted(set(sent)) == ["runs/repeated/accuracy-full/TEST07/accuracy/mlperf_log_accuracy.json",
+                            "runs/repeated/small-copy.txt", "runs/repeated/small.txt"]
+    s3 = real(cfg)
+    for rel in manifest["objects"]:
+        key = f"runs/repeated/{rel}"
+        head = s3.head_object(Bucket=BUCKET, Key=key)
+        assert head["ContentLength"] == manifest["objects"][rel]["size"]
+        assert head["Metadata"]["sha256"] == manifest["objects"][rel]["sha256"]
+        assert {t["Key"]: t["Value"] for t in s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]} == TAGS
+    back = storage.get_tree(cfg, "repeated", tmp_path / "back")
+    assert len(back) == 5 and (tmp_path / "back" / "runs/a/mlperf_log_accuracy.json").read_bytes() == log
