@@ -56,12 +56,14 @@ def sizes(folder: Path) -> dict[str, int]:
         return sum(p.stat().st_size for p in paths if p.is_file())
 
     tree = folder / "submission"
-    return {"accuracy logs, full": total((folder / "logs").rglob("mlperf_log_accuracy.json")),
+    return {"accuracy logs, full (every copy in the run folder)":
+            total((folder / "logs").rglob("mlperf_log_accuracy.json")),
             "accuracy logs, in the tree": total(tree.rglob("mlperf_log_accuracy.json")),
             "detail logs": total(tree.rglob("mlperf_log_detail.txt")),
             "tree": total(tree.rglob("*")),
             "tarball": total([folder / "submission.tar.gz"]),
-            "run folder (uploaded to object storage)": total(folder.rglob("*"))}
+            "run folder (stored in object storage; a repeated log is copied there, not sent again)":
+            total(folder.rglob("*"))}
 
 
 def slower_clocks(folder: Path, speed: float) -> list[str]:
