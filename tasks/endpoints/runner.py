@@ -6,7 +6,8 @@ round measures with the MLCommons endpoints client (`harness: endpoints` in the 
 In `run_dir`: the client's config (`endpoints.yaml`), its data set where it looks for it (a link to the converted
 file, converted once per staged data set into `data_dir`), its log (`client.log`, stdout and stderr) and its report
 folder (`report/`, with config.yaml, performance/, accuracy/, events.jsonl). The client runs in a session of its own
-with `run_dir` as its working folder and the model hub off; past `timeout_s` its whole process group is ended.
+with `run_dir` as its working folder and the model hub off; past `timeout_s` its whole process group is ended, and
+whatever of its group outlives it is killed when it exits.
 """
 
 from __future__ import annotations
@@ -84,9 +85,18 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
         finally:
             if child.poll() is None:
                 _end_group(child)
+            else:
+                _end_leftovers(child)
     if code != 0:
         raise CommandError(argv, code, tail(log), fix=f"read {log} and the report in {run_dir / client_config.REPORT}")
     return read_result(run_dir / client_config.REPORT, accuracy=spec.mode == "accuracy", log=log)
+
+
+def _end_leftovers(child: subprocess.Popen) -> None:
+    """Kill what the client, now exited, left running in its process group: a client that failed to start its
+    services leaves their children (a tokenizer process, multiprocessing's resource tracker) behind, for good."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
 
 
 def _end_group(child: subprocess.Popen) -> None:
