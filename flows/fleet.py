@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from prefect.states import Completed, Failed, State
 
 from flows.benchmark import measure, run_name
 from submission import plan as plans
-from submission.files import write_atomic
+from submission.files import copy_run_folder, write_atomic
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from submission.selection import NOT_RUN
@@ -82,7 +81,7 @@ def carry(records: list[RunRecord] | list[AuditRecord], folder: Path) -> list[di
         moved = {"run_dir": f"logs/runs/{name}"} | ({"folder": f"logs/audits/{name}"}
                                                     if isinstance(r, AuditRecord) else {})
         for field, rel in moved.items():
-            shutil.copytree(getattr(r, field), folder / rel, dirs_exist_ok=True)
+            copy_run_folder(Path(getattr(r, field)), folder / rel)
         out.append(r.model_copy(update=moved).model_dump(mode="json"))
     return out
 

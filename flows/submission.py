@@ -7,7 +7,6 @@ the named scenarios afresh and takes the rest from the cache (submission.selecti
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from submission import plan as plans
 from submission import rehearsal_marker, runs, selection
 from submission.checker import CheckReport
 from submission.errors import PodiumError
-from submission.files import write_atomic
+from submission.files import copy_run_folder, write_atomic
 from submission.plan import Plan
 from submission.runs import AuditRecord, RunRecord
 from tasks.ops import notifications
@@ -40,10 +39,11 @@ from tasks.workspace import Workspace, git_commit
 
 
 def _keep_logs(records: list[RunRecord] | list[AuditRecord], folder: Path) -> None:
-    """Full, untruncated logs of every run go into the run folder (and so to object storage)."""
+    """Full, untruncated logs of every run go into the run folder (and so to object storage), not the inputs linked
+    there (`copy_run_folder`)."""
     for r in records:
         dest = folder / "logs" / "runs" / r.label.replace("/", "-")
-        shutil.copytree(r.run_dir, dest, dirs_exist_ok=True)
+        copy_run_folder(Path(r.run_dir), dest)
 
 
 def _run_name() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 BLOCK = 1 << 20
@@ -71,3 +72,14 @@ def tail(path: Path, lines: int = 20, missing: str = "") -> str:
             return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
     except OSError:
         return missing
+
+
+def copy_run_folder(src: Path, dest: Path) -> Path:
+    """Copy a run's folder into `dest` (merged with what is there) without its symbolic links: a link in a run folder
+    is an input placed for the client, not something the run wrote (the endpoints client's data set, linked where the
+    client reads it: 68 MB a run in a Qwen3-VL rehearsal, gigabytes with real product photos)."""
+    def links(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if os.path.islink(os.path.join(folder, n))]
+
+    shutil.copytree(src, dest, dirs_exist_ok=True, ignore=links)
+    return Path(dest)

@@ -41,6 +41,7 @@ from submission.generation import reference_generation
 from submission.rules import Rules, load_rules
 from submission.runs import CLIENT_REPORT as REPORT
 from submission.runs import RunSpec
+from tasks import clock
 from tasks.engines import Endpoint
 
 CONFIG = "endpoints.yaml"
@@ -59,6 +60,10 @@ SAMPLING = ("temperature", "top_p", "top_k", "repetition_penalty", "presence_pen
 # the accuracy set at the performance load pattern, as the reference README's configs do ("You do not need a separate
 # accuracy-mode run").
 CLIENT_MODES = {"performance": "perf", "accuracy": "both"}
+# The client's start-up limits (config/schema.py Settings.service_ready_timeout_s, endpoint_client/config.py
+# worker_initialization_timeout: its defaults), in real seconds: its service and worker processes import the client
+# and load the tokenizer, which no accelerated clock speeds up (tasks.clock.real).
+SERVICE_READY_S, WORKER_INIT_S = 30.0, 60.0
 
 
 def client_dataset(spec: RunSpec) -> tuple[str, str, int]:
@@ -89,8 +94,11 @@ def min_duration_ms(spec: RunSpec, rules: Rules) -> int:
     return int(duration) if duration is not None else rules.min_duration_ms
 
 
-def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path) -> dict[str, Any]:
-    """The client's config for `spec` against `endpoint`, its report in `run_dir`/report (see the module's doc)."""
+def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path,
+                  speed: float | None = None) -> dict[str, Any]:
+    """The client's config for `spec` against `endpoint`, its report in `run_dir`/report (see the module's doc);
+    `speed`: the accelerated clock the client runs on (tasks.clock.ladder), None: the one PODIUM_CLOCK asks for."""
+    factor = speed or clock.speed()
     rules = load_rules(spec.round)
     online = spec.loadgen_scenario == "Server"
     target_qps = _conf(spec, "target_qps")
@@ -117,7 +125,13 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
                         "scheduler_random_seed": rules.seeds.schedule_rng_seed,
                         "dataloader_random_seed": rules.seeds.sample_index_rng_seed},
             "load_pattern": load,
-            "client": {"num_workers": spec.harness_workers, "max_connections": spec.max_concurrency},
+            "client": {"num_workers": spec.harness_workers, "max_connections": spec.max_concurrency,
+                       "worker_initialization_timeout": clock.real(WORKER_INIT_S, factor)},
+            # The client waits 240 s by default for the answers still out when a performance phase has issued its
+            # last sample, then reports the run complete without them: an Offline phase issues every sample at once,
+            # so any Offline run longer than that would lose its tail. Every sample is waited for, as in accuracy.
+            "drain": {"performance_timeout_s": None},
+            "service_ready_timeout_s": clock.real(SERVICE_READY_S, factor),
         },
         "endpoint_config": {"endpoints": [endpoint.base_url]},
         "report_dir": str(run_dir / REPORT),

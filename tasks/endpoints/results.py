@@ -7,7 +7,8 @@
   `shopify_category_f1`;
 - `events.jsonl`: why samples failed (`error.*` events, their message third in `data`).
 
-The client exits 0 even when every sample failed; a run with failed samples is an error here, with its reasons.
+The client exits 0 even when every sample failed, and calls a run complete when it stopped waiting for answers; a run
+with failed samples, or with samples issued and never completed, is an error here, with its reasons.
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ def read_result(report_dir: Path, *, accuracy: bool, log: Path) -> ClientResult:
     if summary.get("state") != "complete" or not summary.get("complete"):
         raise RunFailed(f"the endpoints client run did not complete (state {summary.get('state')!r})",
                         where=str(report_dir / SUMMARY), fix=fix)
+    issued, completed = int(summary.get("n_samples_issued") or 0), int(summary.get("n_samples_completed") or 0)
+    if completed < issued:   # the client stopped waiting for them (a drain timeout): it still says "complete"
+        raise RunFailed(f"{issued - completed} of {issued} samples the endpoints client issued never completed",
+                        where=str(report_dir / SUMMARY), fix=f"check the drain timeouts of its config; {fix}")
     score = None
     if accuracy:
         scores = _json(report_dir / ACCURACY, fix).get("accuracy_scores") or []
@@ -113,8 +118,7 @@ def read_result(report_dir: Path, *, accuracy: bool, log: Path) -> ClientResult:
                             where=str(report_dir / ACCURACY), fix=fix)
         score = float(found[0]["score"])
     qps = summary.get("qps")
-    return ClientResult(report_dir=str(report_dir), issued=int(summary.get("n_samples_issued") or 0),
-                        completed=int(summary.get("n_samples_completed") or 0), failed=failed,
+    return ClientResult(report_dir=str(report_dir), issued=issued, completed=completed, failed=failed,
                         qps=None if qps is None else float(qps), duration_s=(summary.get("duration_ns") or 0) / 1e9,
                         ttft_p99_ms=_p99_ms(summary, "ttft"), tpot_p99_ms=_p99_ms(summary, "tpot"),
                         latency_p99_ms=_p99_ms(summary, "latency"), accuracy=score)

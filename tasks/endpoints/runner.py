@@ -6,7 +6,8 @@ round measures with the MLCommons endpoints client (`harness: endpoints` in the 
 In `run_dir`: the client's config (`endpoints.yaml`), its data set where it looks for it (a link to the converted
 file, converted once per staged data set into `data_dir`), its log (`client.log`, stdout and stderr) and its report
 folder (`report/`, with config.yaml, performance/, accuracy/, events.jsonl). The client runs in a session of its own
-with `run_dir` as its working folder and the model hub off; past `timeout_s` its whole process group is ended.
+with `run_dir` as its working folder and the model hub off; past `timeout_s` its whole process group is ended, and
+whatever of its group outlives it is killed when it exits.
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ def converted_dataset(spec: RunSpec, data_dir: Path) -> Path:
     return out if out.exists() else dataset.convert(Path(spec.dataset), out)
 
 
-def prepare(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, data_dir: Path) -> Path:
+def prepare(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, data_dir: Path,
+            speed: float | None = None) -> Path:
     """Write the run's config and place its data set in `run_dir`; the config's path. A submission run's data set
     must have the rules' row count (the client's performance sample count)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     dataset_id, split, rows = client_config.client_dataset(spec)
     dataset.place(converted_dataset(spec, data_dir), run_dir, dataset_id, split,
                   rows=rows if spec.profile == "submission" else None, source=spec.dataset)
-    return client_config.write_config(client_config.client_config(spec, endpoint, run_dir, tokenizer), run_dir)
+    return client_config.write_config(client_config.client_config(spec, endpoint, run_dir, tokenizer, speed), run_dir)
 
 
 def command(spec: RunSpec, config: Path, client: Path | str) -> list[str]:
@@ -68,7 +70,7 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
     """Run the client (`client`, else the one `make venv-endpoints` installed, checked at the round's pin) and read
     its result. CommandError when it exits non-zero or runs past `timeout_s`; RunFailed when samples failed.
     `speed`: the client's accelerated clock (tasks.clock.ladder); None: the one PODIUM_CLOCK asks for."""
-    config = prepare(spec, endpoint, run_dir, tokenizer=tokenizer, data_dir=data_dir)
+    config = prepare(spec, endpoint, run_dir, tokenizer=tokenizer, data_dir=data_dir, speed=speed)
     argv = clock.wrap(command(spec, config, client or require_client(spec.round)), speed)
     log = run_dir / LOG
     with log.open("wb") as out:
@@ -83,9 +85,18 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
         finally:
             if child.poll() is None:
                 _end_group(child)
+            else:
+                _end_leftovers(child)
     if code != 0:
         raise CommandError(argv, code, tail(log), fix=f"read {log} and the report in {run_dir / client_config.REPORT}")
     return read_result(run_dir / client_config.REPORT, accuracy=spec.mode == "accuracy", log=log)
+
+
+def _end_leftovers(child: subprocess.Popen) -> None:
+    """Kill what the client, now exited, left running in its process group: a client that failed to start its
+    services leaves their children (a tokenizer process, multiprocessing's resource tracker) behind, for good."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
 
 
 def _end_group(child: subprocess.Popen) -> None:

@@ -100,6 +100,38 @@ def write_table(columns: dict[str, Any], path: Path, metadata: dict[str, Any] | 
     return replace_atomic(tmp, path)
 
 
+def _byte_chars() -> list[str]:
+    """The printable character byte-level BPE uses for each byte value (the GPT-2 mapping), index = byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def write_tokenizer(folder: Path, specials: tuple[str, ...] = (), chat_template: str | None = None) -> Path:
+    """A byte-level tokenizer whose token id is the byte value (0-255), `specials` 256 on; `folder` gets tokenizer.json
+    and a tokenizer_config.json (what AutoTokenizer, the loader of the evaluators and of the endpoints client, needs;
+    the client refuses a model folder without them), with `chat_template` when given."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(_byte_chars())}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(specials))
+    config: dict[str, str] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    if chat_template:
+        config["chat_template"] = chat_template
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "tokenizer.json", tok.to_str())
+    write_atomic(folder / "tokenizer_config.json", json.dumps(config) + "\n")
+    return folder / "tokenizer.json"
+
+
 def _builder(benchmark: str) -> Callable[..., Built]:
     if benchmark not in BUILDERS:
         raise PlanError(f"no synthetic rehearsal data for benchmark {benchmark!r}",

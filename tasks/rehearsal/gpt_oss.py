@@ -28,7 +28,7 @@ from submission.evaluation import evaluation_constant
 from submission.files import write_atomic
 from submission.rules import load_rules
 from tasks.engines.simulated.answers import ANSWER_TOKENS, METADATA_KEY, OUTPUT_TOKENS
-from tasks.rehearsal.data import Built, lengths, scaled, token_column, write_table
+from tasks.rehearsal.data import Built, lengths, scaled, token_column, write_table, write_tokenizer
 
 BENCHMARK = "gpt-oss-120b"
 ROUND = "v6.1"
@@ -53,39 +53,12 @@ FINAL = "<|end|><|start|>assistant<|channel|>final<|message|>{}<|return|>"
 LCB_TESTS = "livecodebench_tests.jsonl"   # beside the accuracy file, where the evaluator looks by default
 
 
-def _byte_chars() -> list[str]:
-    """The printable character byte-level BPE uses for each byte value (the GPT-2 mapping), index = byte."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
-
-
-def write_tokenizer(folder: Path) -> Path:
-    """A byte-level tokenizer whose token id is the byte value (0-255), the harmony markers 256 on; `folder` gets
-    tokenizer.json and a tokenizer_config.json (what AutoTokenizer, the reference evaluator's loader, needs)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(_byte_chars())}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(list(HARMONY))
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / "tokenizer.json", tok.to_str())
-    write_atomic(folder / "tokenizer_config.json", json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n")
-    return folder / "tokenizer.json"
-
-
 _SPECIAL = re.compile("(" + "|".join(re.escape(m) for m in HARMONY) + ")")
 
 
 def encode(text: str) -> np.ndarray:
-    """Token ids of `text` under `write_tokenizer`'s tokenizer: harmony markers 256+, every other byte its value."""
+    """Token ids of `text` under the build's tokenizer (`write_tokenizer` with the harmony markers): harmony markers
+    256+, every other byte its value."""
     ids: list[int] = []
     for part in _SPECIAL.split(text):
         if part in HARMONY:
@@ -160,7 +133,7 @@ def build(out: Path, *, scale: float = 1.0) -> Built:
     rng = np.random.default_rng(SEED)
     meta = {METADATA_KEY.decode(): {"lead": encode(LEAD).tolist(), "fill": int(encode(FILL)[0])}}
     paths = {role: out / name for role, name in files.items()}
-    tokenizer = write_tokenizer(out / "model")
+    tokenizer = write_tokenizer(out / "model", HARMONY)
 
     perf_rows = scaled(bench.performance_sample_count, scale)
     perf_out = lengths(rng, perf_rows, *PERF_OUTPUT)

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 from typing import Any
 
-from submission.files import write_atomic
 from submission.rehearsal_marker import PREFIX
 from submission.rules import load_rules
 from tasks.clock import slower
@@ -132,8 +130,6 @@ def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names:
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = path
-    if "model.source" not in built.plan:   # no tokenizer of its own: a stand-in folder (`model_folder`)
-        out["model"]["source"] = str(model_folder(built))
     if "lcb_tests" in built.extra:
         out["dataset"]["lcb_tests"] = built.extra["lcb_tests"]
     datasets = {name: out["dataset"].get("scenarios", {}).get(name, out["dataset"]["performance"])
@@ -148,14 +144,6 @@ def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names:
     rates = scenario_rates(plan, bench, rows)
     out["scenarios"] = {name: {**sc, "target_qps": rates[name]} for name, sc in bench["scenarios"].items()}
     return out
-
-
-def model_folder(built: Built) -> Path:
-    """The stand-in for the model's folder where the synthetic data brings no tokenizer: a README saying so."""
-    folder = Path(built.root) / "model"
-    if not (folder / "README.md").is_file():
-        write_atomic(folder / "README.md", "Dress rehearsal: no model; the simulated engine answers.\n")
-    return folder
 
 
 def output_rows(path: str) -> int:

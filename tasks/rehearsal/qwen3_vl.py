@@ -25,7 +25,7 @@ import numpy as np
 
 from submission.rules import load_rules
 from tasks.engines.simulated.answers import ANSWER_TEXT, OUTPUT_TOKENS
-from tasks.rehearsal.data import Built, lengths, scaled, write_table
+from tasks.rehearsal.data import Built, lengths, scaled, write_table, write_tokenizer
 
 BENCHMARK = "qwen3-vl-235b-a22b"
 ROUND = "v6.1"
@@ -37,6 +37,15 @@ IMAGE_SIDE = 16
 DESCRIPTION_WORDS = (60.0, 0.6, 5, 400)   # ASSUMED: (mean, log-normal sigma, low, high), in words
 OUTPUT = (40.0, 0.3, 20, 140)             # ASSUMED answer length in tokens, under the plans' max_tokens 150
 ROOTS, CHILDREN, LEAVES = 16, 6, 5        # the seeded taxonomy: 16 x 6 x 5 = 480 three-level paths
+# The stand-in model folder's tokenizer (the endpoints client counts prompt and answer tokens with it): bytes, with
+# Qwen's chat markers as special tokens and a ChatML template that puts an image's placeholder where the image was.
+CHAT_MARKERS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|endoftext|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}{% else %}<|vision_start|><|image_pad|><|vision_end|>{% endif %}"
+    "{% endfor %}{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "da", "fe", "go", "hu", "ji", "pe", "zo", "ba")
 
 
@@ -113,10 +122,11 @@ def build(out: Path, *, scale: float = 1.0) -> Built:
     full = write_table(_columns(data), out / FILES["performance"])
     rows = np.sort(rng.choice(count, size=min(subset, count), replace=False))
     small = write_table(_columns(data, rows), out / FILES["Interactive"])
+    tokenizer = write_tokenizer(out / "model", CHAT_MARKERS, CHAT_TEMPLATE)
     return Built(
         benchmark=BENCHMARK, root=str(out), seed=SEED, scale=scale,
         plan={"dataset.performance": str(full), "dataset.accuracy": str(full),
-              "dataset.scenarios.Interactive": str(small)},
+              "dataset.scenarios.Interactive": str(small), "model.source": str(tokenizer.parent)},
         answers=(str(full),),   # the 8k set's products are rows of the full set: one book answers both
         rows={FILES["performance"]: count, FILES["Interactive"]: len(rows)},
         real=("row counts (48289; 8000 for Interactive) and the catalogue's columns",
@@ -124,4 +134,6 @@ def build(out: Path, *, scale: float = 1.0) -> Built:
         not_real=("image bytes: 16 x 16 seeded PNGs, not product photos (visual token counts are not real)",
                   "titles, descriptions and the category taxonomy: seeded words, assumed lengths",
                   "answer lengths: an assumed distribution (mean 40 tokens)",
-                  "answers: known to the simulated engine, right at set rates; no model ran"))
+                  "answers: known to the simulated engine, right at set rates; no model ran",
+                  "tokens: a byte-level tokenizer with Qwen's chat markers, not Qwen3-VL's (token counts are bytes)"),
+        extra={"tokenizer": str(tokenizer)})

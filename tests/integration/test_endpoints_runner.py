@@ -2,7 +2,8 @@
 for every scenario and mode of a Qwen3-VL plan passes the client's own `validate-yaml`; an Offline run and a Server
 run (with accuracy) against the simulated engine are parsed into the client's own numbers; a run whose samples all
 fail (an engine answering HTTP 500, which the client still exits 0 on) is an error carrying the engine's reason; a
-client past its timeout is ended with its process group. About 45 s."""
+client past its timeout is ended with its process group, and what a failed client leaves in its group is killed.
+About 45 s."""
 
 from __future__ import annotations
 
@@ -178,6 +179,33 @@ def test_failed_samples_fail_the_run_with_the_engines_reason(client: Path, stage
     assert Refusing.REASON in str(caught.value)
 
 
+def group_gone(group: int, within_s: float = 5) -> bool:
+    """Whether nothing of process group `group` is left within `within_s`, once init has reaped what was orphaned."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_what_a_failed_client_leaves_in_its_group_is_killed(staged: dict[str, Path], tmp_path: Path) -> None:
+    """A client whose services missed their start-up limit exited 1 and left its tokenizer process and
+    multiprocessing's resource tracker running (the rehearsal found them, 300 MB, after its run)."""
+    failing = tmp_path / "failing-client"
+    failing.write_text("#!/bin/sh\necho $$ > group\nsleep 60 &\nexit 1\n")
+    failing.chmod(0o755)
+    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
+    with pytest.raises(CommandError) as caught:
+        runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
+                   timeout_s=30, client=failing)
+    assert caught.value.returncode == 1
+    assert group_gone(int((tmp_path / "run" / "group").read_text())), "the client's leftover is still running"
+
+
 def test_a_client_past_its_timeout_is_ended_with_its_process_group(staged: dict[str, Path], tmp_path: Path) -> None:
     hung = tmp_path / "hung-client"
     hung.write_text("#!/bin/sh\necho $$ > group\nsleep 60 &\nsleep 60\n")   # a child in the group, then it hangs
@@ -188,11 +216,4 @@ def test_a_client_past_its_timeout_is_ended_with_its_process_group(staged: dict[
         runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
                    timeout_s=1, client=hung)
     assert caught.value.returncode == runner.TIMED_OUT and "ran past 1 s" in str(caught.value)
-    group, deadline = int((tmp_path / "run" / "group").read_text()), time.monotonic() + 5
-    while time.monotonic() < deadline:   # nothing of its group is left, once init has reaped the orphaned sleep
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    pytest.fail(f"process group {group} is still there")
+    assert group_gone(int((tmp_path / "run" / "group").read_text())), "the client's group is still there"

@@ -15,6 +15,7 @@ import pytest
 from submission.errors import PlanError, RunFailed
 from submission.rules import load_rules
 from submission.runs import RunSpec
+from tasks import clock
 from tasks.accuracy import AccuracyResult, MetricVerdict, Verdict
 from tasks.endpoints import config, dataset, measure
 from tasks.endpoints.results import ClientResult, read_result
@@ -56,10 +57,10 @@ def test_a_submission_run_needs_the_rules_row_count(tmp_path: Path) -> None:
     assert link.resolve() == converted.resolve()
 
 
-def report(tmp_path: Path, failed: int, events: list[dict] = ()) -> Path:
+def report(tmp_path: Path, failed: int, events: list[dict] = (), completed: int = 8) -> Path:
     (tmp_path / "performance").mkdir(parents=True)
     es = {"early_stopping_percentiles": {"99.0": None, "50.0": 2e6}}
-    summary = {"n_samples_issued": 8, "n_samples_completed": 8, "n_samples_failed": failed, "duration_ns": 2e9,
+    summary = {"n_samples_issued": 8, "n_samples_completed": completed, "n_samples_failed": failed, "duration_ns": 2e9,
                "state": "complete", "complete": True, "qps": 4.0, "ttft": es,
                "tpot": {"early_stopping_percentiles": {"99.0": 3.5e6}}, "latency": es}
     (tmp_path / "performance" / "result_summary.json").write_text(json.dumps(summary))
@@ -79,6 +80,29 @@ def test_results_are_read_and_failed_samples_carry_the_reason(tmp_path: Path) ->
         (tmp_path / "ok" / "accuracy").mkdir()
         (tmp_path / "ok" / "accuracy" / "accuracy_results.json").write_text(json.dumps({"accuracy_scores": []}))
         read_result(tmp_path / "ok", accuracy=True, log=tmp_path / "log")
+
+
+def test_samples_the_client_stopped_waiting_for_fail_the_run(tmp_path: Path) -> None:
+    """What the client reported of an Offline run whose answers outlasted its 240 s performance drain: 966 issued,
+    518 completed, none failed, state complete."""
+    with pytest.raises(RunFailed, match="3 of 8 samples the endpoints client issued never completed"):
+        read_result(report(tmp_path, 0, completed=5), accuracy=False, log=tmp_path / "log")
+
+
+def test_the_config_waits_for_every_answer_and_gives_start_up_real_seconds(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `--clock x10` the client's 30 s service start-up limit lasted 3 s of real time: its metrics service
+    (the client and transformers imported, the tokenizer loaded in a process of its own) missed it on this machine."""
+    endpoint = Endpoint("http://127.0.0.1:1", "m", False, False)
+    monkeypatch.delenv(clock.ENV, raising=False)
+    settings = config.client_config(spec("Offline"), endpoint, tmp_path, tmp_path)["settings"]
+    assert settings["drain"] == {"performance_timeout_s": None}
+    assert (settings["service_ready_timeout_s"], settings["client"]["worker_initialization_timeout"]) == (30, 60)
+    monkeypatch.setenv(clock.ENV, "x10")
+    settings = config.client_config(spec("Offline"), endpoint, tmp_path, tmp_path)["settings"]
+    assert (settings["service_ready_timeout_s"], settings["client"]["worker_initialization_timeout"]) == (300, 600)
+    settings = config.client_config(spec("Offline"), endpoint, tmp_path, tmp_path, 5.0)["settings"]   # a fall-back
+    assert (settings["service_ready_timeout_s"], settings["client"]["worker_initialization_timeout"]) == (150, 300)
 
 
 def result(**update: object) -> ClientResult:

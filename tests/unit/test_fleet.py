@@ -87,6 +87,24 @@ def test_a_members_records_travel_with_its_run_folder(tmp_path: Path) -> None:
     assert (Path(audit.folder) / "verify_accuracy.txt").read_text() == "TEST PASS\n" and audit.passed
 
 
+def test_a_run_folder_travels_without_the_inputs_linked_into_it(tmp_path: Path) -> None:
+    """The Qwen3-VL rehearsal uploaded its 68 MB converted data set once per run (293 of its 589 MB): the endpoints
+    client reads it through a link in the run folder, which the copies followed."""
+    from flows.submission import _keep_logs
+
+    record = _run(tmp_path, "Offline", "performance")
+    data = tmp_path / "endpoints-data" / "converted.parquet"
+    data.parent.mkdir()
+    data.write_bytes(b"x" * 1000)
+    cache = Path(record.run_dir) / "dataset_cache" / "shopify_product_catalogue" / "train+test"
+    cache.mkdir(parents=True)
+    (cache / "shopify_product_catalogue_train+test.parquet").symlink_to(data)
+    fleet.carry([record], tmp_path / "member")
+    _keep_logs([record], tmp_path / "run-folder")
+    for copy in (tmp_path / "member" / "logs" / "runs", tmp_path / "run-folder" / "logs" / "runs"):
+        assert [p.name for p in copy.rglob("*") if p.is_file()] == ["mlperf_log_summary.txt"]
+
+
 @dataclass
 class State:
     name: str

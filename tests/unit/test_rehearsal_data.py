@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
+from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from submission.rules import load_rules
@@ -86,6 +87,11 @@ def test_qwen_schema_and_scores_above_both_targets(qwen_small: Built, tmp_path: 
         result = Qwen3VLCategoryF1().evaluate(write_log(tmp_path / f"{scenario}.json", log), data, None)
         assert target(QWEN, scenario) < result.metrics["F1_HIERARCHICAL"] < 1, result.notes
     assert qwen_small.rows == {"shopify_product_catalogue.parquet": 97, "shopify_product_catalogue_8k.parquet": 16}
+    model = Path(qwen_small.plan["model.source"])   # the endpoints client refuses a model folder without a tokenizer
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in model.iterdir()}
+    tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
+    answer = json.loads(pq.read_table(qwen_small.plan["dataset.accuracy"])[answers.ANSWER_TEXT][0].as_py())
+    assert json.loads(tokenizer.decode(tokenizer.encode(json.dumps(answer)).ids)) == answer
     assert any("image bytes" in line for line in qwen_small.not_real)
 
 
