@@ -191,29 +191,29 @@ def group_gone(group: int, within_s: float = 5) -> bool:
     return False
 
 
+def fake_client(staged: dict[str, Path], tmp_path: Path, script: str, timeout_s: float) -> tuple[CommandError, int]:
+    """Run a shell script as the client (it writes its process group to `group`): the error the run raised, and
+    that group."""
+    client = tmp_path / "fake-client"
+    client.write_text("#!/bin/sh\necho $$ > group\n" + script)
+    client.chmod(0o755)
+    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
+    with pytest.raises(CommandError) as caught:
+        runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
+                   timeout_s=timeout_s, client=client)
+    return caught.value, int((tmp_path / "run" / "group").read_text())
+
+
 def test_what_a_failed_client_leaves_in_its_group_is_killed(staged: dict[str, Path], tmp_path: Path) -> None:
     """A client whose services missed their start-up limit exited 1 and left its tokenizer process and
     multiprocessing's resource tracker running (the rehearsal found them, 300 MB, after its run)."""
-    failing = tmp_path / "failing-client"
-    failing.write_text("#!/bin/sh\necho $$ > group\nsleep 60 &\nexit 1\n")
-    failing.chmod(0o755)
-    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
-    endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
-    with pytest.raises(CommandError) as caught:
-        runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
-                   timeout_s=30, client=failing)
-    assert caught.value.returncode == 1
-    assert group_gone(int((tmp_path / "run" / "group").read_text())), "the client's leftover is still running"
+    error, group = fake_client(staged, tmp_path, "sleep 60 &\nexit 1\n", timeout_s=30)
+    assert error.returncode == 1
+    assert group_gone(group), "the client's leftover is still running"
 
 
 def test_a_client_past_its_timeout_is_ended_with_its_process_group(staged: dict[str, Path], tmp_path: Path) -> None:
-    hung = tmp_path / "hung-client"
-    hung.write_text("#!/bin/sh\necho $$ > group\nsleep 60 &\nsleep 60\n")   # a child in the group, then it hangs
-    hung.chmod(0o755)
-    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
-    endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
-    with pytest.raises(CommandError) as caught:
-        runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
-                   timeout_s=1, client=hung)
-    assert caught.value.returncode == runner.TIMED_OUT and "ran past 1 s" in str(caught.value)
-    assert group_gone(int((tmp_path / "run" / "group").read_text())), "the client's group is still there"
+    error, group = fake_client(staged, tmp_path, "sleep 60 &\nsleep 60\n", timeout_s=1)   # a child, then it hangs
+    assert error.returncode == runner.TIMED_OUT and "ran past 1 s" in str(error)
+    assert group_gone(group), "the client's group is still there"
