@@ -25,7 +25,7 @@ FOUND = re.compile(r"Found peak performance field: ([\d.]+)")
 def main(run_dir: Path) -> None:
     import mlperf_loadgen as lg
 
-    from submission.runs import RunSpec
+    from submission.results.runs import RunSpec
     from tasks.engines import Endpoint
     from tasks.harness.client import CompletionClient
     from tasks.harness.requests import build_requests

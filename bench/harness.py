@@ -188,8 +188,8 @@ def through_loadgen(url: str, workers: int, tokens: int, concurrency: int, work:
     first query to the last answer, so process and worker start-up are not in it) and the client CPU (runner and
     workers, start-up included)."""
     sys.path.insert(0, str(ROOT))
-    from submission.logs import load_run
-    from submission.runs import RunSpec
+    from submission.results.logs import load_run
+    from submission.results.runs import RunSpec
     from tasks.engines import Endpoint
     from tasks.harness import runner
 

@@ -38,9 +38,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.findpeak import parse_steps
-from submission.logs import load_run
+from submission.results.logs import load_run
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks.engines import Endpoint
 from tasks.engines.simulated import MODEL_NAME
 from tasks.engines.simulated import config as sim_config
@@ -64,7 +64,7 @@ M, SAMPLES, TOKENS, WITHIN = "gpt-oss-120b", 32, 16, 0.02
 RULES = load_rules("v6.1")
 SERVER = RULES.benchmark(M).scenario("Server")
 SEED = RULES.seeds.schedule_rng_seed
-CONFIGS = {   # engine options of the simulated engine (submission.engine_options.SimulatedOptions), by regime
+CONFIGS = {   # engine options of the simulated engine (submission.plan.engine_options.SimulatedOptions), by regime
     # TPOT-bound: a full batch's TPOT (60 ms) is near the 80 ms limit; the limit binds close to saturation
     "decode-bound": {"prefill_workers": 1, "prefill_ms": 3, "decode_workers": 2, "decode_slots": 32, "tpot_ms": 30,
                      "tpot_load": 1.0, "output_tokens": TOKENS, "chunk_tokens": 5},

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from submission.files import sha256_file
+from submission.base.files import sha256_file
 from tasks.staging.stage import S3Access, stage
 from tasks.storage import objects as storage
 from tasks.storage import s3server

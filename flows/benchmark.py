@@ -2,7 +2,8 @@
 compliance audits the rules name, per scenario.
 
 Every run is cached by its content key, and the engine starts only when a run is not cached, so re-running an
-unchanged plan repeats nothing. Under `podium run --only` (submission.selection) the selected scenarios' runs and audits
+unchanged plan repeats nothing. Under `podium run --only` (submission.plan.selection) the selected scenarios' runs and
+audits
 are measured afresh and the others only taken from the cache. Returns the records of the finished runs, the failures
 of the others and the runs not run.
 """
@@ -16,11 +17,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from submission import plan as plans
-from submission.plan import SCENARIOS
+from submission.plan import model as plans
+from submission.plan.model import SCENARIOS
+from submission.plan.selection import NOT_RUN, reuse
+from submission.results.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from submission.rules import load_rules
-from submission.runs import AuditRecord, RunRecord, RunSpec, plan_runs
-from submission.selection import NOT_RUN, reuse
 from tasks.clients import run_step
 from tasks.compliance import required_tests
 from tasks.compliance.planning import audit_jobs
@@ -53,7 +54,7 @@ def benchmark(plan_path: str, key: str, workspace: str, log_dir: str, only: list
 def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequence[str] = ()) -> dict:
     """Stage, build, serve and run every measured run and audit of benchmark `key` (inside a benchmark flow run: here,
     or a fleet member on its own cluster, flows/fleet.py); `only`: the scenario keys `--only` selected
-    (submission.selection.resolve), none for a plain run. Returns the records, audits, failures, the labels of the
+    (submission.plan.selection.resolve), none for a plain run. Returns the records, audits, failures, the labels of the
     runs and audits not run, and the engine launches."""
     bench = plan.benchmark(key)
     logger = get_run_logger()

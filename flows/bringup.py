@@ -21,10 +21,10 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 
 from flows.submission import submission
-from submission import plan as plans
-from submission.errors import PlanError
-from submission.plan import check_name
-from submission.runs import planned
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.plan.model import check_name
+from submission.results.runs import planned
 from tasks.ops.cluster import cluster_checks
 from tasks.ops.preflight import preflight
 from tasks.reporting import progress

@@ -13,7 +13,7 @@ import typer
 
 from flows import curation_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli
 from flows.cli_common import Workspace, end_with, exits_on_error, prefect_env, prefect_server
-from submission.errors import PodiumError, RunFailed, StorageError
+from submission.base.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MLPerf Inference submissions as Prefect flows.")
@@ -30,8 +30,8 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
                  "docs/operations.md, \"When a run is INVALID\")")] = None,
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
-    from submission import plan as plans
-    from submission import selection
+    from submission.plan import model as plans
+    from submission.plan import selection
     from tasks.ops.inputs import check_capacity, check_inputs
     from tasks.ops.preflight import require_description_sources
 
@@ -73,7 +73,7 @@ def check(tree: Annotated[Path, typer.Argument(help="the folder holding closed/,
               "--inference-src", help="the folder `podium fetch-inference` prints: run its checker too")] = None,
           ) -> None:
     """Check a submission tree. Exit 0 clean, 1 errors (Podium's or the official checker's), 2 could not run."""
-    from submission.official_checker import check_all
+    from submission.checks.official import check_all
 
     checked = check_all(tree, round, profile=profile, csv_file=csv_file, inference_src=inference_src)
     typer.echo(json.dumps(checked.to_json(), indent=2) if as_json else checked.text(), nl=as_json)
@@ -96,9 +96,9 @@ def package(tree: Annotated[Path, typer.Argument(help="the submission tree to pa
             embedded: Annotated[bool, typer.Option(help="upload to the local S3 server of `podium dev up`")] = False,
             workspace: Workspace = Path(".podium")) -> None:
     """Pack a submission tree: tarball, its sha256 and a manifest of every file; upload them when asked."""
-    from submission.checker import check_tree
-    from submission.package import package as make_package
-    from submission.rehearsal_marker import refuse
+    from submission.checks.checker import check_tree
+    from submission.tree.package import package as make_package
+    from submission.tree.rehearsal_marker import refuse
 
     refuse(tree)   # a dress rehearsal's tree is never packaged, checked or not
     if run_check:
@@ -308,7 +308,7 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     import logging
     import time
 
-    from submission import plan as plans
+    from submission.plan import model as plans
     from tasks.serving import launch as engine_launch
 
     loaded = plans.load(plan)

@@ -12,7 +12,7 @@ from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
-from submission.errors import PodiumError, RunFailed
+from submission.base.errors import PodiumError, RunFailed
 from tasks.ops import nodes
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium keeps its state")]

@@ -1,6 +1,6 @@
 """`podium assemble`: one submission tree curated from several runs (flows/cli.py registers it).
 
-The choices and refusals are `submission.curation`'s, the tree and curation.json `submission.curated_tree`'s, the
+The choices and refusals are `submission.tree.curation`'s, the tree and curation.json `submission.tree.curated`'s, the
 download of s3:// and plan-name sources `tasks.storage.sources`'; the check is `podium check`'s. Exit 0 when the
 checker finds no error, 1 when it does, 2 when the sources cannot make one tree.
 """
@@ -30,8 +30,9 @@ def assemble(
         workspace: Workspace = Path(".podium")) -> None:
     """Curate one submission tree from several runs: per system, benchmark and scenario the best (or latest, or
     named) complete run, with its own accuracy run and audits; then check it. `podium package OUT/submission` next."""
-    from submission import curated_tree, curation
-    from submission.official_checker import check_all
+    from submission.checks.official import check_all
+    from submission.tree import curated as curated_tree
+    from submission.tree import curation
     from tasks.storage import sources as remote
 
     def warn(line: str) -> None:

@@ -23,11 +23,11 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
 from flows.benchmark import measure, run_name
-from submission import plan as plans
-from submission.files import copy_run_folder, write_atomic
-from submission.plan import Plan
-from submission.runs import AuditRecord, RunRecord
-from submission.selection import NOT_RUN
+from submission.base.files import copy_run_folder, write_atomic
+from submission.plan import model as plans
+from submission.plan.model import Plan
+from submission.plan.selection import NOT_RUN
+from submission.results.runs import AuditRecord, RunRecord
 from tasks.measuring import summary
 from tasks.ops import registration
 from tasks.ops.preflight import preflight

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from flows.cli_common import Workspace, exits_on_error
-from submission.plan import LINK_EXPIRY_S, MAX_LINK_EXPIRY_S
+from submission.plan.model import LINK_EXPIRY_S, MAX_LINK_EXPIRY_S
 
 
 @exits_on_error

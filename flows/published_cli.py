@@ -1,6 +1,6 @@
 """`podium published`: the round's published results of a benchmark, per accelerator, from
 `submission/rules/published-<round>.csv`; with `--rebuild summary.csv` it writes that file from a round's summary.csv
-(flows/cli.py registers it; the data and the comparison are submission/published.py's).
+(flows/cli.py registers it; the data and the comparison are submission/results/published.py's).
 
 A listing per accelerator of reviewed results, not an MLPerf metric.
 """
@@ -29,10 +29,10 @@ def published(
         commit: Annotated[str | None, typer.Option(help="with --rebuild: the commit the summary.csv is from")] = None,
 ) -> None:
     """List the published results of BENCHMARK, best per accelerator first; or rebuild the data file."""
-    from submission import markdown as md
-    from submission import published as pub
-    from submission.errors import PlanError
-    from submission.files import write_atomic
+    from submission.base import markdown as md
+    from submission.base.errors import PlanError
+    from submission.base.files import write_atomic
+    from submission.results import published as pub
 
     if rebuild is not None:
         if not commit:

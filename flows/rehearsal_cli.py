@@ -20,7 +20,7 @@ import typer
 import yaml
 
 from flows.cli_common import Workspace, end_with, exits_on_error, prefect_env
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 
 Clock = Annotated[str, typer.Option("--clock", help="xN: the client and the engine run N times faster "
                                                      "(libfaketime); real: the honest full-duration rehearsal")]
@@ -69,7 +69,7 @@ def sizes(folder: Path) -> dict[str, int]:
 def slower_clocks(folder: Path, speed: float) -> list[str]:
     """The runs and audits of the run folder (results.json, compliance.json) that the client measured on a slower
     clock than the rehearsal's `speed` because a faster one missed their latency limits, as `label | xN` rows."""
-    from submission.runs import AuditRecord, RunRecord
+    from submission.results.runs import AuditRecord, RunRecord
 
     rows = []
     for name, model in (("results.json", RunRecord), ("compliance.json", AuditRecord)):
@@ -84,8 +84,8 @@ def slower_clocks(folder: Path, speed: float) -> list[str]:
 def report(original: Path, folder: Path, clock: str, wall_s: float) -> str:
     """rehearsal.md: what was replaced, the real round's cost, the runs that needed a slower clock, artifact sizes,
     wall time and peak memory."""
-    from submission import plan as plans
-    from submission.cost import real_round
+    from submission.budget.cost import real_round
+    from submission.plan import model as plans
     from tasks.rehearsal.plan import changes
 
     speed = None if clock == "real" else float(clock.removeprefix("x"))
@@ -128,8 +128,8 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
     clocks.speed()   # a bad --clock: exit 2 before anything starts
     if clock != "real":
         clocks.wrap([])   # faketime missing: exit 2 now, not at the first run
-    from submission import plan as plans
-    from submission import selection
+    from submission.plan import model as plans
+    from submission.plan import selection
 
     rewritten = prepare(plan, workspace, inference_src)
     loaded = plans.load(rewritten)

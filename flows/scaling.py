@@ -14,10 +14,11 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, State
 
 from flows.search import prepare, record_artifacts, runs_at_most, scenario_spec, search_peak_qps, total_time
-from submission import cost, gates
-from submission import plan as plans
-from submission.engine_options import OptionsLike
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.budget import cost
+from submission.checks import gates
+from submission.plan import model as plans
+from submission.plan.engine_options import OptionsLike
 from tasks.reporting import plots, progress
 from tasks.serving.session import EngineSession
 from tasks.tuning.bisection import SearchSettings

@@ -19,13 +19,13 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.states import Completed, State
 
-from submission import cost
-from submission import markdown as md
-from submission import plan as plans
-from submission.engine_options import EngineOptions, OptionsLike, parse_options
-from submission.errors import PlanError, RunFailed
+from submission.base import markdown as md
+from submission.base.errors import PlanError, RunFailed
+from submission.budget import cost
+from submission.plan import model as plans
+from submission.plan.engine_options import EngineOptions, OptionsLike, parse_options
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
-from submission.runs import RunSpec, plan_runs
 from tasks.engines import engine_identity
 from tasks.reporting import plots, progress
 from tasks.serving import warmup
@@ -78,7 +78,7 @@ def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
 
 def engine_time(result: SearchResult, full_run_s: float | None, gpu_count: int) -> dict[str, Any]:
     """What the search measured now (cached runs cost nothing): its probes, its full-length runs, and the Offline
-    run when it made one, in seconds and GPU-hours (submission.cost)."""
+    run when it made one, in seconds and GPU-hours (submission.budget.cost)."""
     made = [p for p in result.trace if not p.cached]
     full = [p for p in made if p.stage == "confirm"]
     short = [p for p in made if p.stage != "confirm"]
@@ -226,7 +226,7 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
 
 
 def total_time(rows: list[dict[str, Any]]) -> str:
-    """The engine time of every search of a sweep or scaling check together (submission.cost)."""
+    """The engine time of every search of a sweep or scaling check together (submission.budget.cost)."""
     seconds = sum(r.get("engine_seconds") or 0 for r in rows)
     hours = sum(r.get("gpu_hours") or 0 for r in rows)
     return f"engine time: {seconds:g} s in all ({round(hours, 3):g} GPU-hours on the deployments' GPUs)"

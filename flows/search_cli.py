@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from flows.cli_common import Workspace, exits_on_error, prefect_env
-from submission.errors import PlanError, RunFailed
+from submission.base.errors import PlanError, RunFailed
 
 PlanArg = Annotated[Path, typer.Argument(help="the plan YAML")]
 Bench = Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key; default: the first")]
@@ -39,7 +39,7 @@ def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
 
 def _load(plan: Path, workspace: Path) -> None:
     """Validate the plan before Prefect is set up and imported."""
-    from submission import plan as plans
+    from submission.plan import model as plans
 
     plans.load(plan)
     prefect_env(workspace)

@@ -1,7 +1,7 @@
 """The submission pipeline: plan -> preflight -> one benchmark flow per (system, benchmark) -> assemble -> check
 -> publish -> report. Everything a run produced stays in its run folder and in object storage, even when a step
 failed; the flow then ends Failed and a re-run resumes from the cached steps. `only` (`podium run --only`) measures
-the named scenarios afresh and takes the rest from the cache (submission.selection).
+the named scenarios afresh and takes the rest from the cache (submission.plan.selection).
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from prefect.states import Completed, Failed, State
 
 from flows import fleet
 from flows.benchmark import benchmark
-from submission import plan as plans
-from submission import rehearsal_marker, runs, selection
-from submission.checker import CheckReport
-from submission.errors import PodiumError
-from submission.files import copy_run_folder, write_atomic
-from submission.plan import Plan
-from submission.runs import AuditRecord, RunRecord
+from submission.base.errors import PodiumError
+from submission.base.files import copy_run_folder, write_atomic
+from submission.checks.checker import CheckReport
+from submission.plan import model as plans
+from submission.plan import selection
+from submission.plan.model import Plan
+from submission.results import runs
+from submission.results.runs import AuditRecord, RunRecord
+from submission.tree import rehearsal_marker
 from tasks.ops import notifications
 from tasks.ops.preflight import preflight
 from tasks.reporting import artifacts as reporting

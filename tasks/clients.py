@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from submission.plan import BenchmarkSpec, Plan
+from submission.plan.model import BenchmarkSpec, Plan
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
-from submission.runs import RunSpec, plan_runs
 from tasks.engines import Endpoint
 
 

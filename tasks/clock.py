@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 
 ENV = "PODIUM_CLOCK"   # "x10": the speed-up; unset or "real": the real clock
 # The client's clocks, fastest first: a run starts on PODIUM_CLOCK's and falls back to each slower one in turn

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from submission.errors import RunFailed
-from submission.runs import RunRecord
-from submission.selection import rerun
+from submission.base.errors import RunFailed
+from submission.plan.selection import rerun
+from submission.results.runs import RunRecord
 from tasks import clock
 from tasks.engines import Endpoint
 

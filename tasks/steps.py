@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 from prefect import Task, get_run_logger
 
-from submission.errors import PodiumError
-from submission.selection import Reuse
+from submission.base.errors import PodiumError
+from submission.plan.selection import Reuse
 
 T = TypeVar("T", bound=Task)
 
@@ -48,8 +48,8 @@ def cached_in(step: T, work_dir: str | Path) -> T:
 def call_cached(step: Task, work_dir: str | Path, parameters: dict[str, Any], reuse: Reuse = "cache",
                 **call: Any) -> Any:
     """`step(**parameters, **call)` with its cache entries in `<work_dir>/cache/` (`cached_in`), using its entry as
-    `reuse` says (submission.selection): "cache" as Prefect does; "fresh" measures again: the entry is dropped first
-    and the run folder its record names set aside as `<name>.replaced-<time>`, so a fresh run that fails leaves no
+    `reuse` says (submission.plan.selection): "cache" as Prefect does; "fresh" measures again: the entry is dropped
+    first and the run folder its record names set aside as `<name>.replaced-<time>`, so a fresh run that fails leaves no
     entry naming its logs (the next run measures it again, as after any rejected run); "cached" returns None, running
     nothing, when there is no entry. `call`: Prefect's call options (`return_state=True`)."""
     placed = cached_in(step, work_dir)

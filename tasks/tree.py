@@ -8,11 +8,11 @@ from pathlib import Path
 
 from prefect import task
 
-from submission import rehearsal_marker
-from submission.assemble import assemble
-from submission.checker import CheckReport
-from submission.plan import Plan
-from submission.runs import AuditRecord, RunRecord
+from submission.checks.checker import CheckReport
+from submission.plan.model import Plan
+from submission.results.runs import AuditRecord, RunRecord
+from submission.tree import rehearsal_marker
+from submission.tree.assemble import assemble
 from tasks.steps import run_logger
 
 
@@ -34,7 +34,7 @@ def check(root: str, round: str, profile: str, inference_src: str | None = None)
     checker too (its CSV beside ours), each place where the two verdicts differ logged as a warning. The two run as
     `podium check` runs them (`official_checker.check_all`); an official checker that cannot run is logged, and the
     tree and Podium's verdict stand."""
-    from submission import official_checker as official
+    from submission.checks import official
 
     logger = run_logger("check")
     csv_file = Path(root).parent / "summary.csv"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import yaml
 
-from submission.logs import load_run
+from submission.results.logs import load_run
 from submission.rules import load_rules
-from submission.systems import describe
-from submission.tree import COMPLIANCE_FILES, Tree
-from submission.truncate import truncate_tree
+from submission.tree.paths import COMPLIANCE_FILES, Tree
+from submission.tree.systems import describe
+from submission.tree.truncate import truncate_tree
 from tests.loadgen_fake import fake_tokens, run_fake
 
 ROUND = "v6.1"

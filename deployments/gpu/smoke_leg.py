@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:   # run as a script from anywhere: Podium's packages are at the repository root
     sys.path.insert(0, str(ROOT))
 
-from submission import plan as plans  # noqa: E402
-from submission.errors import LaunchError, PodiumError, RunFailed  # noqa: E402
-from submission.files import sha256_file, write_atomic  # noqa: E402
+from submission.base.errors import LaunchError, PodiumError, RunFailed  # noqa: E402
+from submission.base.files import sha256_file, write_atomic  # noqa: E402
+from submission.plan import model as plans  # noqa: E402
+from submission.results.runs import RunRecord, plan_runs  # noqa: E402
 from submission.rules import load_rules  # noqa: E402
-from submission.runs import RunRecord, plan_runs  # noqa: E402
 from tasks.engines import backend, engine_identity  # noqa: E402
 from tasks.engines.smoke import build_assets  # noqa: E402
 from tasks.harness.measure import run_once  # noqa: E402

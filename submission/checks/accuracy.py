@@ -16,7 +16,7 @@ from pathlib import Path
 from submission.checks.findings import Context
 from submission.checks.run import load
 from submission.rules import ScenarioRules
-from submission.tree import ACCURACY_LOG, ACCURACY_TXT
+from submission.tree.paths import ACCURACY_LOG, ACCURACY_TXT
 
 HASH_LINE = re.compile(r"^hash=([\w\d]+)$", re.MULTILINE)  # the checker's pattern for accuracy.txt
 TRUNCATION_MARK = "\n\n...\n\n"  # what truncate_accuracy_log.py writes between the head and the tail

@@ -18,7 +18,7 @@ from submission.checks.accuracy import hash_line
 from submission.checks.findings import Context
 from submission.checks.run import check_run
 from submission.rules import BenchmarkRules, ScenarioRules
-from submission.tree import ACCURACY_TXT, COMPLIANCE_FILES, DETAIL, TOLERATED_EXTRAS
+from submission.tree.paths import ACCURACY_TXT, COMPLIANCE_FILES, DETAIL, TOLERATED_EXTRAS
 
 PASS = "TEST PASS"  # what run_verification.py writes on success (compliance/TESTxx/run_verification.py)
 # file -> the lines it must hold; a tuple of alternatives means any one of them (checks/compliance_check.py)

@@ -16,12 +16,12 @@ from typing import Any
 
 import yaml
 
+from submission.base.errors import PlanError
 from submission.checks.findings import Context, ScenarioResult
 from submission.checks.loadgen import measurements
 from submission.checks.run import check_seeds
-from submission.errors import PlanError
 from submission.rules import BenchmarkRules, ScenarioRules
-from submission.tree import (
+from submission.tree.paths import (
     ACCURACY_RESULTS,
     AUDIT_DIR,
     ENDPOINTS_AUDIT_NAMES,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from submission.rules import Rules
-from submission.tree import TOLERATED_EXTRAS
+from submission.tree.paths import TOLERATED_EXTRAS
 
 Severity = Literal["error", "warning", "deviation"]
 SMOKE_DEVIATIONS = frozenset({

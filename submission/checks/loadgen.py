@@ -13,9 +13,9 @@ from submission.checks import compliance
 from submission.checks.accuracy import accuracy
 from submission.checks.findings import Context, ScenarioResult
 from submission.checks.run import check_run
-from submission.logs import LoadgenRun
+from submission.results.logs import LoadgenRun
 from submission.rules import BenchmarkRules, ScenarioRules
-from submission.tree import (
+from submission.tree.paths import (
     LOADGEN_SCENARIO_OPTIONAL,
     LOADGEN_SCENARIO_ROOT,
     MEASUREMENTS,

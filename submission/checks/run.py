@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from submission.base.errors import PlanError, RunFailed
 from submission.checks.findings import Context
-from submission.errors import PlanError, RunFailed
-from submission.logs import LoadgenRun, load_run
+from submission.results.logs import LoadgenRun, load_run
 from submission.rules import ROUNDS, BenchmarkRules, ScenarioRules, load_rules
 
 AUDIT_WARNING = "Found Audit Config file"  # loadgen's warning when an audit.config overrides the settings

@@ -13,11 +13,11 @@ from typing import Any
 
 from submission.checks import endpoints, loadgen
 from submission.checks.findings import Context, ScenarioResult
-from submission.plan import check_name
-from submission.rehearsal_marker import MARKER as REHEARSAL_MARKER
+from submission.plan.model import check_name
 from submission.rules import BenchmarkRules
-from submission.systems import validate as validate_system
-from submission.tree import DIVISIONS, ORG_DIRS, ORG_FILES, SCENARIO_FOLDERS, SMOKE_MARKER, layout_of
+from submission.tree.paths import DIVISIONS, ORG_DIRS, ORG_FILES, SCENARIO_FOLDERS, SMOKE_MARKER, layout_of
+from submission.tree.rehearsal_marker import MARKER as REHEARSAL_MARKER
+from submission.tree.systems import validate as validate_system
 
 # constants.py SYSTEM_DESC_REQUIRED_FIELDS_NETWORK_MODE and NETWORK_MODE_REQUIRED_SUBSTRING_IN_SUT_NAME
 NETWORK_FIELDS = ("is_network", "network_type", "network_media", "network_rate", "nic_loadgen", "number_nic_loadgen",

@@ -10,8 +10,8 @@ import io
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
+from submission.base.files import write_atomic
 from submission.checks.findings import Finding, ScenarioResult
-from submission.files import write_atomic
 
 COLUMNS = (
     "Organization", "Availability", "Division", "SystemType", "SystemName", "Platform", "Model", "MlperfModel",
@@ -34,7 +34,8 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def rows(round: str, results: Sequence[ScenarioResult], findings: Sequence[Finding]) -> list[dict[str, str]]:
-    """One row per scenario folder of a check (`submission.checker.CheckReport`: its round, results, findings)."""
+    """One row per scenario folder of a check (`submission.checks.checker.CheckReport`: its round, results,
+    findings)."""
     out = []
     for r in results:
         desc = r.system_desc

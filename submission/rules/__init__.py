@@ -15,8 +15,8 @@ from typing import Literal, TypeVar
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from submission.errors import PlanError, did_you_mean
-from submission.schema import Strict
+from submission.base.errors import PlanError, did_you_mean
+from submission.base.schema import Strict
 
 _DATA = Path(__file__).parent
 _MS_TO_NS = 1_000_000

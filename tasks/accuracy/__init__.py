@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from submission.errors import PlanError, did_you_mean
+from submission.base.errors import PlanError, did_you_mean
 
 
 @dataclass(frozen=True)

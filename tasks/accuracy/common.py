@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from submission.errors import PlanError
-from submission.logs import AccuracyEntry, parse_accuracy_log
+from submission.base.errors import PlanError
+from submission.results.logs import AccuracyEntry, parse_accuracy_log
 
 Decoder = Callable[[list[int]], str]
 _log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from submission.evaluation import evaluation_constant
+from submission.rules.evaluation import evaluation_constant
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
 from tasks.accuracy.common import decoder, log_entries, repeat_note, subset_kind

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 
 CHILD = Path(__file__).with_name("lcb_child.py")
 FIX = ("export LiveCodeBench release_v6 (code_generation_lite) as JSON lines and pass it with --lcb-tests, or put "

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from submission.evaluation import evaluation_constant
+from submission.rules.evaluation import evaluation_constant
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.common import entry_text, log_entries, repeat_note
 from tasks.accuracy.qwen3_vl_fields import binary_f1, brand_f1, rejected_secondhand

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from submission.errors import PlanError
-from submission.logs import parse_accuracy_log
+from submission.base.errors import PlanError
+from submission.results.logs import parse_accuracy_log
 from tasks.accuracy import AccuracyResult
 from tasks.harness.datasets import read_token_prompts
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.common import entry_text, unique_entries
 

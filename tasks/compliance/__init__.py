@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from submission.errors import PlanError, did_you_mean
+from submission.base.errors import PlanError, did_you_mean
+from submission.base.schema import Strict
+from submission.results.runs import AuditCheck, RunSpec
 from submission.rules import AuditValue, Rules
-from submission.runs import AuditCheck, RunSpec
-from submission.schema import Strict
 
 AUDITS = {
     "TEST01": "tasks.compliance.test01",

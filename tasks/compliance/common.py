@@ -9,10 +9,10 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from submission.files import write_atomic
-from submission.logs import DETAIL_FILE, SUMMARY_FILE, LoadgenRun, load_run
+from submission.base.files import write_atomic
+from submission.results.logs import DETAIL_FILE, SUMMARY_FILE, LoadgenRun, load_run
+from submission.results.runs import AuditCheck
 from submission.rules import AuditValue, Rules
-from submission.runs import AuditCheck
 from tasks.compliance import AuditJob, Verdict
 
 AUDIT_CONFIG = "audit.config"

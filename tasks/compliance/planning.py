@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from submission.plan import BenchmarkSpec, Plan
+from submission.plan.model import BenchmarkSpec, Plan
+from submission.results.runs import RunRecord, RunSpec
 from submission.rules import Rules
-from submission.runs import RunRecord, RunSpec
 from tasks.compliance import AuditJob, audit, required_tests
 from tasks.compliance.test06 import eos_token_ids
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from submission.errors import PodiumError
+from submission.base.errors import PodiumError
 from tasks.accuracy import evaluator
 
 

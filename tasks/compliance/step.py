@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from prefect import task
 
+from submission.base.errors import RunFailed
 from submission.checks.compliance import FULL_PERFORMANCE_CHECK
-from submission.errors import RunFailed
-from submission.logs import LoadgenRun, load_run
-from submission.runs import AuditCheck, AuditRecord
-from submission.selection import Reuse
+from submission.plan.selection import Reuse
+from submission.results.logs import LoadgenRun, load_run
+from submission.results.runs import AuditCheck, AuditRecord
 from tasks.compliance import AuditJob, audit
 from tasks.compliance.common import audit_config_file
 from tasks.compliance.official_scripts import Official, run_official

@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from submission.errors import PlanError
-from submission.logs import AccuracyEntry, parse_accuracy_log
+from submission.base.errors import PlanError
+from submission.results.logs import AccuracyEntry, parse_accuracy_log
+from submission.results.runs import AuditCheck
 from submission.rules import load_rules
-from submission.runs import AuditCheck
 from tasks.accuracy import evaluator
 from tasks.compliance import AuditJob, Verdict
 from tasks.compliance.common import (

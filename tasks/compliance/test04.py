@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from submission.rules import load_rules
 from tasks.compliance import AuditJob, Verdict
 from tasks.compliance.common import BaseAudit, check_lines, performance_checks, reference_folder, verdict_line

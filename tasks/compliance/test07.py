@@ -13,9 +13,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from submission.errors import PlanError
-from submission.logs import parse_accuracy_log
-from submission.runs import AuditCheck
+from submission.base.errors import PlanError
+from submission.results.logs import parse_accuracy_log
+from submission.results.runs import AuditCheck
 from tasks.accuracy import evaluator
 from tasks.compliance import AuditJob, Verdict
 from tasks.compliance.common import ACCURACY_LOG, AUDIT_CONFIG, BaseAudit, check_lines, verdict_line

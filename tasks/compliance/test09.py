@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from submission.logs import parse_accuracy_log
-from submission.runs import AuditCheck
+from submission.results.logs import parse_accuracy_log
+from submission.results.runs import AuditCheck
 from tasks.compliance import AuditJob, Verdict
 from tasks.compliance.common import ACCURACY_LOG, AUDIT_CONFIG, BaseAudit, check_lines, verdict_line
 

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from submission.errors import RunFailed
-from submission.files import write_atomic
+from submission.base.errors import RunFailed
+from submission.base.files import write_atomic
 from tasks.endpoints.results import ACCURACY, EVENTS
 
 ACCURACY_LOG = "mlperf_log_accuracy.json"

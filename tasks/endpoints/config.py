@@ -36,11 +36,11 @@ from typing import Any
 
 import yaml
 
-from submission.errors import PlanError
-from submission.generation import reference_generation
+from submission.base.errors import PlanError
+from submission.results.runs import CLIENT_REPORT as REPORT
+from submission.results.runs import RunSpec
 from submission.rules import Rules, load_rules
-from submission.runs import CLIENT_REPORT as REPORT
-from submission.runs import RunSpec
+from submission.rules.generation import reference_generation
 from tasks import clock
 from tasks.engines import Endpoint
 

@@ -18,8 +18,8 @@ import json
 import os
 from pathlib import Path
 
-from submission.errors import PlanError
-from submission.files import replace_atomic, temporary
+from submission.base.errors import PlanError
+from submission.base.files import replace_atomic, temporary
 from tasks.harness.shopify import read_products
 
 CACHE = "dataset_cache"

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from submission.errors import CommandError, LaunchError, RunFailed
+from submission.base.errors import CommandError, LaunchError, RunFailed
+from submission.plan.selection import rerun
+from submission.results.runs import RunRecord, RunSpec
 from submission.rules import Rules, ScenarioRules, load_rules
-from submission.runs import RunRecord, RunSpec
-from submission.selection import rerun
 from tasks.accuracy import AccuracyResult, score
 from tasks.endpoints import answers, runner
 from tasks.endpoints import config as client_config

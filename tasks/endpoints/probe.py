@@ -20,9 +20,9 @@ import math
 import time
 from pathlib import Path
 
-from submission.errors import CommandError, LaunchError, PlanError, RunFailed
+from submission.base.errors import CommandError, LaunchError, PlanError, RunFailed
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks.endpoints import runner
 from tasks.endpoints.measure import invalid_reasons
 from tasks.endpoints.results import ClientResult, query_times

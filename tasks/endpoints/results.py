@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from submission.errors import RunFailed
+from submission.base.errors import RunFailed
 
 SUMMARY = Path("performance") / "result_summary.json"
 ACCURACY = Path("accuracy") / "accuracy_results.json"

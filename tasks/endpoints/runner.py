@@ -19,9 +19,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from submission.errors import CommandError
-from submission.files import tail
-from submission.runs import RunSpec
+from submission.base.errors import CommandError
+from submission.base.files import tail
+from submission.results.runs import RunSpec
 from tasks import clock
 from tasks.endpoints import config as client_config
 from tasks.endpoints import dataset

@@ -10,8 +10,8 @@ from typing import Any
 from prefect import task
 from prefect.runtime import flow_run
 
-from submission.runs import RunRecord, RunSpec
-from submission.selection import Reuse
+from submission.plan.selection import Reuse
+from submission.results.runs import RunRecord, RunSpec
 from tasks.endpoints.measure import run_once
 from tasks.measuring import summary
 from tasks.serving.session import EngineSession

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from submission.engine_options import OptionsLike, parse_options
-from submission.errors import LaunchError, PlanError, did_you_mean
-from submission.files import write_atomic
+from submission.base.errors import LaunchError, PlanError, did_you_mean
+from submission.base.files import write_atomic
+from submission.plan.engine_options import OptionsLike, parse_options
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,8 @@ class Placement:
 
 class EngineBackend(Protocol):
     """What every backend has; every backend subclasses this Protocol, so the members with a body are defaults that
-    a backend overrides where it differs. Each method takes the engine's typed options (submission.engine_options, as
+    a backend overrides where it differs. Each method takes the engine's typed options
+    (submission.plan.engine_options, as
     `EngineSpec.config()` parsed them when the plan loaded) or a plan's mapping of them, which `options` parses."""
 
     name: str

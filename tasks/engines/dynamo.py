@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from submission.engine_options import DynamoOptions, OptionsLike
-from submission.errors import LaunchError
-from submission.topology import Slot, place
+from submission.base.errors import LaunchError
+from submission.plan.engine_options import DynamoOptions, OptionsLike
+from submission.plan.topology import Slot, place
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from submission.engine_options import OptionsLike
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
+from submission.plan.engine_options import OptionsLike
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import ready_probes
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from submission.engine_options import OptionsLike, TrtllmOptions, TrtllmPool
-from submission.topology import Pool, place
+from submission.plan.engine_options import OptionsLike, TrtllmOptions, TrtllmPool
+from submission.plan.topology import Pool, place
 from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,

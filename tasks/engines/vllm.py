@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from submission.engine_options import KvTransfer, MediaLimit, OptionsLike, VllmOptions
+from submission.plan.engine_options import KvTransfer, MediaLimit, OptionsLike, VllmOptions
 from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
 from tasks.engines.common import (
     OFFLINE_ENV,

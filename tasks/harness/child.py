@@ -11,7 +11,7 @@ import json
 import os
 import signal
 
-from submission.runs import RunSpec
+from submission.results.runs import RunSpec
 from tasks.engines import Endpoint
 
 PR_SET_PDEATHSIG = 1   # linux/prctl.h

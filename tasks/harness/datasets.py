@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from submission.errors import PlanError, did_you_mean
+from submission.base.errors import PlanError, did_you_mean
 
 PROMPT_COLUMNS = ("input_tokens", "tok_input")
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from submission.errors import CommandError, LaunchError
-from submission.logs import LoadgenRun, load_run
+from submission.base.errors import CommandError, LaunchError
+from submission.plan.selection import rerun
+from submission.results.logs import LoadgenRun, load_run
+from submission.results.runs import RunRecord, RunSpec, record
 from submission.rules import load_rules
-from submission.runs import RunRecord, RunSpec, record
-from submission.selection import rerun
 from tasks.accuracy import score
 from tasks.harness import liveness, runner
 from tasks.measuring import Engine, RunRejected, on_slower_clocks, problems, set_aside, utc_now

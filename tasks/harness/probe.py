@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from submission.logs import load_run
+from submission.results.logs import load_run
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks.harness import runner, timing
 from tasks.measuring import set_aside
 from tasks.serving.session import EngineSession

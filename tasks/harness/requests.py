@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from submission.errors import PlanError
-from submission.generation import Mode, Sampling, benchmark_generation
+from submission.base.errors import PlanError
+from submission.rules.generation import Mode, Sampling, benchmark_generation
 from tasks.harness.datasets import PromptSet, read_prompts
 from tasks.harness.shopify import Product, ProductSet, read_products
 

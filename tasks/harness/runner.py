@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from submission.errors import CommandError
-from submission.files import tail
-from submission.runs import RunSpec
+from submission.base.errors import CommandError
+from submission.base.files import tail
+from submission.results.runs import RunSpec
 from tasks import clock
 from tasks.engines import Endpoint
 from tasks.harness.child import client_for, die_with_parent, requests_for

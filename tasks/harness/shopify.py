@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 
 PROMPT_COLUMNS = ("product_title", "product_description", "potential_product_categories", "product_image")
 TRUTH_COLUMNS = ("ground_truth_category", "ground_truth_brand", "ground_truth_is_secondhand")

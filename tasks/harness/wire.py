@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
 from tasks import clock
 from tasks.harness.sse import ProtocolError, ResponseParser
 

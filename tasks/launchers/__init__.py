@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from submission.engine_options import OptionsLike
-from submission.errors import PlanError, did_you_mean
+from submission.base.errors import PlanError, did_you_mean
+from submission.plan.engine_options import OptionsLike
 from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from submission.engine_options import KubernetesSettings
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
+from submission.plan.engine_options import KubernetesSettings
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
 from tasks.launchers import Launcher
 from tasks.launchers.kubernetes_manifests import DGD, dns_name, labels, manifests, validate

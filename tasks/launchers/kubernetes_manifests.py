@@ -16,8 +16,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from submission.engine_options import KubernetesSettings
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
+from submission.plan.engine_options import KubernetesSettings
 from tasks.engines import ProcessSpec
 
 LABEL = "podium.mlcommons.org"

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from submission.errors import LaunchError
-from submission.files import tail
+from submission.base.errors import LaunchError
+from submission.base.files import tail
 from tasks.engines import Placement, ProcessSpec, write_files
 from tasks.launchers import Launcher
 from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from submission.errors import LaunchError
-from submission.files import tail
+from submission.base.errors import LaunchError
+from submission.base.files import tail
 from tasks.engines import ProcessSpec
 
 TAIL_LINES = 30   # lines of a log quoted in an error

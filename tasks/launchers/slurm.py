@@ -33,9 +33,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from submission.errors import CommandError, LaunchError, PlanError, PodiumError
-from submission.files import tail
-from submission.slurm_options import SlurmSettings, settings_problems
+from submission.base.errors import CommandError, LaunchError, PlanError, PodiumError
+from submission.base.files import tail
+from submission.plan.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, write_files
 from tasks.launchers import Launcher
 from tasks.launchers import slurm_cli as cli

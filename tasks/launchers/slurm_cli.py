@@ -16,8 +16,8 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from submission.errors import CommandError, LaunchError
-from submission.slurm_options import SlurmSettings
+from submission.base.errors import CommandError, LaunchError
+from submission.plan.slurm_options import SlurmSettings
 from tasks.engines import ProcessSpec
 
 QUERY_TIMEOUT_S = 60

@@ -14,7 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
-from submission.errors import PodiumError
+from submission.base.errors import PodiumError
 from tasks.launchers.local import reap_stale
 
 log = logging.getLogger("podium.cleanup")

@@ -3,7 +3,7 @@ CUDA, each engine's version, free disk for the models and datasets on this node,
 
 Plain checks returning `Check` rows (name, ok, detail, fix); `cluster_checks` is the task the bring-up flow runs
 and shows as a table artifact. A missing `nvidia-smi` fails the check only when a plan's engine needs GPUs (its typed
-options give `gpus_per_node` > 0, see submission/engine_options.py); on a CPU engine it is reported and passes.
+options give `gpus_per_node` > 0, see submission/plan/engine_options.py); on a CPU engine it is reported and passes.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 
-from submission import markdown as md
-from submission.errors import PodiumError
-from submission.plan import Plan
+from submission.base import markdown as md
+from submission.base.errors import PodiumError
+from submission.plan.model import Plan
 from tasks.staging import stage as staging
 
 TIMEOUT_S = 30

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from submission.errors import LaunchError, PodiumError
-from submission.files import tail, write_atomic
+from submission.base.errors import LaunchError, PodiumError
+from submission.base.files import tail, write_atomic
 from tasks.ops import cleanup, registration
 from tasks.ops import nodes as gpu_nodes
 from tasks.storage import objects as storage

@@ -18,7 +18,7 @@ import tarfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
 from submission.rules import load_rules
 
 DIST_INFO = "inference_endpoint-*.dist-info"    # the wheel name of the distribution `inference-endpoint`

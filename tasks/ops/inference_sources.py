@@ -19,16 +19,16 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from submission.errors import CommandError, PodiumError
-from submission.official_checker import CHECKER_DIR
+from submission.base.errors import CommandError, PodiumError
+from submission.checks.official import CHECKER_DIR
 from submission.rules import SourcePin
 
 # What Podium runs or reads from the checkout, with who uses it (the sparse checkout; one path a line).
 PATHS = (
-    f"{CHECKER_DIR.as_posix()}/submission_checker/",  # the checker: submission/official_checker.py runs it
+    f"{CHECKER_DIR.as_posix()}/submission_checker/",  # the checker: submission/checks/official.py runs it
     f"{CHECKER_DIR.as_posix()}/log_parser.py",  # the log reader beside it
-    f"{CHECKER_DIR.as_posix()}/truncate_accuracy_log.py",  # the truncation submission/truncate.py does as well
-    f"{CHECKER_DIR.as_posix()}/submission_checker_old.py",  # the file lists submission/tree.py tolerates
+    f"{CHECKER_DIR.as_posix()}/truncate_accuracy_log.py",  # the truncation submission/tree/truncate.py does as well
+    f"{CHECKER_DIR.as_posix()}/submission_checker_old.py",  # the file lists submission/tree/paths.py tolerates
     "compliance/",  # TESTxx/run_verification.py and audit.config: tasks/compliance/official_scripts.py
     "loadgen/mlperf.conf",  # the round's loadgen settings the rules data cites
     "language/gpt-oss-120b/",  # the accuracy script tasks/accuracy/gpt_oss.py follows

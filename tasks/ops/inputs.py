@@ -2,8 +2,8 @@
 Prefect, no process. Each problem is one PlanError naming the plan field (or the environment variables) and the fix.
 
 - every local source the plan names exists (model, performance, accuracy and compliance data sets);
-- every engine fits its GPUs and every run its sequence budget (submission/capacity.py; docs/engines.md), and
-  every Slurm allocation of its own lasts as long as what it runs (submission/slurm_time.py);
+- every engine fits its GPUs and every run its sequence budget (submission/budget/capacity.py; docs/engines.md), and
+  every Slurm allocation of its own lasts as long as what it runs (submission/budget/slurm_time.py);
 - object storage that is not the embedded server has credentials in boto3's default chain (environment variables,
   a shared credentials or config file profile, a web-identity token, container or instance credentials). Without
   any, uploads would fail only at the very end, after hours of runs.
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from submission import capacity
-from submission.errors import PlanError
-from submission.plan import Plan
+from submission.base.errors import PlanError
+from submission.budget import capacity
+from submission.plan.model import Plan
 
 CREDENTIALS_FIX = ("export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE naming a profile in "
                    "~/.aws/credentials), or set storage.embedded: true to use Podium's local S3 server")
@@ -52,7 +52,7 @@ def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,
     """Raise one PlanError when an engine does not fit its GPUs or a run's longest sequence its engine's limit, from
     the plan's local sources; `capacities` (system -> GPU memory, preflight's detected descriptions) wins over the
     plan's. Each benchmark's table goes to `log`."""
-    from submission.slurm_time import time_problems
+    from submission.budget.slurm_time import time_problems
     from tasks.serving.launch import sizing
 
     require_fit([sizing(plan, b, capacity=(capacities or {}).get(b.system)) for b in plan.benchmarks], log)

@@ -2,7 +2,8 @@
 
 The kubernetes launcher runs the engine in pods of its own, so the host that runs the flow (a flow-run pod with no
 GPU, or a workstation with a kubeconfig) says nothing about the engine's hardware. Preflight therefore runs
-submission/host_facts.py's source (`python3 -c`, no Podium needed in the image) in one short-lived pod shaped like the
+submission/tree/host_facts.py's source (`python3 -c`, no Podium needed in the image) in one short-lived pod shaped
+like the
 engine's (tasks/launchers/kubernetes_manifests.py `describe_pod`: the engine's image, node selector, account, pull
 secrets and model volume, and the GPUs of its largest process), reads the JSON line it prints from its log, and
 deletes it. The scheduler puts that pod where it would put the engine's: on a node of `engine.kubernetes.
@@ -21,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from submission import host_facts
-from submission.errors import LaunchError
-from submission.plan import BenchmarkSpec, Plan
+from submission.base.errors import LaunchError
+from submission.plan.model import BenchmarkSpec, Plan
+from submission.tree import host_facts
 from tasks.engines import backend
 from tasks.launchers.kubernetes_manifests import describe_pod
 

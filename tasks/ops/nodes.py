@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
 
 PREFIX = "gpu-"
 LEASE_S = 300.0

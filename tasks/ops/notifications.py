@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 
 EVENT_INVALID = "podium.result.invalid"
 EVENT_AUDIT_FAILED = "podium.audit.failed"
@@ -66,7 +66,7 @@ def emit_audit_failed(audit: str, label: str, run_id: str, plan: str, reason: st
 
 
 def emit_audit_events(audits: Iterable[Any], run_id: str, plan: str) -> list[str]:
-    """One `podium.audit.failed` event per audit record (`submission.runs.AuditRecord`) that did not pass."""
+    """One `podium.audit.failed` event per audit record (`submission.results.runs.AuditRecord`) that did not pass."""
     reported = []
     for a in audits:
         if a.passed:
@@ -77,7 +77,7 @@ def emit_audit_events(audits: Iterable[Any], run_id: str, plan: str) -> list[str
 
 
 def emit_gate_events(gates: Iterable[dict[str, Any]], run_id: str, plan: str) -> list[str]:
-    """One `podium.gate.failed` event per failed gate (`submission.gates.Gate` as a dict) of NOTIFYING_GATES;
+    """One `podium.gate.failed` event per failed gate (`submission.checks.gates.Gate` as a dict) of NOTIFYING_GATES;
     returns the subjects it reported."""
     from prefect.events import emit_event
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from prefect import task
 
-from submission.errors import PlanError
-from submission.plan import Plan
-from submission.systems import describe_sourced, forecast, gaps, require_complete
+from submission.base.errors import PlanError
+from submission.plan.model import Plan
+from submission.tree.systems import describe_sourced, forecast, gaps, require_complete
 from tasks.accuracy import evaluator
 from tasks.engines import backend, engine_identity
 from tasks.ops.inputs import check_capacity, check_inputs

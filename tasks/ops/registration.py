@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from submission.errors import CommandError, PlanError
-from submission.files import write_atomic
+from submission.base.errors import CommandError, PlanError
+from submission.base.files import write_atomic
 from tasks.storage import objects as storage
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,10 +5,10 @@
   (Grace); a venv built on an x86_64 login node fails there with "Exec format error", or, under binfmt emulation,
   runs emulated. Either way the check names the interpreter, the node and how to build it (docs/operations.md,
   "Production quickstart: Slurm");
-- **system description**: submission/host_facts.py's source run on node 0 of the engine by the nodes' Python
+- **system description**: submission/tree/host_facts.py's source run on node 0 of the engine by the nodes' Python
   (`engine.slurm.python`, no Podium needed there), so the description is the engine node's, not the flow host's;
 - **time**: inside a job (`allocation: auto|inherit`), the job's time left (`squeue %L`) against what the plan
-  needs of it (submission/slurm_time.py); a login-node launch's `time_limit` is checked when the plan loads.
+  needs of it (submission/budget/slurm_time.py); a login-node launch's `time_limit` is checked when the plan loads.
 
 Inside a job the steps run in it; from a login node the checks take the engine's allocation as a launch would, for
 the seconds they last, and give it back.
@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from submission import host_facts
-from submission.errors import CommandError, LaunchError, PlanError
-from submission.plan import BenchmarkSpec, Plan
-from submission.slurm_options import SlurmSettings
-from submission.slurm_time import job_need, seconds, slurm_time
+from submission.base.errors import CommandError, LaunchError, PlanError
+from submission.budget.slurm_time import job_need, seconds, slurm_time
+from submission.plan.model import BenchmarkSpec, Plan
+from submission.plan.slurm_options import SlurmSettings
+from submission.tree import host_facts
 from tasks.engines import backend
 from tasks.launchers import slurm_cli as cli
 
@@ -62,7 +62,7 @@ def check_architecture(settings: SlurmSettings, env: Mapping[str, str], job: str
 
 def detect_on_node(settings: SlurmSettings, env: Mapping[str, str], job: str, node: str, storage: str,
                    name: str) -> dict[str, str]:
-    """The node's facts by description field (submission/host_facts.py run there by `engine.slurm.python`)."""
+    """The node's facts by description field (submission/tree/host_facts.py run there by `engine.slurm.python`)."""
     out = cli.run(step_argv(settings, job, node, [settings.python, "-c", host_facts.script(), storage], name), env)
     try:
         return host_facts.parse_facts(out)

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from submission.errors import PlanError, did_you_mean
-from submission.files import replace_atomic, temporary, write_atomic
+from submission.base.errors import PlanError, did_you_mean
+from submission.base.files import replace_atomic, temporary, write_atomic
 
 MANIFEST = "rehearsal.json"
 BUILDERS = {"gpt-oss-120b": "tasks.rehearsal.gpt_oss", "qwen3-vl-235b-a22b": "tasks.rehearsal.qwen3_vl"}

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from submission.evaluation import evaluation_constant
-from submission.files import write_atomic
+from submission.base.files import write_atomic
 from submission.rules import load_rules
+from submission.rules.evaluation import evaluation_constant
 from tasks.engines.simulated.answers import ANSWER_TOKENS, METADATA_KEY, OUTPUT_TOKENS
 from tasks.rehearsal.data import Built, lengths, scaled, token_column, write_table, write_tokenizer
 

@@ -21,8 +21,8 @@ import copy
 import math
 from typing import Any
 
-from submission.rehearsal_marker import PREFIX
 from submission.rules import load_rules
+from submission.tree.rehearsal_marker import PREFIX
 from tasks.clock import slower
 from tasks.endpoints.probe import P99_MIN_SAMPLES
 from tasks.rehearsal.data import Built

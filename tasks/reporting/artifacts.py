@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
-from submission import markdown as md
-from submission.checker import CheckReport
-from submission.files import write_atomic
-from submission.runs import AuditRecord, Planned, RunRecord
+from submission.base import markdown as md
+from submission.base.files import write_atomic
+from submission.checks.checker import CheckReport
+from submission.results.runs import AuditRecord, Planned, RunRecord
 from tasks.reporting.plots import plot_latency as plot_latency  # the PNG plots, re-exported (tasks/reporting/plots.py)
 from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
@@ -113,7 +113,7 @@ def outcome(plan_name: str, planned: Planned, records: Sequence[RunRecord], audi
             tree: str | None = None, s3: str | None = None, not_run: int = 0, published: str = "") -> str:
     """The run in one line, counted against what the plan planned: the final state's message, the summary's
     description, what `podium run` prints last. `not_run`: runs and audits `podium run --only` left out;
-    `published`: the verdict against the round's published results (`submission.published.verdict`)."""
+    `published`: the verdict against the round's published results (`submission.results.published.verdict`)."""
     reported = sum(r.mode == "accuracy" and r.accuracy is not None and r.accuracy_pass is None for r in records)
     counts = [(planned.performance, sum(r.mode == "performance" and r.valid is True for r in records), "runs VALID"),
               (planned.accuracy - reported, sum(r.mode == "accuracy" and r.accuracy_pass is True for r in records),
@@ -139,7 +139,7 @@ def write_run_files(run_folder: Path, records: list[RunRecord], report_md: str,
 
 
 def artifact_tables(rows: list[dict], audits: Sequence[AuditRecord] = ()) -> dict[str, list[dict[str, str]]]:
-    """The table artifacts by key: `results`, and `compliance` when audits ran; every cell as `submission.markdown`
+    """The table artifacts by key: `results`, and `compliance` when audits ran; every cell as `submission.base.markdown`
     writes it (the UI renders each cell as Markdown)."""
     tables = {"results": rows, "compliance": compliance_rows(audits)} if audits else {"results": rows}
     return {key: [{k: md.cell(v) for k, v in row.items()} for row in table] for key, table in tables.items()}

@@ -21,7 +21,7 @@ from typing import Any
 
 from prefect import task
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 
 SUITE = "podium-results"
 RESULT_FILE = "validation.json"

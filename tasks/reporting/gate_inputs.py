@@ -1,7 +1,7 @@
-"""The acceptance gates of a run's report (`submission.gates` does the arithmetic): this module gathers what they
+"""The acceptance gates of a run's report (`submission.checks.gates` does the arithmetic): this module gathers what they
 compare against: the accelerators of each system, the accuracy targets of the round, the results of the previous
 run of the same plan in object storage, the last scaling check of each benchmark in the workspace, and the round's
-published results of the same accelerator (`submission.published`).
+published results of the same accelerator (`submission.results.published`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 from prefect import task
 
-from submission import gates
-from submission import markdown as md
-from submission import published as pub
-from submission.errors import PlanError, StorageError
-from submission.plan import Plan
-from submission.rehearsal_marker import is_rehearsal
+from submission.base import markdown as md
+from submission.base.errors import PlanError, StorageError
+from submission.checks import gates
+from submission.plan.model import Plan
+from submission.results import published as pub
 from submission.rules import load_rules
+from submission.tree.rehearsal_marker import is_rehearsal
 from tasks.steps import run_logger
 from tasks.storage import objects as storage
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from submission.files import replace_atomic, temporary
-from submission.logs import load_run
-from submission.runs import RunRecord
+from submission.base.files import replace_atomic, temporary
+from submission.results.logs import load_run
+from submission.results.runs import RunRecord
 
 DPI = 110
 VALID, INVALID, LIMIT = "#2b7bba", "#d95f02", "#7f7f7f"
@@ -201,7 +201,7 @@ def plot_run(records: Sequence[RunRecord], folder: Path, round: str) -> list[Pat
     """One latency PNG per performance run of the results, named `latency-<system>-<benchmark>-<scenario>.png`,
     and one of its telemetry where it has samples (`telemetry-<...>.png`); a run whose detail log is unreadable is
     skipped (its failure is reported elsewhere)."""
-    from submission.errors import PodiumError
+    from submission.base.errors import PodiumError
     from submission.rules import load_rules
     from tasks.serving import telemetry
 

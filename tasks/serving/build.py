@@ -25,9 +25,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from submission.engine_options import OptionsLike
-from submission.errors import CommandError, LaunchError, PlanError
-from submission.files import tail
+from submission.base.errors import CommandError, LaunchError, PlanError
+from submission.base.files import tail
+from submission.plan.engine_options import OptionsLike
 from tasks.engines import backend
 from tasks.steps import run_logger
 

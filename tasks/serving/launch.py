@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from submission import capacity as capacity_checks
-from submission.errors import PlanError, PodiumError
-from submission.host_facts import accelerators
-from submission.plan import BenchmarkSpec, EngineSpec, Plan
+from submission.base.errors import PlanError, PodiumError
+from submission.budget import capacity as capacity_checks
+from submission.plan.model import BenchmarkSpec, EngineSpec, Plan
 from submission.rules import load_rules
+from submission.tree.host_facts import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
@@ -145,10 +145,10 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
 
 
 def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
-    """What a Slurm engine's allocation and the job Podium runs in must last (submission/slurm_time.py)."""
+    """What a Slurm engine's allocation and the job Podium runs in must last (submission/budget/slurm_time.py)."""
     if bench.engine.launcher != "slurm":
         return None
-    from submission.slurm_time import job_need, need, slurm_time, time_problems
+    from submission.budget.slurm_time import job_need, need, slurm_time, time_problems
 
     n, settings = need(plan, bench), bench.engine.slurm_settings()
     limit = settings.time_limit if settings else "04:00:00"
@@ -162,7 +162,7 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
 
 def _description(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
     """Where each field the checker requires non-empty, and the plan does not give, will come from."""
-    from submission.systems import forecast
+    from submission.tree.systems import forecast
 
     i, system = next((i, s) for i, s in enumerate(plan.systems) if s.name == bench.system)
     node = {"slurm": "node 0 of the engine's Slurm allocation (a Slurm step, at preflight)",

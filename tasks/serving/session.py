@@ -16,8 +16,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from submission.engine_options import OptionsLike
-from submission.errors import CommandError
+from submission.base.errors import CommandError
+from submission.plan.engine_options import OptionsLike
 from tasks.engines import Endpoint, backend
 from tasks.harness import liveness
 from tasks.launchers import start_ready

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from submission.files import replace_atomic, temporary
+from submission.base.files import replace_atomic, temporary
 from tasks.measuring import utc_now
 
 FILE = "telemetry.jsonl"

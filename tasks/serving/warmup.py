@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING
 
-from submission.errors import LaunchError
-from submission.plan import EngineSpec
-from submission.runs import RunSpec
+from submission.base.errors import LaunchError
+from submission.plan.model import EngineSpec
+from submission.results.runs import RunSpec
 from tasks.engines import Endpoint
 from tasks.harness.child import client_of, requests_of
 

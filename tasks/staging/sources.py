@@ -22,8 +22,8 @@ from typing import Any
 
 import botocore.exceptions
 
-from submission.errors import PlanError, StorageError
-from submission.files import write_atomic
+from submission.base.errors import PlanError, StorageError
+from submission.base.files import write_atomic
 from tasks.staging.transfer import WORKERS, Copied, copy_file, copy_object
 from tasks.storage import objects as storage
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from prefect import task
 
-from submission.errors import StorageError
-from submission.files import replace_atomic, write_atomic
+from submission.base.errors import StorageError
+from submission.base.files import replace_atomic, write_atomic
 from tasks.staging.sources import DONE, MANIFEST, LocalSource, Manifest, S3Access, S3Source, open_source
 from tasks.staging.sources import source_bytes as source_bytes  # re-exported: the bring-up's disk check uses it
 from tasks.staging.transfer import Copied

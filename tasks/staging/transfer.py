@@ -32,8 +32,8 @@ from typing import Any
 
 import botocore.exceptions
 
-from submission.errors import StorageError
-from submission.files import write_atomic
+from submission.base.errors import StorageError
+from submission.base.files import write_atomic
 
 MIB = 1024 * 1024
 CHUNK = 8 * MIB

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import botocore.exceptions
 
-from submission.errors import StorageError
-from submission.plan import LINK_EXPIRY_S, StorageSpec
+from submission.base.errors import StorageError
+from submission.plan.model import LINK_EXPIRY_S, StorageSpec
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 

@@ -25,9 +25,9 @@ import botocore.exceptions
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from submission.errors import StorageError
-from submission.files import replace_atomic, sha256_file
-from submission.plan import LINK_EXPIRY_S, MAX_LINK_EXPIRY_S
+from submission.base.errors import StorageError
+from submission.base.files import replace_atomic, sha256_file
+from submission.plan.model import LINK_EXPIRY_S, MAX_LINK_EXPIRY_S
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
-from submission.errors import PodiumError, StorageError
-from submission.files import replace_atomic, tail, temporary
-from submission.plan import StorageSpec
+from submission.base.errors import PodiumError, StorageError
+from submission.base.files import replace_atomic, tail, temporary
+from submission.plan.model import StorageSpec
 from tasks.storage.objects import StorageConfig
 
 log = logging.getLogger(__name__)

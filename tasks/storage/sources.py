@@ -1,7 +1,7 @@
 """The sources of `podium assemble` that live in object storage: an `s3://bucket/prefix/<plan>/<run id>/` run prefix
 as the publish step leaves it, or a plan name (every `<prefix>/<plan>/*/` run prefix). Each is downloaded into the
 workspace (only what curation reads: the tree, results.json, compliance.json), checked against its manifest, and
-read as a run folder by `submission.curation`. A run prefix without a manifest (its publish did not finish) is
+read as a run folder by `submission.tree.curation`. A run prefix without a manifest (its publish did not finish) is
 skipped with a warning naming it; a download whose manifest has not changed is reused.
 """
 
@@ -15,10 +15,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from submission import curation
-from submission.errors import CurationError, StorageError
-from submission.files import sha256_file, write_atomic
-from submission.plan import NAME
+from submission.base.errors import CurationError, StorageError
+from submission.base.files import sha256_file, write_atomic
+from submission.plan.model import NAME
+from submission.tree import curation
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 

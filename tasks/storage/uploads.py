@@ -1,10 +1,10 @@
-"""Upload a submission package (`submission.package`) to object storage: the tarball, its sha256 file and the
+"""Upload a submission package (`submission.tree.package`) to object storage: the tarball, its sha256 file and the
 manifest, then the storage manifest, then a check of every object against it (tasks.storage.objects does each step)."""
 
 from __future__ import annotations
 
-from submission.errors import StorageError
-from submission.package import Package
+from submission.base.errors import StorageError
+from submission.tree.package import Package
 from tasks.storage import objects as storage
 
 

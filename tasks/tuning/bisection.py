@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from submission.errors import RunFailed
-from submission.schema import Strict
+from submission.base.errors import RunFailed
+from submission.base.schema import Strict
 from tasks.tuning.overload import Signals
 
 Stage = Literal["offline", "probe", "confirm"]   # the search itself judges probes and confirmations

@@ -16,7 +16,7 @@ signals tell, all from the per-query times a probe already has (issued, first to
 A probe is **overloaded** when it served less than `1 - tolerance` of both the target rate and what was due: a
 server under capacity serves what arrives, so a burst in the schedule or jitter cannot fail a probe alone. Its
 verdict then looks ahead: the backlog grows by (target - served) a second, so a query at the end of a full-length run
-at the same rate (`full_s`, from `submission.cost`) waits that much longer; that wait is added to the p99 of the
+at the same rate (`full_s`, from `submission.budget.cost`) waits that much longer; that wait is added to the p99 of the
 latency the backlog waits in (TTFT when the excess queries have no first token yet, TPOT spread over the answer's
 tokens when they wait after it, or end-to-end latency), and the probe fails
 when the sum is over its limit, even when the short run itself is VALID.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from submission.schema import Strict
+from submission.base.schema import Strict
 
 TOLERANCE = 0.05       # served / offered under 1 - this is a queue growing (a 320-query half varies 2 to 4 %)
 SATURATED = 1.5        # a run serving under 1 - 1.5 x TOLERANCE of it was saturated: what it served is the capacity

@@ -22,10 +22,10 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from submission import cost
-from submission.files import write_atomic
+from submission.base.files import write_atomic
+from submission.budget import cost
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks.clients import client
 from tasks.reporting import progress
 from tasks.serving.session import EngineSession
@@ -131,7 +131,7 @@ class Prober:
         self.limits = overload.limits(load_rules(base.round).benchmark(base.benchmark).scenario(base.scenario))
 
     def full_seconds(self, qps: float) -> float:
-        """How long a full-length run (the plan's own length) lasts at `qps` (submission.cost)."""
+        """How long a full-length run (the plan's own length) lasts at `qps` (submission.budget.cost)."""
         return cost.spec_seconds(self.base, qps)
 
     def __call__(self, qps: float, stage: Stage) -> Probe:

@@ -4,7 +4,7 @@ options, which one won, and the plan fragment that records the winner.
 A split of G GPUs gives `prefill` workers of `prefill_tp` GPUs each and `decode` workers of `decode_tp` GPUs each,
 using every GPU: prefill TP2 and decode TP1 on 4 nodes x 4 GPUs allow 2+14, 4+12, ..., 14+2 GPUs; "75:25" is
 6 prefill workers (12 GPUs) and 4 decode workers (4 GPUs). Each split must also place on the nodes
-(`submission.topology.place`: no worker spans nodes).
+(`submission.plan.topology.place`: no worker spans nodes).
 
 Podium's placement is first fit, prefill then decode, so a node may hold workers of both roles: 5 prefill workers at
 TP2 + 6 decode at TP1 on 4 x 4 GPUs put two prefill and two decode workers on node 2. Where each role takes whole
@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from submission.engine_options import EngineOptions
-from submission.errors import PlanError
-from submission.schema import Strict
-from submission.topology import Pool, TopologyError, place
+from submission.base.errors import PlanError
+from submission.base.schema import Strict
+from submission.plan.engine_options import EngineOptions
+from submission.plan.topology import Pool, TopologyError, place
 
 
 class Split(Strict):
@@ -45,7 +45,7 @@ class Split(Strict):
 
     def apply(self, options: EngineOptions) -> EngineOptions:
         """The engine's options with the prefill and decode pools sized as this split (the engine's own
-        `split`: submission/engine_options.py)."""
+        `split`: submission/plan/engine_options.py)."""
         return options.split(self.prefill, self.decode, self.prefill_tp, self.decode_tp)
 
     @property

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan import model as plans
 from tasks.ops.inputs import check_inputs
 
 pytestmark = [pytest.mark.faults]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import StorageError
+from submission.base.errors import StorageError
 from tasks.staging import transfer
 from tasks.staging.sources import MANIFEST
 from tasks.staging.stage import stage

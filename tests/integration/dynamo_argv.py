@@ -18,7 +18,7 @@ def main(plan_path: str, out: str) -> None:
     from dynamo.vllm.args import _parse_cli_args as worker_args
     from vllm.config.multimodal import MultiModalConfig
 
-    from submission import plan as plans
+    from submission.plan import model as plans
     from tasks.engines import backend
     from tasks.serving import launch as engine_launch
 

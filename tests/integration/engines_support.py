@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.runs import RunSpec
+from submission.results.runs import RunSpec
 from tasks.engines import Endpoint
 
 REPO = Path(__file__).parents[2]

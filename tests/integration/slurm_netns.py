@@ -139,7 +139,7 @@ def _left(job: str, work: Path) -> dict[str, list]:
 
 
 def main(spec_file: Path) -> None:
-    from submission.errors import PodiumError
+    from submission.base.errors import PodiumError
     from tasks.engines import backend
     from tasks.launchers import placement_for
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.files import sha256_file
-from submission.logs import load_run, parse_accuracy_log
+from submission.base.files import sha256_file
+from submission.plan import model as plans
+from submission.results.logs import load_run, parse_accuracy_log
+from submission.results.runs import RunRecord, plan_runs
 from submission.rules import load_rules
-from submission.runs import RunRecord, plan_runs
 from tasks.compliance import AuditJob
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.logs import load_run
+from submission.results.logs import load_run
 from tasks.launchers.local import reap_stale
 from tests.integration.engines_support import engine_python, run_driver
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.logs import parse_accuracy_log
-from submission.runs import RunSpec
+from submission.results.logs import parse_accuracy_log
+from submission.results.runs import RunSpec
 from tasks.accuracy import score
 from tasks.endpoints import answers, measure, runner
 from tasks.engines import Endpoint

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import CommandError, RunFailed
+from submission.base.errors import CommandError, RunFailed
+from submission.plan import model as plans
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
-from submission.runs import RunSpec, plan_runs
 from tasks.endpoints import config, runner
 from tasks.engines import Endpoint
 from tests.integration.engines_support import REPO, shopify_store, simulated_engine

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
+from submission.plan import model as plans
+from submission.results.runs import plan_runs
 from submission.rules import load_rules
-from submission.runs import plan_runs
 from tasks.endpoints import runner
 from tasks.endpoints.measure import invalid_reasons
 from tasks.endpoints.probe import P99_MIN_SAMPLES

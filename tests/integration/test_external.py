@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from submission.errors import LaunchError
-from submission.logs import load_run
+from submission.base.errors import LaunchError
+from submission.results.logs import load_run
 from tasks.engines import Endpoint, backend
 from tasks.harness import runner
 from tasks.launchers import launched, launcher

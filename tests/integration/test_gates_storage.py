@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from submission import plan as plans
+from submission.plan import model as plans
 from tasks.reporting.gate_inputs import evaluate, previous_results
 from tasks.storage import objects as storage
 from tasks.storage import s3server

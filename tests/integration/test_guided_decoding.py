@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.logs import parse_accuracy_log
-from submission.runs import RunSpec
+from submission.results.logs import parse_accuracy_log
+from submission.results.runs import RunSpec
 from tasks.accuracy import evaluate_log
 from tasks.accuracy.qwen3_vl import parse_answer
 from tasks.engines import backend

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import CommandError
+from submission.base.errors import CommandError
 from tasks.engines import Endpoint
 from tasks.harness import liveness, runner
 from tests.integration.engines_support import offline_spec, server_spec, simulated_engine

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import CommandError
-from submission.logs import load_run, parse_accuracy_log
+from submission.base.errors import CommandError
+from submission.results.logs import load_run, parse_accuracy_log
 from tasks.engines import Endpoint
 from tasks.harness import runner
 from tests.integration.engines_support import offline_spec, server_spec, simulated_engine

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-from submission import plan as plans
+from submission.plan import model as plans
 from tasks.engines import backend
 from tasks.launchers import launched, placement_for
 from tasks.ops import registration

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from submission import host_facts
-from submission import plan as plans
-from submission.engine_options import KubernetesSettings
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
+from submission.plan import model as plans
+from submission.plan.engine_options import KubernetesSettings
+from submission.tree import host_facts
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
 from tasks.launchers.kubernetes import KubernetesLauncher

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
 from tasks.engines import HttpProbe, Placement, ProcessSpec, backend
 from tasks.launchers import launched
 from tasks.launchers.local import LocalLauncher

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 from tasks.storage import s3server
 from tests.integration.conftest import REPO, write_plan
 

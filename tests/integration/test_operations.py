@@ -298,7 +298,7 @@ def test_a_broken_plan_calls_the_webhook(stack: Stack) -> None:
 def test_invalid_results_and_failed_audits_call_the_webhook(stack: Stack) -> None:
     code = """
 from prefect import flow
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 from tasks.ops.notifications import emit_audit_failed, emit_result_events
 
 @flow(name="podium-event-check")
@@ -322,7 +322,7 @@ check()
 def test_one_engine_per_gpu_node(stack: Stack) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from submission.errors import LaunchError
+    from submission.base.errors import LaunchError
     from tasks.ops.nodes import NodeSlot
 
     with temporary_settings(updates={PREFECT_API_URL: stack.api}):

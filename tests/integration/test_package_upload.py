@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission.package import verify
+from submission.tree.package import verify
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 

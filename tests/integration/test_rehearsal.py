@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from submission.logs import load_run
-from submission.rehearsal_marker import MARKER
-from submission.runs import AuditRecord, RunRecord
+from submission.results.logs import load_run
+from submission.results.runs import AuditRecord, RunRecord
+from submission.tree.rehearsal_marker import MARKER
 from tests.integration.conftest import REPO
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from submission.errors import RunFailed
+from submission.base.errors import RunFailed
 from submission.rules import load_rules
 from tasks.engines.simulated import config
 from tasks.engines.simulated.queueing import Protocol, loadgen_schedule, max_valid_qps

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission.errors import LaunchError
-from submission.logs import load_run
+from submission.base.errors import LaunchError
+from submission.results.logs import load_run
 from tasks.engines import HttpProbe, Placement, ProcessSpec, backend
 from tasks.harness import runner
 from tasks.launchers import launcher

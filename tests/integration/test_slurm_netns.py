@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from submission.logs import load_run
+from submission.results.logs import load_run
 from tests.integration.engines_support import REPO, engine_python, run_driver, system_command
 from tests.integration.slurm_netns import NODE_OF
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import LaunchError
-from submission.host_facts import detect_host
+from submission.base.errors import LaunchError
+from submission.plan import model as plans
+from submission.tree.host_facts import detect_host
 from tasks.ops.slurm_checks import node_checks
 from tests.integration.conftest import write_plan
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.checker import check_tree
+from submission.checks.checker import check_tree
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tests.integration.conftest import write_plan

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission.checker import check_tree
+from submission.checks.checker import check_tree
 from tests.integration.conftest import REPO
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import StorageError
+from submission.base.errors import StorageError
 from tasks.staging.stage import S3Access, stage
 from tasks.staging.transfer import ChecksumMismatch
 from tasks.storage import objects as storage

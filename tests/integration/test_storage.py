@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import PodiumError, StorageError
+from submission.base.errors import PodiumError, StorageError
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tasks.storage.s3server import S3Server

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.engine_options import parse_options
+from submission.plan import model as plans
+from submission.plan.engine_options import parse_options
 from tests.integration.engines_support import engine_python, run_driver, shopify_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 from tasks.engines import Endpoint
 from tasks.harness.measure import run_once
 from tasks.measuring import RunRejected

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from submission.logs import load_run, parse_accuracy_log
+from submission.results.logs import load_run, parse_accuracy_log
 from tasks.engines import backend
 from tasks.harness import runner
 from tasks.launchers import launched, launcher

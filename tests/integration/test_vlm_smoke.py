@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.logs import load_run, parse_accuracy_log
-from submission.runs import RunSpec
+from submission.results.logs import load_run, parse_accuracy_log
+from submission.results.runs import RunSpec
 from tasks.accuracy import score
 from tasks.engines import backend
 from tasks.harness import runner

@@ -1,4 +1,5 @@
-"""Memory fit and sequence budgets (submission/capacity.py) before any GPU is allocated: the seed's plans as they were
+"""Memory fit and sequence budgets (submission/budget/capacity.py) before any GPU is allocated: the seed's plans as
+they were
 (bf16 Qwen3-VL on TP1/TP2 workers, gpt-oss accuracy runs past max_seq_len) exit 2 from the dry run naming the worker,
 the numbers and the fix; the shipped plans fit; staged weights and prompts are read from the files themselves."""
 
@@ -15,9 +16,9 @@ from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import capacity
-from submission.engine_options import parse_options
-from submission.plan import parse
+from submission.budget import capacity
+from submission.plan.engine_options import parse_options
+from submission.plan.model import parse
 from tasks.serving.launch import sizing
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"

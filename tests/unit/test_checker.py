@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from submission import plan as plans
-from submission.assemble import assemble
-from submission.checker import check_tree
-from submission.runs import RunRecord
-from submission.systems import describe
-from submission.tree import Tree
+from submission.checks.checker import check_tree
+from submission.plan import model as plans
+from submission.results.runs import RunRecord
+from submission.tree.assemble import assemble
+from submission.tree.paths import Tree
+from submission.tree.systems import describe
 from tests import checker_corpus as corpus
 from tests.loadgen_fake import run_fake
 

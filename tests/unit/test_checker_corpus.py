@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission.checker import CheckReport, check_tree
+from submission.checks.checker import CheckReport, check_tree
 from tests.checker_corpus import GPT, ORG, PERF, QWEN, SYSTEM, assemble_corpus, build_runs
 
 Mutation = Callable[[Path, dict[str, Path], Path], None]
@@ -64,7 +64,7 @@ def test_corpus_checks_clean(corpus: tuple[Path, dict[str, Path], Path]) -> None
 
 def test_corpus_runs_are_real_600_s_runs(corpus: tuple[Path, dict[str, Path], Path]) -> None:
     """The logs say what a closed run must: 600000 ms configured and met, 6396 samples, the v6.1 seeds."""
-    from submission.logs import load_run
+    from submission.results.logs import load_run
     from submission.rules import load_rules
 
     root, _, _ = corpus
@@ -284,7 +284,7 @@ def test_an_invalid_test07_run_is_only_a_warning(corpus: tuple[Path, dict[str, P
     """A Server TEST07 audit whose 990 queries leave TPOT early stopping short (a full-size rehearsal's, as loadgen
     wrote it: "Would need to run at least 11 more queries"): the official checker judges only TEST01/TEST04's
     performance runs and says "submission looks OK", so Podium warns; a rehearsal's marker passes with a warning."""
-    from submission.rehearsal_marker import mark
+    from submission.tree.rehearsal_marker import mark
 
     root, _, _ = corpus
     tree = tmp_path / "tree"

@@ -11,7 +11,7 @@ from submission.checks.compliance import check_test
 from submission.checks.endpoints import duration_ms, lookup, score_of
 from submission.checks.findings import Context
 from submission.rules import load_rules
-from submission.tree import COMPLIANCE_FILES, Tree, layout_of
+from submission.tree.paths import COMPLIANCE_FILES, Tree, layout_of
 
 RULES = load_rules("v6.1")
 LLAMA = RULES.benchmark("llama3.1-8b")

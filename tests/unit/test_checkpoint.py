@@ -1,4 +1,5 @@
-"""The staged checkpoint against the plan's model.weight_data_types (submission/checkpoint.py), on small checkpoints of
+"""The staged checkpoint against the plan's model.weight_data_types (submission/budget/checkpoint.py), on small
+checkpoints of
 each kind written with safetensors: ModelOpt NVFP4 (config.json or the legacy hf_quant_config.json), compressed-tensors
 NVFP4, gpt-oss MXFP4 and plain BF16. Before the check, a plan declaring nvfp4 over a BF16 folder was sized at a
 quarter of what the engine loads."""
@@ -12,10 +13,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from submission import capacity
-from submission.engine_options import Worker
-from submission.errors import PlanError
-from submission.plan import parse
+from submission.base.errors import PlanError
+from submission.budget import capacity
+from submission.plan.engine_options import Worker
+from submission.plan.model import parse
 from tasks.serving.launch import sizing
 
 MODELOPT = {"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16,

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from submission.logs import DETAIL_FILE, load_run
-from submission.runs import RunSpec
+from submission.results.logs import DETAIL_FILE, load_run
+from submission.results.runs import RunSpec
 from tasks import clock
 from tasks.compliance import step as audits
 from tasks.engines import Endpoint
@@ -171,7 +171,7 @@ def test_an_audit_falls_back_where_its_run_is_judged(child: dict, runs: dict[str
 
 def test_rehearsal_md_lists_the_runs_that_needed_a_slower_clock(tmp_path: Path) -> None:
     from flows.rehearsal_cli import report
-    from submission.runs import AuditRecord, RunRecord
+    from submission.results.runs import AuditRecord, RunRecord
 
     base = {"system": "rehearsal-b200x4-k8s", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
     records = [RunRecord(**base, key="a", scenario="Server", mode="performance", valid=True, validity="VALID",

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 import tasks.accuracy
-from submission import plan as plans
-from submission.assemble import assemble
-from submission.checker import check_tree
-from submission.errors import CommandError
+from submission.base.errors import CommandError
+from submission.checks.checker import check_tree
+from submission.plan import model as plans
+from submission.results.runs import AuditRecord, RunRecord, RunSpec
 from submission.rules import load_rules
-from submission.runs import AuditRecord, RunRecord, RunSpec
-from submission.systems import describe
+from submission.tree.assemble import assemble
+from submission.tree.systems import describe
 from tasks.compliance import AuditJob, audit
 from tasks.compliance import step as audits
 from tasks.compliance.score import main as score_main

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.results.runs import AuditCheck, AuditRecord, RunRecord, plan_runs
 from submission.rules import load_rules
-from submission.runs import AuditCheck, AuditRecord, RunRecord, plan_runs
 from tasks.compliance import audit, audit_values, required_tests
 from tasks.compliance.planning import audit_jobs, derated
 

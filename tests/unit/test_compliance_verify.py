@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import tasks.accuracy
-from submission.logs import parse_accuracy_log
+from submission.results.logs import parse_accuracy_log
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks.accuracy import AccuracyResult
 from tasks.compliance import AuditJob, Verdict, audit
 from tests.loadgen_fake import default_user_conf, fake_tokens, run_fake
@@ -269,7 +269,7 @@ def test_folders_pass_the_checkers_compliance_checks(runs: dict[str, Path], tmp_
     (file set, pass lines, audit in effect, hash line); a failing one gives its compliance-pass finding."""
     from submission.checks.compliance import check_test
     from submission.checks.findings import Context
-    from submission.truncate import truncate_accuracy_dir
+    from submission.tree.truncate import truncate_accuracy_dir
 
     test07 = _job("TEST07", "gpt-oss-120b", runs["TEST07"], evaluator=EVALUATOR.name, metric="exact_match")
     test07 = test07.model_copy(update={"spec": test07.spec.model_copy(update={"user_conf": (

@@ -13,12 +13,12 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import plan as plans
-from submission.assemble import assemble, plan_file
-from submission.curated_tree import write
-from submission.curation import curate, load_source
-from submission.errors import CurationError
-from submission.runs import AuditCheck, AuditRecord, RunRecord
+from submission.base.errors import CurationError
+from submission.plan import model as plans
+from submission.results.runs import AuditCheck, AuditRecord, RunRecord
+from submission.tree.assemble import assemble, plan_file
+from submission.tree.curated import write
+from submission.tree.curation import curate, load_source
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 OPEN = ("open", "Podium")

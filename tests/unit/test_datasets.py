@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from tasks.harness.datasets import read_cnn_eval, read_deepseek, read_gpt_oss, read_open_orca, read_prompts
 from tasks.harness.shopify import image_format, read_products
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from submission.errors import RunFailed
-from submission.logs import parse_accuracy_log
+from submission.base.errors import RunFailed
+from submission.results.logs import parse_accuracy_log
 from tasks.endpoints.answers import ACCURACY_LOG, write_accuracy_log
 
 NAME = "shopify_product_catalogue::q3vl"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
 from submission.rules import load_rules
 from tasks.ops.endpoints_client import installed_commit, require_client
 

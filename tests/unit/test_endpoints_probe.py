@@ -8,8 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks.clients import client
 from tasks.endpoints import config
 from tasks.endpoints.probe import P99_MIN_SAMPLES, judge, probe_length

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from submission.errors import PlanError, RunFailed
+from submission.base.errors import PlanError, RunFailed
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 from tasks import clock
 from tasks.accuracy import AccuracyResult, MetricVerdict, Verdict
 from tasks.endpoints import config, dataset, measure

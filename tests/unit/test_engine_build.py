@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission.errors import CommandError, PlanError
+from submission.base.errors import CommandError, PlanError
 from tasks.engines import backend
 from tasks.serving.build import RECORD, build, build_key
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from tasks.accuracy import evaluate_log
 from tests.accuracy_logs import byte_tokenizer, encoder, write_log
 

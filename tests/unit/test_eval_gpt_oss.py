@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from tasks.accuracy import evaluate_log, evaluator, judge
 from tasks.accuracy.gpt_oss import weighted_score
 from tests.accuracy_logs import byte_tokenizer, encoder, write_log

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from flows import fleet
-from submission import plan as plans
-from submission.errors import PlanError
-from submission.runs import AuditCheck, AuditRecord, RunRecord
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.results.runs import AuditCheck, AuditRecord, RunRecord
 from tasks.ops import registration
 from tasks.storage.objects import StorageConfig
 from tasks.workspace import Workspace

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from submission import gates
-from submission import plan as plans
+from submission.checks import gates
+from submission.plan import model as plans
 from tasks.reporting.gate_inputs import evaluate
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"

@@ -18,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import plan as plans
+from submission.plan import model as plans
 
 REPO = Path(__file__).parents[2]
 GPU = REPO / "deployments" / "gpu"

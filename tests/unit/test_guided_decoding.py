@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan import model as plans
 from tasks.harness.requests import build_requests
 from tests.qwen3_vl_cases import write_case
 from tests.unit.test_datasets import _png
@@ -64,9 +64,9 @@ def test_plan_accepts_engines_that_can_and_refuses_other_benchmarks() -> None:
 
 
 def test_run_key_and_readme_record_it() -> None:
-    from submission.assemble import _scenario_readme
+    from submission.results.runs import plan_runs
     from submission.rules import load_rules
-    from submission.runs import plan_runs
+    from submission.tree.assemble import _scenario_readme
 
     keys = {}
     for guided in (True, False):

@@ -224,7 +224,7 @@ def test_a_request_the_server_drops_unanswered_is_sent_again_once() -> None:
 
 
 def test_only_http_urls_are_accepted() -> None:
-    from submission.errors import LaunchError
+    from submission.base.errors import LaunchError
 
     with pytest.raises(LaunchError, match="plain http"):
         HttpPool("https://example.com", max_connections=1)

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission.errors import PodiumError
+from submission.base.errors import PodiumError
 from submission.rules import SourcePin, load_rules
 from tasks.ops import inference_sources
 from tasks.ops.inference_sources import fetch

@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from prefect.utilities.templating import apply_values
 from prefect.workers.base import BaseJobConfiguration
 
-from submission import plan as plans
+from submission.plan import model as plans
 from tasks.ops import registration
 
 REPO = Path(__file__).parents[2]

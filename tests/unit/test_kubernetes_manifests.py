@@ -9,8 +9,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from submission.engine_options import KubernetesSettings
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
+from submission.plan.engine_options import KubernetesSettings
 from tasks.engines import backend
 from tasks.launchers.kubernetes import KubernetesLauncher
 from tasks.launchers.kubernetes_manifests import container, dns_name, validate

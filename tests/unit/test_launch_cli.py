@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import plan as plans
+from submission.plan import model as plans
 from tasks.serving import launch
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"

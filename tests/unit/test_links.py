@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import plan as plans
-from submission.errors import PlanError, StorageError
+from submission.base.errors import PlanError, StorageError
+from submission.plan import model as plans
 from tasks.storage import links
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"

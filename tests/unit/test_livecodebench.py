@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from tasks.accuracy.livecodebench import Limits, Problem, read_problems, run_program
 
 ADD = Problem("add", ({"input": "2 3\n", "output": "5\n", "testtype": "stdin"},

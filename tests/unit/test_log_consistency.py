@@ -11,7 +11,7 @@ import pytest
 
 from submission.checks.findings import Context
 from submission.checks.run import consistency
-from submission.logs import load_run
+from submission.results.logs import load_run
 from submission.rules import load_rules
 from tests.loadgen_fake import run_fake
 

@@ -1,4 +1,4 @@
-"""submission.logs on real loadgen 6.0.17 logs, made by the fake token SUT in tests/loadgen_fake.py."""
+"""submission.results.logs on real loadgen 6.0.17 logs, made by the fake token SUT in tests/loadgen_fake.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import RunFailed
-from submission.logs import DETAIL_FILE, SUMMARY_FILE, load_run, parse_accuracy_log, parse_detail
+from submission.base.errors import RunFailed
+from submission.results.logs import DETAIL_FILE, SUMMARY_FILE, load_run, parse_accuracy_log, parse_detail
 from tests.loadgen_fake import fake_tokens, run_fake
 
 V61_SEEDS = {

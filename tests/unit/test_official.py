@@ -1,4 +1,4 @@
-"""submission.official_checker up to the process boundary: the real mlcommons/inference checkout cannot be fetched
+"""submission.checks.official up to the process boundary: the real mlcommons/inference checkout cannot be fetched
 here, so each test writes a small stand-in `submission_checker` package into tmp_path that behaves like the official CLI
 (its arguments, its cwd, `ERROR:main:` log lines, `NoResults <path>`, the CSV columns, exit 0/1, and, like the real
 one, no look at result_validity). What is checked: the exact argv and cwd, the CSV and log parsing, timeouts and
@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import official_checker as official
-from submission.checker import CheckReport, Finding, ScenarioResult, check_tree
+from submission.checks import official
+from submission.checks.checker import CheckReport, Finding, ScenarioResult, check_tree
 from submission.checks.summary import COLUMNS
 
 FAKE_MAIN = '''

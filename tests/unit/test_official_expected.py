@@ -4,8 +4,8 @@ smoke tree here (`podium check --inference-src`, mlcommons/inference b66003e1)."
 
 from __future__ import annotations
 
-from submission import official_checker as official
-from submission.checker import CheckReport, Finding, ScenarioResult
+from submission.checks import official
+from submission.checks.checker import CheckReport, Finding, ScenarioResult
 
 ROOT = "/runs/x/submission/"
 SC = "open/Podium/results/cpu-smoke/tiny-llama/Offline"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
+from submission.plan import model as plans
 from tasks.ops import cluster, registration
 
 REPO = Path(__file__).parents[2]
@@ -147,7 +147,7 @@ def test_which_plans_need_gpus() -> None:
 
 def test_bringup_runs_the_systems_it_is_given(tmp_path: Path) -> None:
     from flows.bringup import cluster_plan
-    from submission.errors import PlanError
+    from submission.base.errors import PlanError
     from tasks.workspace import Workspace
 
     ws = Workspace.at(tmp_path / "ws")

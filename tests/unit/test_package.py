@@ -1,4 +1,4 @@
-"""submission.package: a reproducible tarball, its sha256 file, a manifest of every file, and what it refuses."""
+"""submission.tree.package: a reproducible tarball, its sha256 file, a manifest of every file, and what it refuses."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission.errors import PlanError
-from submission.package import package, verify
+from submission.base.errors import PlanError
+from submission.tree.package import package, verify
 
 
 def make_tree(root: Path) -> dict[str, bytes]:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.results.runs import plan_runs
 from submission.rules import load_rules
-from submission.runs import plan_runs
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 

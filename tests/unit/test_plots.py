@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 from tasks.reporting import artifacts as reporting
 from tests.loadgen_fake import run_fake
 
@@ -40,7 +40,7 @@ def test_a_missing_detail_log_is_skipped(server_run: RunRecord, tmp_path: Path) 
 
 
 def test_quantile_points_come_from_the_log(server_run: RunRecord) -> None:
-    from submission.logs import load_run
+    from submission.results.logs import load_run
     from tasks.reporting.plots import _quantiles
 
     stats = load_run(Path(server_run.run_dir)).ttft_ns

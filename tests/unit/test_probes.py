@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from submission.runs import RunSpec
+from submission.results.runs import RunSpec
 from tasks.engines.simulated.queueing import Protocol, SimConfig, judge
 from tasks.tuning.bisection import Probe, SearchSettings, search
 from tasks.tuning.probes import ProbeCache, Prober, deployment_key, stage_spec, target_qps, with_rate

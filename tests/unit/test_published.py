@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission import gates
-from submission import published as pub
-from submission.errors import PlanError
-from submission.plan import GatesSpec
+from submission.base.errors import PlanError
+from submission.checks import gates
+from submission.plan.model import GatesSpec
+from submission.results import published as pub
 
 COMMIT = "7bf15fd8089655a71fb75c81a744d7ba5a632424"
 

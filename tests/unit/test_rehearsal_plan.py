@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import PlanError
-from submission.package import package
-from submission.rehearsal_marker import MARKER, mark
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.tree.package import package
+from submission.tree.rehearsal_marker import MARKER, mark
 from tasks import clock
 from tasks.rehearsal import data
 from tasks.rehearsal.plan import LABEL, rehearsal_plan
@@ -83,7 +83,7 @@ def test_package_refuses_a_rehearsal_tree(tmp_path: Path) -> None:
 def test_the_real_rounds_cost_of_the_gpt_oss_plan() -> None:
     """Offline at 40 q/s: 6396 samples take 159.9 s, so the round's 600 s floor holds; Server at 9 q/s: 710.7 s; the
     accuracy runs (4395 samples) at the Offline rate; TEST07/TEST09 at each scenario's rate; on the plan's GPUs."""
-    from submission.cost import real_round
+    from submission.budget.cost import real_round
 
     plan = plans.load(Path(PLANS["gpt-oss-120b"]))
     cost = real_round(plan)

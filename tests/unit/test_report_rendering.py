@@ -10,9 +10,9 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from submission import gates
-from submission.checker import CheckReport, Finding
-from submission.runs import AuditCheck, AuditRecord, Planned, RunRecord
+from submission.checks import gates
+from submission.checks.checker import CheckReport, Finding
+from submission.results.runs import AuditCheck, AuditRecord, Planned, RunRecord
 from tasks.reporting import artifacts as reporting
 
 MD = MarkdownIt("commonmark").enable("table")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from submission.errors import PlanError
-from submission.generation import benchmark_generation, reference_generation
+from submission.base.errors import PlanError
+from submission.rules.generation import benchmark_generation, reference_generation
 from tasks.engines import Endpoint
 from tasks.harness.client import CompletionClient
 from tasks.harness.requests import ProductMetadata, build_requests

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from submission.rules import ROUNDS, AccuracyTarget, Rules, load_rules
 
 LLMS = ("gpt-oss-120b", "llama3.1-8b", "llama2-70b-99.9", "deepseek-r1")

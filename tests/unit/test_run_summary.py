@@ -1,6 +1,6 @@
 """The one log line per loadgen run names only what the run measured."""
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 from tasks.measuring import summary
 
 BASE = {"key": "k", "system": "cpu-smoke", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
@@ -20,8 +20,8 @@ def test_performance_and_accuracy_runs() -> None:
 
 
 def test_an_offline_run_shorter_than_its_minimum_names_the_target_qps_to_set(tmp_path) -> None:
-    from submission.logs import load_run
-    from submission.runs import RunSpec
+    from submission.results.logs import load_run
+    from submission.results.runs import RunSpec
     from tasks.harness.measure import offline_resize
     from tests.loadgen_fake import run_fake
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from submission import plan as plans
+from submission.plan import model as plans
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
-from submission.runs import RunSpec, plan_runs
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 QWEN_50_50 = SMOKE.with_name("qwen3-vl-dynamo-50-50.yaml")

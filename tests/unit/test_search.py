@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from submission.errors import RunFailed
+from submission.base.errors import RunFailed
 from tasks.engines.simulated.queueing import Protocol, SimConfig, judge, max_valid_qps
 from tasks.tuning.bisection import Probe, SearchSettings, round_qps, search
 

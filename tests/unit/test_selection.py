@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from submission import plan as plans
-from submission import selection
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.plan import selection
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 
@@ -66,7 +66,7 @@ def test_a_fresh_run_drops_its_entry_and_sets_the_old_run_folder_aside(tmp_path:
     from prefect.filesystems import LocalFileSystem
     from prefect.results import ResultStore
 
-    from submission.runs import RunRecord
+    from submission.results.runs import RunRecord
     from tasks.steps import _drop, _entry
 
     old = tmp_path / "work" / "runs" / "k1"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan import model as plans
 from submission.rules import load_rules
 from tasks.engines import backend
 from tasks.harness.requests import build_requests

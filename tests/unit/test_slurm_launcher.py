@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import PlanError
-from submission.plan import EngineSpec
-from submission.slurm_options import SlurmSettings, settings_problems
+from submission.base.errors import PlanError
+from submission.plan.model import EngineSpec
+from submission.plan.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import HttpProbe, ProcessSpec
 from tasks.launchers import launcher
 from tasks.launchers import slurm_cli as cli

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission import slurm_time
-from submission.errors import PlanError
-from submission.slurm_options import SlurmSettings
-from submission.systems import describe_sourced, gaps
+from submission.base.errors import PlanError
+from submission.budget import slurm_time
+from submission.plan import model as plans
+from submission.plan.slurm_options import SlurmSettings
+from submission.tree.systems import describe_sourced, gaps
 from tasks.engines import ProcessSpec
 from tasks.launchers import slurm_cli as cli
 from tasks.ops.inputs import check_capacity

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from submission.engine_options import parse_options
-from submission.errors import PlanError
+from submission.base.errors import PlanError
+from submission.plan.engine_options import parse_options
 from tasks.tuning.splits import Split, best, fragment, sharing_note, splits
 
 

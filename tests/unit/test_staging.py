@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from tasks.staging import transfer
 from tasks.staging.stage import MANIFEST, stage
 from tasks.staging.transfer import ChecksumMismatch

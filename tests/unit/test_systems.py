@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from submission import host_facts
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from submission.rules import load_rules
-from submission.systems import describe, detect_host, require_complete, validate
+from submission.tree import host_facts
+from submission.tree.systems import describe, detect_host, require_complete, validate
 
 FOLDERS = {"division": "closed", "submitter": "Podium"}
 GPU_CSV = "NVIDIA H200, 143771 MiB, 570.124.06"
@@ -220,7 +220,7 @@ def test_host_facts_read_back_from_a_pod_log_or_a_step() -> None:
     """`parse_facts` takes the last JSON object line of what `python3 -c host_facts.script()` printed: a container
     banner and a warning on stderr (a pod's log merges both) before it are skipped; output without one is a
     ValueError naming its tail."""
-    from submission import host_facts
+    from submission.tree import host_facts
 
     log = ("\n=============\n== TensorRT-LLM ==\n=============\n"
            "/usr/lib/python3/warnings.py: UserWarning: {not json}\n"

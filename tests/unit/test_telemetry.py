@@ -197,7 +197,7 @@ def _empty(self: BaseHTTPRequestHandler) -> None:
 def test_dcgm_urls_are_checked_when_the_plan_loads() -> None:
     from pydantic import ValidationError
 
-    from submission.engine_options import EngineTelemetry
+    from submission.plan.engine_options import EngineTelemetry
 
     assert EngineTelemetry(dcgm_urls=("http://gpu-node-1:9400/metrics",)).dcgm_urls
     with pytest.raises(ValidationError, match=r"'gpu-node-1:9400' is not an http\(s\) URL.*e\.g\. http://"):

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission import plan as plans
-from submission.engine_options import OPTIONS
-from submission.errors import PlanError
-from submission.topology import Pool, Slot, TopologyError, place
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.plan.engine_options import OPTIONS
+from submission.plan.topology import Pool, Slot, TopologyError, place
 from tasks.engines import BACKENDS
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
@@ -143,7 +143,7 @@ def test_workers_sharing_a_gpu_must_leave_each_other_room_and_run_locally() -> N
     with pytest.raises(ValueError, match=r"give every worker at most 0\.46"):
         OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.5"]})
     OPTIONS["dynamo"].model_validate(options | {"worker_args": ["--gpu-memory-utilization", "0.4"]})
-    from submission.engine_options import engine_problems
+    from submission.plan.engine_options import engine_problems
     _, problems = engine_problems("dynamo", options | {"discovery": "etcd", "worker_args": [
         "--gpu-memory-utilization", "0.4"]}, "slurm", None)
     assert any("only the local launcher shares a GPU" in p for p in problems)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import PodiumError
-from submission.truncate import ELLIPSIS, is_truncated, truncate_accuracy_dir, truncate_tree
+from submission.base.errors import PodiumError
+from submission.tree.truncate import ELLIPSIS, is_truncated, truncate_accuracy_dir, truncate_tree
 
 SCORES = "{'exact_match': 83.1, 'tokens_per_sample': 1280.5}\n"
 SCENARIO = Path("closed/Podium/results/1xH200/gpt-oss-120b/Offline")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from submission.runs import RunRecord
+from submission.results.runs import RunRecord
 from tasks.reporting.expectations import validate, write
 
 

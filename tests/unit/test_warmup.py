@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from submission.errors import LaunchError
-from submission.runs import RunSpec
+from submission.base.errors import LaunchError
+from submission.results.runs import RunSpec
 from tasks.engines.simulated.queueing import SimConfig
 from tasks.engines.simulated.server import SimServer
 from tasks.harness import runner
@@ -138,8 +138,8 @@ def test_a_warm_up_not_answered_in_time_fails_the_launch_and_stops_the_engine(
 
 
 def test_the_plan_sets_it_and_each_scenario_readme_says_what_ran_before_the_timed_runs(tmp_path: Path) -> None:
-    from submission import plan as plans
-    from submission.assemble import _scenario_readme
+    from submission.plan import model as plans
+    from submission.tree.assemble import _scenario_readme
     from tasks.serving.warmup import planned
     from tests.unit.test_guided_decoding import qwen_plan
 

@@ -2,7 +2,8 @@
 whose capacity is known exactly (`tasks.engines.simulated.queueing`). It needs no model and no GPU; the peak-QPS
 search, the prefill:decode sweep and the scaling check run against it on the CPU, and their tests know the right answer.
 
-Options (`submission.engine_options.SimulatedOptions`) are the model's (prefill_workers, prefill_ms, decode_workers,
+Options (`submission.plan.engine_options.SimulatedOptions`) are the model's (prefill_workers, prefill_ms,
+decode_workers,
 decode_slots, tpot_ms, tpot_load, output_tokens), `chunk_tokens` (tokens per streamed event after the first),
 `answers` (data sets with known answers it serves at their lengths: tasks.engines.simulated.answers) and
 `nodes`: that many copies of the per-node workers behind the one endpoint, as a deployment spread over nodes would
@@ -15,7 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from submission.engine_options import OptionsLike, SimulatedOptions, parse_options
+from submission.plan.engine_options import OptionsLike, SimulatedOptions, parse_options
 from tasks import clock
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.simulated.queueing import SimConfig
@@ -24,8 +25,8 @@ MODEL_NAME = "simulated"   # the served model name; the server (run as a module,
 
 
 def config(options: OptionsLike) -> SimConfig:
-    """The model behind `options` (`submission.engine_options.SimulatedOptions`): the per-node workers times `nodes`,
-    with prefill and decode times stretched by 1 / node_efficiency ** (nodes - 1)."""
+    """The model behind `options` (`submission.plan.engine_options.SimulatedOptions`): the per-node workers times
+    `nodes`, with prefill and decode times stretched by 1 / node_efficiency ** (nodes - 1)."""
     o: SimulatedOptions = parse_options("simulated", options)
     slow = 1 / o.node_efficiency ** (o.nodes - 1)
     return SimConfig(prefill_workers=o.prefill_workers * o.nodes, prefill_ms=o.prefill_ms * slow,

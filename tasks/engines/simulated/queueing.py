@@ -195,7 +195,7 @@ def _early_stopping_ok(values: np.ndarray, limit: float) -> bool:
 def loadgen_reasons(ttft_s: np.ndarray, tpot_s: np.ndarray, *, ttft_limit_s: float, tpot_limit_s: float,
                     last_scheduled_s: float, min_duration_ms: int) -> list[str]:
     """Why loadgen would call a Server run with token latencies INVALID, in the words of its detail log (what
-    submission.logs reads from a real one): a p99 over its limit, early stopping not met, min_duration not met;
+    submission.results.logs reads from a real one): a p99 over its limit, early stopping not met, min_duration not met;
     none when VALID."""
     reasons = []
     for name, values, limit in (("TTFT", ttft_s, ttft_limit_s), ("TPOT", tpot_s, tpot_limit_s)):
@@ -265,7 +265,7 @@ def judge(config: SimConfig, probe: Protocol, confirm: Protocol, overhead_s: flo
     loadgen would give, the seconds the run would take (its schedule, the last answer, `overhead_s` to start), and
     the overload signals of its per-query times, judged as the Prober judges a live probe (a full-length run is
     `confirm` long)."""
-    from submission.cost import run_seconds
+    from submission.budget.cost import run_seconds
     from tasks.tuning import overload
     from tasks.tuning.bisection import Probe
 

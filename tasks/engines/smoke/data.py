@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from submission.files import replace_atomic, temporary
+from submission.base.files import replace_atomic, temporary
 from tasks.engines.smoke.model import CORPUS
 
 SEED = 1

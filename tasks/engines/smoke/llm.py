@@ -13,8 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
-from submission.engine_options import OptionsLike
-from submission.errors import LaunchError
+from submission.base.errors import LaunchError
+from submission.plan.engine_options import OptionsLike
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec
 from tasks.engines.common import OFFLINE_ENV
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from submission.files import sha256_file
+from submission.base.files import sha256_file
 
 CORPUS = Path(__file__).with_name("corpus.txt")
 MODEL_NAME = "tiny-llama"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from submission.files import replace_atomic, temporary
+from submission.base.files import replace_atomic, temporary
 from tasks.engines.smoke.model import CORPUS
 
 SEED = 2

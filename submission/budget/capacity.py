@@ -2,7 +2,8 @@
 each run's longest sequence against the engine's sequence limit.
 
 Weights are counted by part (experts, attention, embeddings, lm_head, router, vision, other): from the staged model's
-tensors (submission/checkpoint.py, which also refuses a checkpoint of another type than `model.weight_data_types`)
+tensors (submission/budget/checkpoint.py, which also refuses a checkpoint of another type than
+`model.weight_data_types`)
 or, before staging, from the plan (the reference model's parts in rules/models.yaml, its quantized parts in the
 declared type and the rest in BF16). Each engine's sharding rule gives a worker's bytes per GPU (ATTENTION_DP_WHOLE);
 beside them each GPU keeps a runtime reserve and needs KV cache for at least one sequence of the engine's limit (vLLM
@@ -24,10 +25,10 @@ from typing import Any
 
 import yaml
 
-from submission import checkpoint
-from submission.engine_options import Worker
-from submission.errors import PlanError
-from submission.plan import BenchmarkSpec, Plan
+from submission.base.errors import PlanError
+from submission.budget import checkpoint
+from submission.plan.engine_options import Worker
+from submission.plan.model import BenchmarkSpec, Plan
 from submission.rules import Rules
 
 _GIB = 1024**3
@@ -36,7 +37,7 @@ _SIZE = re.compile(r"^\s*([\d.]+)\s*(G|T)i?B\s*$", re.I)
 
 @functools.cache
 def model_rules() -> dict[str, Any]:
-    return yaml.safe_load((Path(__file__).parent / "rules" / "models.yaml").read_text())
+    return yaml.safe_load((Path(__file__).parents[1] / "rules" / "models.yaml").read_text())
 
 
 # Parts every GPU of a TensorRT-LLM worker with `enable_attention_dp` holds whole (PyTorch backend; read in
@@ -148,7 +149,7 @@ def kv_share(facts: ModelFacts, w: Worker) -> float:
 
 def gpu_capacity(text: str | None) -> float | None:
     """Bytes of one accelerator's memory from a system description value ("186 GB"; GB counted in powers of two, as
-    submission/systems.py writes them), or None when it is not a size (N/A, unknown, absent)."""
+    submission/tree/systems.py writes them), or None when it is not a size (N/A, unknown, absent)."""
     match = _SIZE.match(text or "")
     if not match:
         return None
@@ -233,7 +234,8 @@ class Budget:
 
 def run_kinds(plan: Plan, bench: BenchmarkSpec, rules: Rules) -> list[tuple[str, str, int]]:
     """(run, data set, max_tokens) of every kind of run the plan makes of `bench`: performance, accuracy, and each
-    audit (on its own data set where the rules give it one), as submission/runs.py and tasks/compliance plan them."""
+    audit (on its own data set where the rules give it one), as submission/results/runs.py and tasks/compliance plan
+    them."""
     g = bench.generation
     out = [("performance", bench.dataset.performance, g.max_tokens)]
     if bench.accuracy:

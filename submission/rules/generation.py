@@ -16,10 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from submission.errors import PlanError, did_you_mean
-from submission.schema import Strict
+from submission.base.errors import PlanError, did_you_mean
+from submission.base.schema import Strict
 
-_FILE = Path(__file__).parent / "rules" / "generation.yaml"
+_FILE = Path(__file__).parent / "generation.yaml"
 Mode = Literal["performance", "accuracy"]
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "min_tokens", "repetition_penalty",
                    "presence_penalty", "frequency_penalty")

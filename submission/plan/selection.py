@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from submission.errors import PlanError, did_you_mean
-from submission.plan import SCENARIOS, Plan
+from submission.base.errors import PlanError, did_you_mean
+from submission.plan.model import SCENARIOS, Plan
 
 # How a run uses the cache (tasks.steps.call_cached): "cache", a plain run: a cached run is Cached, another is
 # measured; "fresh", a selected scenario: measured again, its old entry dropped; "cached", any other run under

@@ -24,8 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from submission.checker import CheckReport, ScenarioResult, check_tree
-from submission.errors import PodiumError
+from submission.base.errors import PodiumError
+from submission.checks.checker import CheckReport, ScenarioResult, check_tree
 
 MODULE = "submission_checker.main"
 CHECKER_DIR = Path("tools") / "submission"  # the module is run from here (`python -m submission_checker.main`)

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from submission.errors import did_you_mean
-from submission.schema import Strict
+from submission.base.errors import did_you_mean
+from submission.base.schema import Strict
 
 MEMORY = r"^\d+[KMGT]?$"   # the sizes --mem and --mem-per-gpu accept: a number, in megabytes unless K, M, G or T
 TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^UNLIMITED$|^INFINITE$")   # the forms `--time` accepts
@@ -41,7 +41,7 @@ class SlurmSettings(Strict):
                                                                      "(srun --mem-per-gpu), e.g. 200G")
     exclusive: bool = Field(True, description="whole nodes (salloc --exclusive): no other job shares them")
     time_limit: str = Field("04:00:00", description="the allocation's time limit (salloc --time); must cover what "
-                                                    "the benchmark runs (submission/slurm_time.py)")
+                                                    "the benchmark runs (submission/budget/slurm_time.py)")
     job_name: str = Field("podium", pattern=r"^[A-Za-z0-9._-]+$")
     allocation_timeout_s: int = Field(600, ge=1, description="give up when the allocation is not granted in time "
                                                              "(salloc --immediate)")

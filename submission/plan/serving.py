@@ -15,8 +15,8 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from submission.engine_options import EngineOptions
-from submission.generation import reference_generation
+from submission.plan.engine_options import EngineOptions
+from submission.rules.generation import reference_generation
 
 if TYPE_CHECKING:
     from submission.rules import BenchmarkRules, ServingRules

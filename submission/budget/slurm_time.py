@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from submission import cost
-from submission.plan import BenchmarkSpec, Plan
+from submission.budget import cost
+from submission.plan.model import BenchmarkSpec, Plan
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
-from submission.runs import RunSpec, plan_runs
 
 # A run lasts longer than its floor: loadgen issues until both min_duration and min_query_count are met, the engine
 # drains in-flight requests after the last issue, and the client scores and writes its logs. 1.5 also leaves room

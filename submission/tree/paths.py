@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from submission.plan import check_name
+from submission.plan.model import check_name
 
 SCENARIO_FOLDERS = ("SingleStream", "MultiStream", "Offline", "Server", "Interactive")
 DIVISIONS = ("closed", "open", "network")

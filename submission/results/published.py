@@ -22,10 +22,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 from submission.rules import ROUNDS, load_rules
 
-_DATA = Path(__file__).parent / "rules"
+_DATA = Path(__file__).parents[1] / "rules"
 DEFAULT_DIVISION = "closed"   # closed results run the reference model as the rules fix it: the like-for-like baseline
 TARGET_BOUND_TOLERANCE = 2e-4   # published values this close (relative), from several systems on different hardware:
 TARGET_BOUND_SYSTEMS = 3         # set by the scenario's target, not by the hardware (Qwen3-VL Interactive: 3.9941,

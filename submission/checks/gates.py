@@ -7,7 +7,7 @@
 - Per-GPU normalisation: each result divided by the accelerators of its system.
 - Regression: each result against the same row of the previous run of the plan.
 - Published: each result per accelerator against the best published result of the same accelerator
-  (submission/published.py); not gated where the published values are bound by a target.
+  (submission/results/published.py); not gated where the published values are bound by a target.
 
 A gate has a verdict (True / False) or None when it is reported but not gated (nothing to compare with).
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from submission import markdown as md
-from submission.schema import Strict
+from submission.base import markdown as md
+from submission.base.schema import Strict
 
 
 class Gate(Strict):
@@ -111,7 +111,8 @@ def regression(rows: Sequence[Mapping[str, Any]], previous: Sequence[Mapping[str
 
 
 def published(comparisons: Iterable[Any], min_fraction: float | None) -> list[Gate]:
-    """One gate per comparison with a published result of the same accelerator (`submission.published.Comparison`,
+    """One gate per comparison with a published result of the same accelerator
+    (`submission.results.published.Comparison`,
     keyed by its run's `subject`): gated with `min_fraction`, reported only without one or when the published values
     are bound by a target."""
     gates = []

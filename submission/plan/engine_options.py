@@ -15,8 +15,8 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from submission.schema import Strict
-from submission.topology import Pool, place
+from submission.base.schema import Strict
+from submission.plan.topology import Pool, place
 
 # Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
 # --gpu-memory-utilization (vllm 0.31.0 vllm/config/cache.py:103, `Field(default=0.92, gt=0, le=1)`). TRT-LLM's PyTorch
@@ -29,7 +29,7 @@ TRTLLM_MEMORY_FRACTION = 1.0
 @dataclass(frozen=True)
 class Worker:
     """One kind of engine process that holds a copy of the weights, as the memory-fit and sequence-budget checks see
-    it (submission/capacity.py): `count` copies, each over tp x pp GPUs (or none: a CPU build)."""
+    it (submission/budget/capacity.py): `count` copies, each over tp x pp GPUs (or none: a CPU build)."""
 
     name: str                    # server | prefill | decode | context | generation
     count: int
@@ -83,14 +83,14 @@ class EngineOptions(Strict):
 
     def scaled(self, nodes: int) -> Self:
         """The same deployment spread over `nodes` nodes."""
-        from submission.errors import PlanError
+        from submission.base.errors import PlanError
 
         raise PlanError(f"engine {self.engine!r} serves from one node; the scaling check cannot grow it",
                         fix="scale a multi-node engine: dynamo or simulated")
 
     def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> Self:
         """The deployment with `prefill` prefill workers of `prefill_tp` GPUs and `decode` decode workers."""
-        from submission.errors import PlanError
+        from submission.base.errors import PlanError
 
         raise PlanError(f"engine {self.engine!r} has no prefill and decode pools to split",
                         fix="sweep a disaggregated engine: dynamo or simulated")
@@ -356,7 +356,7 @@ class DynamoOptions(Common, Hardware):
 
     def scaled(self, nodes: int) -> DynamoOptions:
         """Every worker pool holds nodes / self.nodes times as many workers: what one node runs, repeated."""
-        from submission.errors import PlanError
+        from submission.base.errors import PlanError
 
         base = self.nodes
         if nodes % base and base % nodes:
@@ -577,7 +577,7 @@ def parse_options(name: str, options: OptionsLike | None) -> Any:
     `EngineSpec.config()`), or given back as they are when they already are."""
     from pydantic import ValidationError
 
-    from submission.errors import PlanError
+    from submission.base.errors import PlanError
 
     if isinstance(options, OPTIONS[name]):
         return options
@@ -585,4 +585,4 @@ def parse_options(name: str, options: OptionsLike | None) -> Any:
         return OPTIONS[name].model_validate(options)
     except ValidationError as e:
         raise PlanError(f"invalid {name} options: " + "; ".join(_line(err) for err in e.errors()),
-                        where="engine", fix=f"see submission/engine_options.py {OPTIONS[name].__name__}") from None
+                        where="engine", fix=f"see submission/plan/engine_options.py {OPTIONS[name].__name__}") from None

@@ -18,15 +18,15 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from submission.engine_options import OPTIONS as ENGINE_OPTIONS
-from submission.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
-from submission.errors import PlanError, did_you_mean
-from submission.generation import guided_decoding_problem
+from submission.base.errors import PlanError, did_you_mean
+from submission.base.schema import Strict
+from submission.plan.engine_options import OPTIONS as ENGINE_OPTIONS
+from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
+from submission.plan.serving import serving_problems
+from submission.plan.slurm_options import SlurmSettings
+from submission.plan.slurm_options import settings_problems as slurm_problems
 from submission.rules import ROUNDS, Harness, load_rules
-from submission.schema import Strict
-from submission.serving import serving_problems
-from submission.slurm_options import SlurmSettings
-from submission.slurm_options import settings_problems as slurm_problems
+from submission.rules.generation import guided_decoding_problem
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 SCENARIOS = ("Offline", "Server", "Interactive")
@@ -68,7 +68,8 @@ class ModelSpec(Strict):
 
 
 class EngineSpec(Strict):
-    """What runs (`name`, typed `options`: see submission/engine_options.py) and where (`launcher` and its section)."""
+    """What runs (`name`, typed `options`: see submission/plan/engine_options.py) and where (`launcher` and its
+    section)."""
 
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
@@ -105,7 +106,7 @@ class EngineSpec(Strict):
         return self
 
     def config(self) -> Any:
-        """The typed options (a submission.engine_options model), parsed once, when the plan loaded."""
+        """The typed options (a submission.plan.engine_options model), parsed once, when the plan loaded."""
         return self._config
 
     def slurm_settings(self) -> SlurmSettings | None:
@@ -213,7 +214,8 @@ class ComplianceSpec(Strict):
 
 
 class GatesSpec(Strict):
-    """Acceptance gates of the report (submission/gates.py): a failing gate is reported, it does not fail the run."""
+    """Acceptance gates of the report (submission/checks/gates.py): a failing gate is reported, it does not fail the
+    run."""
 
     server_offline_min_ratio: float | None = Field(0.9, gt=0, description="Server result over Offline result at "
                                                                           "least this (None: report only)")
@@ -223,7 +225,7 @@ class GatesSpec(Strict):
                                                                        "the plan, as a fraction")
     published_min_fraction: float | None = Field(
         None, gt=0, description="each result per accelerator over the best published one of the same accelerator "
-                                "(submission/published.py), at least this (e.g. 0.8); None: reported only")
+                                "(submission/results/published.py), at least this (e.g. 0.8); None: reported only")
 
 
 MAX_LINK_EXPIRY_S = 7 * 24 * 3600   # SigV4 refuses X-Amz-Expires above 604800 s (AWS S3 API reference,
@@ -314,7 +316,8 @@ class Plan(Strict):
 
     @property
     def strict_description(self) -> bool:
-        """Whether the system descriptions may hold no guess (submission/systems.py `gaps`): a closed submission."""
+        """Whether the system descriptions may hold no guess (submission/tree/systems.py `gaps`): a closed
+        submission."""
         return self.division == "closed" and self.profile == "submission"
 
     @property

@@ -2,8 +2,8 @@
 
 Which fields must exist, which must be non-empty and which values are allowed come from the round's rules
 (`system_fields` in `rules/<round>.yaml`, i.e. checker constants.py and checks/system_check.py). Detection
-(submission/host_facts.py) is best effort: a probe that cannot read a fact leaves the field to the defaults and never
-raises. Every value is a string. A closed submission takes no default that is a guess (`gaps`).
+(submission/tree/host_facts.py) is best effort: a probe that cannot read a fact leaves the field to the defaults and
+never raises. Every value is a string. A closed submission takes no default that is a guess (`gaps`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import os
 import platform
 from collections.abc import Mapping
 
-from submission.errors import PlanError
-from submission.host_facts import NOT_APPLICABLE, UNKNOWN, detect_host
+from submission.base.errors import PlanError
 from submission.rules import load_rules
+from submission.tree.host_facts import NOT_APPLICABLE, UNKNOWN, detect_host
 
 _NETWORK_DIVISION = "network"
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from submission import rehearsal_marker
-from submission.errors import PlanError
-from submission.files import replace_atomic, sha256_file, write_atomic
-from submission.plan import check_name
+from submission.base.errors import PlanError
+from submission.base.files import replace_atomic, sha256_file, write_atomic
+from submission.plan.model import check_name
+from submission.tree import rehearsal_marker
 
 MTIME = 0  # every entry's time: the tarball depends on the content only
 

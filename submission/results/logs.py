@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from submission.errors import RunFailed
+from submission.base.errors import RunFailed
 
 DETAIL_FILE = "mlperf_log_detail.txt"
 SUMMARY_FILE = "mlperf_log_summary.txt"

@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from submission.errors import PlanError
+from submission.base.errors import PlanError
 
-_FILE = Path(__file__).parent / "rules" / "evaluation.yaml"
+_FILE = Path(__file__).parent / "evaluation.yaml"
 
 
 @functools.lru_cache(maxsize=1)

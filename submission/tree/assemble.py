@@ -1,6 +1,6 @@
-"""Assemble the submission tree from finished runs. Paths come from `submission.tree`; nothing here runs anything.
+"""Assemble the submission tree from finished runs. Paths come from `submission.tree.paths`; nothing here runs anything.
 
-Accuracy logs are truncated with the `hash=` line (`submission.truncate`); the full logs are kept in the backup
+Accuracy logs are truncated with the `hash=` line (`submission.tree.truncate`); the full logs are kept in the backup
 folder, which the pipeline uploads with the rest of the run.
 """
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from submission.files import write_atomic
-from submission.plan import SCENARIOS, BenchmarkSpec, Plan
-from submission.runs import CLIENT_REPORT, AuditRecord, RunRecord
-from submission.tree import ACCURACY_RESULTS, ENDPOINTS_CONFIG, RESULT_SUMMARY, Tree
-from submission.truncate import truncate_tree
+from submission.base.files import write_atomic
+from submission.plan.model import SCENARIOS, BenchmarkSpec, Plan
+from submission.results.runs import CLIENT_REPORT, AuditRecord, RunRecord
+from submission.tree.paths import ACCURACY_RESULTS, ENDPOINTS_CONFIG, RESULT_SUMMARY, Tree
+from submission.tree.truncate import truncate_tree
 
 PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 ACC_FILES = (*PERF_FILES, "mlperf_log_accuracy.json", "accuracy.txt")
@@ -35,7 +35,7 @@ def _copy(files: tuple[str, ...], src: Path, dst: Path) -> None:
 
 def plan_file(plan: Plan) -> str:
     """Where the tree keeps the plan, relative to `<division>/<submitter>/`: one file per plan, named by the plan and
-    its fingerprint, so that the plans of several runs (a curated tree, `submission.curation`) never collide."""
+    its fingerprint, so that the plans of several runs (a curated tree, `submission.tree.curation`) never collide."""
     return f"src/podium/plans/{plan.name}-{plan.fingerprint()[:8]}.yaml"
 
 
@@ -83,7 +83,7 @@ HARNESS_SRC = {"loadgen": "Podium's loadgen SUT over the engine's OpenAI-compati
 def _warmup_line(bench: BenchmarkSpec) -> str:
     """What the engine answered after each launch before any timed run (tasks/serving/warmup.py), and the rule that
     puts it outside the timed run."""
-    from submission.generation import reference_generation
+    from submission.rules.generation import reference_generation
 
     n = bench.engine.warmup_requests
     if n == 0:
@@ -98,7 +98,7 @@ def _warmup_line(bench: BenchmarkSpec) -> str:
 
 def _guided_decoding_line(bench: BenchmarkSpec) -> list[str]:
     """Qwen3-VL: whether requests constrained answers to the answer schema (the reference's use_guided_decoding)."""
-    from submission.generation import load_generation
+    from submission.rules.generation import load_generation
 
     known = load_generation().benchmarks.get(bench.benchmark)
     if known is None or known.guided_decoding is None:
@@ -142,7 +142,7 @@ def _endpoints_scenario(tree: Tree, where: tuple[str, str, str], perf: RunRecord
         shutil.copy2(Path(acc.run_dir) / CLIENT_REPORT / "accuracy" / ACCURACY_RESULTS, dst)
 
 
-# Each measuring client's scenario folder layout (submission.tree), by the runs' `harness`.
+# Each measuring client's scenario folder layout (submission.tree.paths), by the runs' `harness`.
 LAYOUTS = {"loadgen": _loadgen_scenario, "endpoints": _endpoints_scenario}
 
 

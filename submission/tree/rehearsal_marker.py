@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from submission.errors import PlanError
-from submission.files import write_atomic
+from submission.base.errors import PlanError
+from submission.base.files import write_atomic
 
 PREFIX = "rehearsal-"           # plan and system names of a rehearsal
 MARKER = "REHEARSAL.txt"        # at the top of a rehearsal's tree

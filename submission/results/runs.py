@@ -10,9 +10,9 @@ import hashlib
 import json
 from typing import Literal
 
-from submission.plan import SCENARIOS, BenchmarkSpec, Plan
+from submission.base.schema import Strict
+from submission.plan.model import SCENARIOS, BenchmarkSpec, Plan
 from submission.rules import Harness, Rules, load_rules
-from submission.schema import Strict
 
 Mode = Literal["performance", "accuracy"]
 CLIENT_REPORT = "report"   # the endpoints client's report folder inside an endpoints run's folder
@@ -157,7 +157,7 @@ class RunRecord(Strict):
     scenario: str
     mode: Mode
     run_dir: str
-    harness: Harness = "loadgen"        # the client that measured it; its layout in the tree (submission.assemble)
+    harness: Harness = "loadgen"        # the client that measured it; its layout in the tree (submission.tree.assemble)
     valid: bool | None                  # None for accuracy runs (loadgen logs no verdict there)
     validity: str | None
     invalid_reasons: tuple[str, ...] = ()
@@ -191,7 +191,7 @@ def record(spec: RunSpec, run_dir: str, run, rules: Rules, stats: dict,
            accuracy: dict[str, float] | None = None, accuracy_pass: bool | None = None, *,
            flow_run_id: str | None = None, started_at: str | None = None, ended_at: str | None = None,
            clock: float | None = None) -> RunRecord:
-    """Build the results row of a run from its parsed loadgen log (`submission.logs.LoadgenRun`). The row shows
+    """Build the results row of a run from its parsed loadgen log (`submission.results.logs.LoadgenRun`). The row shows
     the headline accuracy metric; `accuracy_pass` is the evaluator's verdict over every target and upper limit."""
     scenario = rules.benchmark(spec.benchmark).scenario(spec.scenario)
     fields = {}

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import yaml
 
-from submission import plan as plans
-from submission.assemble import benchmark_folder
-from submission.errors import CurationError
-from submission.plan import SCENARIOS, BenchmarkSpec, Plan
+from submission.base.errors import CurationError
+from submission.plan import model as plans
+from submission.plan.model import SCENARIOS, BenchmarkSpec, Plan
+from submission.results.runs import AuditRecord, RunRecord
 from submission.rules import load_rules
-from submission.runs import AuditRecord, RunRecord
-from submission.tree import Tree
+from submission.tree.assemble import benchmark_folder
+from submission.tree.paths import Tree
 
 PICKS = ("best", "latest")   # anything else is a run id
 RESULTS, COMPLIANCE, TREE = "results.json", "compliance.json", "submission"

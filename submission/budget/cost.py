@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from submission.plan import Plan
+from submission.plan.model import Plan
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
-from submission.runs import RunSpec
 
 ROUND_MIN_DURATION_S = 600.0   # mlperf.conf *.*.min_duration = 600000 (ms): a run's floor where user.conf sets none
 

@@ -1,4 +1,4 @@
-"""Write what `submission.curation.curate` chose: `<out>/submission/` (the tree) and `<out>/curation.json` (why).
+"""Write what `submission.tree.curation.curate` chose: `<out>/submission/` (the tree) and `<out>/curation.json` (why).
 
 Each chosen scenario folder is copied whole from its source's tree; beside them go the systems JSON of each chosen
 system (from a source of that division), the open division's model_mapping.json entries (merged), the closed
@@ -12,12 +12,12 @@ import json
 import shutil
 from pathlib import Path
 
-from submission.assemble import plan_file, write_plan
-from submission.curation import LEGACY_PLAN, Candidate, Choice, Curation, Source
-from submission.errors import CurationError
-from submission.files import write_atomic
-from submission.markdown import table as md_table
-from submission.tree import README, SMOKE_MARKER, Tree
+from submission.base.errors import CurationError
+from submission.base.files import write_atomic
+from submission.base.markdown import table as md_table
+from submission.tree.assemble import plan_file, write_plan
+from submission.tree.curation import LEGACY_PLAN, Candidate, Choice, Curation, Source
+from submission.tree.paths import README, SMOKE_MARKER, Tree
 
 CURATION_FILE = "curation.json"
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from submission.base.errors import PlanError, did_you_mean
 from submission.checks import structure, summary
 from submission.checks.findings import SMOKE_DEVIATIONS, Context, Finding, ScenarioResult, Severity
-from submission.errors import PlanError, did_you_mean
 from submission.rules import load_rules
-from submission.tree import SMOKE_MARKER
+from submission.tree.paths import SMOKE_MARKER
 
 PROFILES = ("submission", "smoke")
 __all__ = ["PROFILES", "SMOKE_DEVIATIONS", "CheckReport", "Finding", "ScenarioResult", "Severity", "check_tree"]

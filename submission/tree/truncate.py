@@ -5,7 +5,7 @@ For each accuracy folder: the sha256 of the full `mlperf_log_accuracy.json` goes
 `VIEWABLE_CHARS` characters around `ELLIPSIS` (tools/submission/truncate_accuracy_log.py does the same).
 TEST07/TEST09 accuracy folders have no accuracy.txt of their own: they get one holding only the hash line.
 Truncation is never applied twice (an accuracy.txt with a hash line is refused), the full log can be kept in a
-backup folder first, and every file is written atomically (submission.files: temp file, fsync, then rename).
+backup folder first, and every file is written atomically (submission.base.files: temp file, fsync, then rename).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 import shutil
 from pathlib import Path
 
-from submission.errors import PodiumError, RuleViolation
-from submission.files import replace_atomic, sha256_file, write_atomic
+from submission.base.errors import PodiumError, RuleViolation
+from submission.base.files import replace_atomic, sha256_file, write_atomic
 from submission.rules import load_rules
 
 ACCURACY_LOG = "mlperf_log_accuracy.json"
