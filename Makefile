@@ -81,7 +81,7 @@ venv-dynamo: $(DYNAMO_STAMP)
 # The MLCommons endpoints client (package inference-endpoint, Python >= 3.12), the measuring client of the round's
 # `harness: endpoints` benchmarks, in its own virtualenv (docs/benchmarks.md). ENDPOINTS_SRC: pip's source, by default
 # its git URL at the commit submission/rules/v6.1.yaml pins (endpoints_client.commit), or a `git archive` of that
-# commit; preflight reads the commit back from what pip recorded (tasks/ops/endpoints_client.py). Measured: 45 s.
+# commit; preflight reads the commit back from what pip recorded (tasks/endpoints/install.py). Measured: 45 s.
 ENDPOINTS_COMMIT ?= ea3327530376fef63d706f4105612e17c2c80a8d
 ENDPOINTS_SRC    ?= git+https://github.com/mlcommons/endpoints@$(ENDPOINTS_COMMIT)
 ENDPOINTS_PYTHON ?= python3.12

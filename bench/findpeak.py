@@ -26,9 +26,9 @@ def main(run_dir: Path) -> None:
     import mlperf_loadgen as lg
 
     from submission.results.runs import RunSpec
+    from tasks.datasets.requests import build_requests
     from tasks.engines import Endpoint
     from tasks.harness.client import CompletionClient
-    from tasks.harness.requests import build_requests
     from tasks.harness.sut import PromptQSL, StreamingSUT
 
     spec = RunSpec.model_validate_json((run_dir / "run.json").read_text())

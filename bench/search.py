@@ -48,7 +48,6 @@ from tasks.engines.simulated.queueing import (
     PERCENTILE,
     Protocol,
     SimConfig,
-    judge,
     loadgen_schedule,
     max_valid_qps,
     query_count,
@@ -59,6 +58,7 @@ from tasks.harness.probe import run_probe
 from tasks.launchers.local import free_port
 from tasks.tuning.bisection import SearchSettings, search
 from tasks.tuning.probes import ProbeCache, Prober, target_qps, with_rate
+from tasks.tuning.simulated import judge
 
 M, SAMPLES, TOKENS, WITHIN = "gpt-oss-120b", 32, 16, 0.02
 RULES = load_rules("v6.1")

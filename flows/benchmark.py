@@ -22,7 +22,6 @@ from submission.plan.model import SCENARIOS
 from submission.plan.selection import NOT_RUN, reuse
 from submission.results.runs import AuditRecord, RunRecord, RunSpec, plan_runs
 from submission.rules import load_rules
-from tasks.clients import run_step
 from tasks.compliance import required_tests
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit_task
@@ -30,6 +29,7 @@ from tasks.engines import engine_identity
 from tasks.measuring import RunRejected, summary
 from tasks.ops.inputs import require_fit
 from tasks.reporting import progress
+from tasks.run_step import run_measured
 from tasks.serving import warmup
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, sizing, where
@@ -97,8 +97,8 @@ def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator:
     failures: list[str] = []
     skipped: list[str] = []
     for spec in specs:
-        state = run_step(spec)(spec, engine, str(ws.work), evaluator, tokenizer,
-                               reuse(only, spec.system, spec.benchmark, spec.scenario), return_state=True)
+        state = run_measured(spec, engine, str(ws.work), evaluator, tokenizer,
+                             reuse(only, spec.system, spec.benchmark, spec.scenario), return_state=True)
         if state is None:
             _not_run(spec.label, skipped)
         else:

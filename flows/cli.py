@@ -257,7 +257,8 @@ def setup(webhook: Annotated[str | None, typer.Option(help="URL the notification
     """Register on the Prefect server at PREFECT_API_URL what the deployments need: work pools, S3 result
     storage (credentials from the workers' own AWS chain), gpu-<node> limits, the notification automations and the
     watch that marks a fleet member Crashed when its cluster stops sending heartbeats."""
-    from tasks.ops import nodes, notifications, registration
+    from tasks.launchers import nodes
+    from tasks.ops import notifications, registration
     from tasks.storage import objects as storage
 
     cfg = storage.StorageConfig(endpoint_url, bucket, "", region)

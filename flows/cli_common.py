@@ -13,7 +13,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 
 from submission.base.errors import PodiumError, RunFailed
-from tasks.ops import nodes
+from tasks.launchers import nodes
 
 Workspace = Annotated[Path, typer.Option("--workspace", "-w", help="where Podium keeps its state")]
 P = ParamSpec("P")

@@ -1,17 +1,15 @@
 """The measuring clients, by the name the rules and the plan give them (`harness:`): what the flows need of each, so
 they never ask which client measures a run. Adding one: docs/architecture.md, "Where to add".
 
-- `step`: its cached run step, called the same way for every run
-  (`step(spec, engine, work_dir, evaluator, tokenizer, reuse, **prefect_call)`; `reuse`: how it uses its cache
-  entry, `tasks.steps.call_cached`);
 - `review`: what it is given for a run, for the launch review (`review(spec, endpoint, run_dir, model_dir)`);
 - `probe`: one run of the peak-QPS search at a rate, judged by the bar its checker applies
   (`probe(spec, stage, qps, engine, work_dir, tokenizer) -> Probe`; tasks.tuning.probes runs it as the probe task);
 - `probe_length`: how long a probe at a rate runs, in the client's own terms
   (`probe_length(qps, settings) -> (min_duration_ms, min_query_count)`; None: the plan's own line stays).
 
-Each is named by dotted path and imported when first asked for (as tasks.engines.BACKENDS): a step or a probe runs on
-an EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured.
+Each is named by dotted path and imported when first asked for (as tasks.engines.BACKENDS): a probe runs on an
+EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured. The
+run step both clients share is `tasks.run_step`.
 """
 
 from __future__ import annotations
@@ -30,21 +28,20 @@ from tasks.engines import Endpoint
 
 @dataclass(frozen=True)
 class Client:
-    step: str
     review: str
     probe: str
     probe_length: str
 
     def part(self, name: str) -> Callable[..., Any]:
-        """The function `name` (step, review, probe or probe_length) of this client."""
+        """The function `name` (review, probe or probe_length) of this client."""
         module, _, attr = getattr(self, name).partition(":")
         return getattr(importlib.import_module(module), attr)
 
 
 CLIENTS: dict[str, Client] = {
-    "loadgen": Client(step="tasks.harness.step:run_loadgen", review="tasks.harness.runner:review",
+    "loadgen": Client(review="tasks.harness.runner:review",
                       probe="tasks.harness.probe:probe", probe_length="tasks.harness.probe:probe_length"),
-    "endpoints": Client(step="tasks.endpoints.step:run_endpoints", review="tasks.endpoints.runner:review",
+    "endpoints": Client(review="tasks.endpoints.runner:review",
                         probe="tasks.endpoints.probe:probe", probe_length="tasks.endpoints.probe:probe_length"),
 }
 
@@ -52,11 +49,6 @@ CLIENTS: dict[str, Client] = {
 def client(spec: RunSpec) -> Client:
     """The client that measures `spec`."""
     return CLIENTS[spec.harness]
-
-
-def run_step(spec: RunSpec) -> Callable[..., Any]:
-    """The run step of the client that measures `spec`."""
-    return client(spec).part("step")
 
 
 def review(plan: Plan, bench: BenchmarkSpec, endpoint: Endpoint, model_dir: Path, work_dir: Path) -> dict[str, Any]:

@@ -55,10 +55,10 @@ class Workspace:
 
     @property
     def pids(self) -> Path:
-        """The engine processes and `gpu-<node>` leases of this node's flows, `pids/<node>/` (tasks.ops.nodes
+        """The engine processes and `gpu-<node>` leases of this node's flows, `pids/<node>/` (tasks.launchers.nodes
         `this_node`): one engine runs per node, so what an earlier run left here is stale and may be ended. Two
         pools on one host (the local fleet) share a workspace, never this folder."""
-        from tasks.ops.nodes import this_node
+        from tasks.launchers.nodes import this_node
 
         return self.root / "pids" / this_node()
 

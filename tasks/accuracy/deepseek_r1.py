@@ -23,7 +23,7 @@ from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, int_correct
 from tasks.accuracy.common import decoder, subset_kind, unique_entries
 from tasks.accuracy.livecodebench import CodeGrading
-from tasks.harness.datasets import read_deepseek
+from tasks.datasets.prompts import read_deepseek
 
 BENCHMARK = "deepseek-r1"
 KINDS = ("gpqa", "mmlu_pro", "math500", "aime", "livecodebench")

@@ -25,7 +25,7 @@ from tasks.accuracy import AccuracyResult
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
 from tasks.accuracy.common import decoder, log_entries, repeat_note, subset_kind
 from tasks.accuracy.livecodebench import CodeGrading
-from tasks.harness.datasets import read_gpt_oss
+from tasks.datasets.prompts import read_gpt_oss
 
 BENCHMARK = "gpt-oss-120b"
 KINDS = ("aime", "gpqa", "livecodebench")   # matched as substrings of the dataset name, as the reference does

@@ -26,8 +26,8 @@ from submission.rules.evaluation import evaluation_constant
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.common import entry_text, log_entries, repeat_note
 from tasks.accuracy.qwen3_vl_fields import binary_f1, brand_f1, rejected_secondhand
-from tasks.harness.requests import ProductMetadata
-from tasks.harness.shopify import read_products
+from tasks.datasets.requests import ProductMetadata
+from tasks.datasets.shopify import read_products
 
 BENCHMARK = "qwen3-vl-235b-a22b"
 PAD = "<|pred-category-pad|>"

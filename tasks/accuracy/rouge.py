@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tasks.accuracy import AccuracyResult
 from tasks.accuracy.common import decoder, unique_entries
-from tasks.harness.datasets import PromptSet, read_cnn_eval, read_open_orca
+from tasks.datasets.prompts import PromptSet, read_cnn_eval, read_open_orca
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 CHECKER_NAMES = {"rouge1": "ROUGE1", "rouge2": "ROUGE2", "rougeL": "ROUGEL", "rougeLsum": "ROUGELSUM"}

@@ -10,7 +10,7 @@ from pathlib import Path
 from submission.base.errors import PlanError
 from submission.results.logs import parse_accuracy_log
 from tasks.accuracy import AccuracyResult
-from tasks.harness.datasets import read_token_prompts
+from tasks.datasets.prompts import read_token_prompts
 
 
 class SmokeExactMatch:

@@ -31,7 +31,7 @@ def derated(user_conf: tuple[tuple[str, str], ...], loadgen_model: str,
 
 def _set_size(benchmark: str, path: str) -> int:
     """The number of samples the harness's QSL will hold for this data set."""
-    from tasks.harness.requests import build_requests
+    from tasks.datasets.requests import build_requests
 
     return len(build_requests(benchmark, path, "performance"))
 

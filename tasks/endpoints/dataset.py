@@ -20,7 +20,7 @@ from pathlib import Path
 
 from submission.base.errors import PlanError
 from submission.base.files import replace_atomic, temporary
-from tasks.harness.shopify import read_products
+from tasks.datasets.shopify import read_products
 
 CACHE = "dataset_cache"
 

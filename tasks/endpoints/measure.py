@@ -1,5 +1,5 @@
 """One endpoints client run measured, scored and judged: the plain function under the endpoints-run task
-(tasks.endpoints.step), the peer of `tasks.harness.measure`.
+(tasks.run_step), the peer of `tasks.harness.measure`.
 
 Judged as the official v6.1 checker judges an endpoints folder (submission/checks/endpoints.py): a performance run is
 VALID when no sample failed and the early-stopping p99 of each limited latency is within its limit (Qwen3-VL: the

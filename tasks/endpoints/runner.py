@@ -25,9 +25,9 @@ from submission.results.runs import RunSpec
 from tasks import clock
 from tasks.endpoints import config as client_config
 from tasks.endpoints import dataset
+from tasks.endpoints.install import require_client
 from tasks.endpoints.results import ClientResult, read_result
 from tasks.engines import Endpoint
-from tasks.ops.endpoints_client import require_client
 
 LOG = "client.log"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -19,7 +19,7 @@ PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 def requests_of(spec: RunSpec):
     """The request builder of run `spec`: its benchmark's requests over its data set, with its sampling settings."""
-    from tasks.harness.requests import build_requests
+    from tasks.datasets.requests import build_requests
 
     return build_requests(spec.benchmark, spec.dataset, spec.mode, max_tokens=spec.max_tokens,
                           temperature=spec.temperature, guided_decoding=spec.guided_decoding)

@@ -1,4 +1,4 @@
-"""One loadgen run measured, scored and judged: the plain function under the loadgen-run task (tasks.harness.step),
+"""One loadgen run measured, scored and judged: the plain function under the loadgen-run task (tasks.run_step),
 free of Prefect so that a host without it (the GPU acceptance script's carried leg) measures the same way.
 
 A run that cannot change by retrying (INVALID, loadgen errors, accuracy under the target) raises `RunRejected`
@@ -18,9 +18,9 @@ from submission.results.logs import LoadgenRun, load_run
 from submission.results.runs import RunRecord, RunSpec, record
 from submission.rules import load_rules
 from tasks.accuracy import score
-from tasks.harness import liveness, runner
+from tasks.harness import runner
 from tasks.measuring import Engine, RunRejected, on_slower_clocks, problems, set_aside, utc_now
-from tasks.serving import telemetry
+from tasks.serving import liveness, telemetry
 
 
 def offline_resize(spec: RunSpec, run) -> str | None:

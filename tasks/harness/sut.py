@@ -18,10 +18,10 @@ import mlperf_loadgen as lg
 import numpy as np
 
 from tasks import clock
-from tasks.harness import liveness
+from tasks.datasets.requests import RequestBuilder
 from tasks.harness.client import Completion, CompletionClient
-from tasks.harness.requests import RequestBuilder
 from tasks.harness.timing import QueryClock
+from tasks.serving import liveness
 
 MAX_ERRORS_KEPT = 20
 
@@ -67,7 +67,7 @@ class SampleServer:
     loop's thread. Every submitted sample is answered, also when its request fails or the harness itself raises.
 
     `prompts` is a tuple of token-id prompts (sent with the client's own settings) or a request builder
-    (`tasks.harness.requests`) whose bodies are sent as they are."""
+    (`tasks.datasets.requests`) whose bodies are sent as they are."""
 
     def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
                  done: Callable[[int, np.ndarray, int], None],

@@ -29,10 +29,10 @@ from multiprocessing.connection import Connection
 import mlperf_loadgen as lg
 import numpy as np
 
-from tasks.harness import liveness
 from tasks.harness.child import client_for, die_with_parent, requests_for
 from tasks.harness.sut import MAX_ERRORS_KEPT, SampleServer, SutStats, response
 from tasks.harness.timing import QueryClock
+from tasks.serving import liveness
 
 RECORD = struct.Struct("<cQiI")   # kind, loadgen sample id, n_tokens, payload bytes; then the payload
 PAIR = np.dtype([("id", "<u8"), ("index", "<u4")])

@@ -27,8 +27,8 @@ import httpx
 
 from submission.base.errors import LaunchError, PodiumError
 from submission.base.files import tail, write_atomic
+from tasks.launchers import nodes as gpu_nodes
 from tasks.ops import cleanup, registration
-from tasks.ops import nodes as gpu_nodes
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tasks.workspace import Workspace

@@ -1,4 +1,4 @@
-"""Qwen3-VL rehearsal data: the Shopify product catalogue's parquet schema (`tasks.harness.shopify`) at its real row
+"""Qwen3-VL rehearsal data: the Shopify product catalogue's parquet schema (`tasks.datasets.shopify`) at its real row
 counts: 48289 products (train+test, the rules' dataset size) and the 8000-product Interactive set, with small seeded
 PNG images and known answers.
 

@@ -81,7 +81,7 @@ def sizing(plan: Plan, bench: BenchmarkSpec, *, model: Path | None = None, datas
     (staged: plan source -> local path) or, where absent, from the plan's local sources (a shared filesystem); the
     system's GPU memory from `capacity` (preflight's system description), the plan's description, or this host's
     GPUs when the engine runs here."""
-    from tasks.harness.datasets import longest_prompts
+    from tasks.datasets.prompts import longest_prompts
 
     src = Path(bench.model.source)
     folder = model or (src if not bench.model.source.startswith("s3://") and src.is_dir() else None)

@@ -19,9 +19,9 @@ from prefect.cache_policies import NO_CACHE
 from submission.base.errors import CommandError
 from submission.plan.engine_options import OptionsLike
 from tasks.engines import Endpoint, backend
-from tasks.harness import liveness
 from tasks.launchers import start_ready
-from tasks.ops.nodes import NodeSlot, this_node
+from tasks.launchers.nodes import NodeSlot, this_node
+from tasks.serving import liveness
 from tasks.serving.launch import launcher_for
 from tasks.serving.warmup import WarmUp, warm_up
 from tasks.steps import run_logger

@@ -34,8 +34,8 @@ from tasks.engines import Endpoint
 from tasks.harness.child import client_of, requests_of
 
 if TYPE_CHECKING:
+    from tasks.datasets.requests import RequestBuilder
     from tasks.harness.client import CompletionClient
-    from tasks.harness.requests import RequestBuilder
 
 
 @dataclass(frozen=True)

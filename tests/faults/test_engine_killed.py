@@ -1,6 +1,6 @@
 """The engine is SIGKILLed (its whole process group, by the pid the launcher recorded) in the middle of a Server run.
 
-The runner's child ends the run at once (tasks.harness.liveness), the step fails with a LaunchError holding the
+The runner's child ends the run at once (tasks.serving.liveness), the step fails with a LaunchError holding the
 engine's log tail, its partial logs are set aside as `<key>.failed-<time>`, the engine is relaunched and the step
 retried; the flow completes with a VALID Server result built only from the retried run.
 """

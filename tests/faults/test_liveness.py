@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.harness.liveness import ENDPOINT_DOWN, reachable
+from tasks.serving.liveness import ENDPOINT_DOWN, reachable
 
 pytestmark = [pytest.mark.faults]
 
@@ -23,12 +23,12 @@ def test_reachable_and_down() -> None:
         listener.listen()
         port = listener.getsockname()[1]
         assert reachable(f"http://127.0.0.1:{port}/v1")
-        code = subprocess.run([sys.executable, "-c", "from tasks.harness.liveness import exit_if_down; "
+        code = subprocess.run([sys.executable, "-c", "from tasks.serving.liveness import exit_if_down; "
                                f"exit_if_down('http://127.0.0.1:{port}', 'HTTP 400'); print('went on')"],
                               capture_output=True, text=True, cwd=REPO, timeout=60)
         assert code.returncode == 0 and "went on" in code.stdout
     assert not reachable(f"http://127.0.0.1:{port}/v1")   # closed now: refused
-    down = subprocess.run([sys.executable, "-c", "from tasks.harness.liveness import exit_if_down; "
+    down = subprocess.run([sys.executable, "-c", "from tasks.serving.liveness import exit_if_down; "
                            f"exit_if_down('http://127.0.0.1:{port}', 'ConnectError: refused'); print('went on')"],
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert down.returncode == ENDPOINT_DOWN and "went on" not in down.stdout

@@ -1,4 +1,4 @@
-"""A flow SIGKILLed while it holds its node's slot (`gpu-<node>`, tasks.ops.nodes.NodeSlot) on the workspace's own
+"""A flow SIGKILLed while it holds its node's slot (`gpu-<node>`, tasks.launchers.nodes.NodeSlot) on the workspace's own
 Prefect API (a plain `podium run` or `podium rehearse`: no PREFECT_API_URL, Prefect's temporary server on the
 workspace's database): the next run in the same workspace takes the slot at once instead of waiting at launch.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from flows.cli_common import prefect_env
 workspace, hold = Path(sys.argv[1]), sys.argv[3] == "hold"
 prefect_env(workspace)
-from tasks.ops.nodes import NodeSlot
+from tasks.launchers.nodes import NodeSlot
 slot = NodeSlot([sys.argv[2]], timeout_s=float(sys.argv[4]), record_dir=workspace / "leases")
 slot.acquire()
 print("held", flush=True)

@@ -45,7 +45,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(scope="module")
 def client() -> Path:
     """The MLCommons endpoints client `make venv-endpoints` installed, checked at the round's pinned commit."""
-    from tasks.ops.endpoints_client import DEFAULT_VENV, require_client
+    from tasks.endpoints.install import DEFAULT_VENV, require_client
     from tests.integration.engines_support import engine_python
 
     engine_python(DEFAULT_VENV.name, "venv-endpoints")     # make test requires it; a plain pytest skips without it

@@ -24,8 +24,8 @@ from submission.rules import load_rules
 from tasks.compliance import AuditJob
 from tasks.compliance.planning import audit_jobs
 from tasks.compliance.step import AuditFailed, run_audit
+from tasks.datasets.prompts import read_token_prompts
 from tasks.engines import Endpoint, backend
-from tasks.harness.datasets import read_token_prompts
 from tasks.harness.measure import run_once
 from tasks.launchers import launched, launcher
 from tasks.measuring import RunRejected

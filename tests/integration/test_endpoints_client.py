@@ -16,10 +16,10 @@ import pytest
 
 from tasks.endpoints import dataset
 from tasks.endpoints.config import CLIENT_DATASETS
+from tasks.endpoints.install import DEFAULT_VENV
 from tasks.endpoints.runner import OFFLINE_ENV
 from tasks.engines import backend
 from tasks.launchers import launched, launcher
-from tasks.ops.endpoints_client import DEFAULT_VENV
 from tests.integration.engines_support import run_group, simulated_engine
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from tasks.ops.nodes import limit_name
+from tasks.launchers.nodes import limit_name
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
+from tasks.datasets.requests import build_requests
 from tasks.engines import Endpoint
 from tasks.harness.client import CompletionClient
-from tasks.harness.requests import build_requests
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ import pytest
 
 from submission.base.errors import CommandError
 from tasks.engines import Endpoint
-from tasks.harness import liveness, runner
+from tasks.harness import runner
+from tasks.serving import liveness
 from tests.integration.engines_support import offline_spec, server_spec, simulated_engine
 
 pytestmark = pytest.mark.integration

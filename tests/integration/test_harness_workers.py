@@ -117,7 +117,7 @@ def test_a_worker_that_dies_ends_the_run_with_its_name(smoke_server: Endpoint, s
 def test_an_engine_that_dies_under_workers_ends_the_run_as_engine_down(smoke_store: Path, tmp_path: Path) -> None:
     """The worker that finds the endpoint gone exits with ENDPOINT_DOWN and the runner passes that code on, so
     tasks.harness.step relaunches the engine and retries, as with the in-process SUT."""
-    from tasks.harness import liveness
+    from tasks.serving import liveness
 
     with simulated_engine() as (server, endpoint):
         spec = server_spec(smoke_store / "datasets" / "smoke" / "perf_eval_ref.parquet", qps=20, duration_ms=60000,

@@ -323,7 +323,7 @@ def test_one_engine_per_gpu_node(stack: Stack) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from submission.base.errors import LaunchError
-    from tasks.ops.nodes import NodeSlot
+    from tasks.launchers.nodes import NodeSlot
 
     with temporary_settings(updates={PREFECT_API_URL: stack.api}):
         first = NodeSlot([NODE])

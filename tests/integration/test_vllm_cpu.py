@@ -77,6 +77,6 @@ def test_vllm_cpu_through_loadgen(smoke_store: Path, tmp_path: Path) -> None:
 
 
 def _first_prompt(dataset: Path) -> list[int]:
-    from tasks.harness.datasets import read_token_prompts
+    from tasks.datasets.prompts import read_token_prompts
 
     return list(read_token_prompts(dataset).prompts[0])

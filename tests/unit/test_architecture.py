@@ -1,7 +1,7 @@
-"""The layout docs/architecture.md describes, kept true: imports go flows -> tasks -> submission only, no module
-imports another that imports it back (imports inside functions count), no function runs over 60 lines outside
-bench/, tasks/ keeps its concerns in folders (at most 10 modules at its top level), and no tracked file leans on what
-sits beside the checkout or on this project's issue numbers."""
+"""The layout docs/architecture.md describes, kept true: imports go flows -> tasks -> submission only, and inside
+submission/ and tasks/ from each part only to the parts below it in LAYERS (each exception named with its reason); no
+module imports another that imports it back (imports inside functions count), no function runs over 60 lines outside
+bench/, and no tracked file leans on what sits beside the checkout or on this project's issue numbers."""
 
 from __future__ import annotations
 
@@ -80,13 +80,94 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+# The parts of each package, lowest first: a part imports only parts of an earlier row. Parts on one row are
+# siblings and import nothing of each other. In tasks/ a part is a folder or a top-level module.
+LAYERS: dict[str, list[tuple[str, ...]]] = {
+    "submission": [("base",), ("rules",), ("plan",), ("results",), ("budget", "tree"), ("checks",)],
+    "tasks": [
+        ("clock", "datasets", "storage"),
+        ("accuracy", "engines"),                      # evaluators read data sets; backends describe processes
+        ("launchers", "measuring", "clients"),        # where engines run; what every measured run shares
+        ("steps", "workspace"),
+        ("staging",),
+        ("serving",),                                 # an engine built, launched, warmed up, watched
+        ("reporting",),
+        ("tuning",),                                  # the search and its probe task (which asks `clients`)
+        ("harness", "endpoints"),                     # the two measuring clients, each on an engine session
+        ("compliance", "rehearsal", "run_step", "tree"),
+        ("ops",),                                     # preflight and the cluster checks look at everything
+    ],
+}
+# Imports that climb, allowed one by one (a module, the part it reaches into), each with its reason.
+CLIMBS_ALLOWED = {
+    ("tasks.serving.warmup", "tasks.harness"):
+        "the warm-up sends its untimed requests through the loadgen client's own request builder and HTTP client",
+}
+
+
+def _part(module: str) -> str | None:
+    """The part of its package that `module` belongs to (None for a package's own __init__)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that leaves its part for one that is not below it (LAYERS), less CLIMBS_ALLOWED."""
+    out = []
+    for a, targets in sorted(graph.items()):
+        for b in sorted(targets):
+            package = a.split(".")[0]
+            if b.split(".")[0] != package or package not in LAYERS:
+                continue
+            rank = {part: i for i, row in enumerate(LAYERS[package]) for part in row}
+            pa, pb = _part(a), _part(b)
+            if pa is None or pb is None or pa == pb or (a, f"{package}.{pb}") in CLIMBS_ALLOWED:
+                continue
+            if pa not in rank or pb not in rank or rank[pb] >= rank[pa]:
+                out.append(f"{a} imports {b}")
+    return out
+
+
 def test_imports_go_one_way_and_never_round() -> None:
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     upward = [f"{a} imports {b}" for a, targets in graph.items() for b in targets
               if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]]]
     assert upward == [], "submission/ imports nothing of tasks/ or flows/, tasks/ nothing of flows/"
+    assert climbs(graph) == [], "inside submission/ and tasks/, a part imports only the parts below it (LAYERS)"
     assert _cycles(graph) == []
+
+
+def test_every_allowed_climb_still_happens() -> None:
+    modules = _modules()
+    for a, part in CLIMBS_ALLOWED:
+        assert any(b.startswith(f"{part}.") for b in _imports(a, modules[a], modules)), \
+            f"{a} no longer imports {part}: drop it from CLIMBS_ALLOWED"
+
+
+def test_a_planted_upward_import_is_found() -> None:
+    planted = {"tasks.engines.simulated.queueing": {"tasks.tuning.bisection", "tasks.clock"},
+               "tasks.harness.sut": {"tasks.endpoints.runner"},          # a sibling
+               "tasks.serving.warmup": {"tasks.harness.child"},          # allowed, with its reason
+               "tasks.newroom.x": {"tasks.clock"},                       # a part the contract does not know
+               "submission.plan.model": {"submission.tree.paths"},
+               "submission.checks.run": {"submission.results.logs"}}
+    assert climbs(planted) == ["submission.plan.model imports submission.tree.paths",
+                               "tasks.engines.simulated.queueing imports tasks.tuning.bisection",
+                               "tasks.harness.sut imports tasks.endpoints.runner",
+                               "tasks.newroom.x imports tasks.clock"]
+
+
+def test_every_part_is_in_the_contract_and_says_what_it_holds() -> None:
+    assert sorted(p.name for p in (REPO / "submission").glob("*.py")) == ["__init__.py"]
+    for package, rows in LAYERS.items():
+        named = sorted(part for row in rows for part in row)
+        folders = [p.name for p in (REPO / package).iterdir() if (p / "__init__.py").is_file()]
+        top = [p.stem for p in (REPO / package).glob("*.py") if p.name != "__init__.py"]
+        assert sorted(folders + top) == named, package
+        assert len(top) <= 10, top
+        for folder in folders:   # each says what it holds (docs/architecture.md is the map)
+            assert ast.get_docstring(ast.parse((REPO / package / folder / "__init__.py").read_text())), folder
 
 
 def test_the_cycle_finder_finds_one() -> None:
@@ -103,16 +184,6 @@ def test_no_function_over_sixty_lines_outside_bench() -> None:
                     if lines > MAX_FUNCTION_LINES:
                         long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
-
-
-def test_tasks_keeps_its_concerns_in_folders() -> None:
-    top = sorted(p.name for p in (REPO / "tasks").glob("*.py"))
-    assert len(top) <= 10, top
-    folders = sorted(p.name for p in (REPO / "tasks").iterdir() if (p / "__init__.py").is_file())
-    assert folders == ["accuracy", "compliance", "endpoints", "engines", "harness", "launchers", "ops", "rehearsal",
-                       "reporting", "serving", "staging", "storage", "tuning"]
-    for folder in folders:   # each says what it holds (docs/architecture.md is the map)
-        assert ast.get_docstring(ast.parse((REPO / "tasks" / folder / "__init__.py").read_text())), folder
 
 
 # The project stands on its own: no tracked file names a folder beside the checkout (where the development machines

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from submission.base.errors import PlanError
-from tasks.harness.datasets import read_cnn_eval, read_deepseek, read_gpt_oss, read_open_orca, read_prompts
-from tasks.harness.shopify import image_format, read_products
+from tasks.datasets.prompts import read_cnn_eval, read_deepseek, read_gpt_oss, read_open_orca, read_prompts
+from tasks.datasets.shopify import image_format, read_products
 
 
 def _png(color: tuple[int, int, int]) -> bytes:

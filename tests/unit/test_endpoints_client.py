@@ -1,4 +1,4 @@
-"""The endpoints client check (tasks/ops/endpoints_client.py): the commit read back from what pip recorded, for git
+"""The endpoints client check (tasks/endpoints/install.py): the commit read back from what pip recorded, for git
 and archive installs, against the rules' pin; and the Makefile's default source at that same commit."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from submission.base.errors import LaunchError
 from submission.rules import load_rules
-from tasks.ops.endpoints_client import installed_commit, require_client
+from tasks.endpoints.install import installed_commit, require_client
 
 PIN = load_rules("v6.1").endpoints_client.commit
 OTHER = "381d13b" + "0" * 33   # the commit the v6.1 README names, padded: any other commit

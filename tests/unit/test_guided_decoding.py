@@ -10,7 +10,7 @@ import yaml
 
 from submission.base.errors import PlanError
 from submission.plan import model as plans
-from tasks.harness.requests import build_requests
+from tasks.datasets.requests import build_requests
 from tests.qwen3_vl_cases import write_case
 from tests.unit.test_datasets import _png
 

@@ -57,10 +57,10 @@ def test_the_cached_steps_keep_their_entries_in_the_workspace(tmp_path: Path) ->
     """Wherever the flow runs (`podium run`, a deployment run through a worker whose default result storage is S3),
     the loadgen runs and audits keep their cache entries beside their run folders: one cache per workspace."""
     from tasks.compliance.step import audit_task
-    from tasks.harness.step import loadgen_task
+    from tasks.run_step import TASKS
     from tasks.steps import cached_in
 
-    for step in (loadgen_task, audit_task):
+    for step in (*TASKS.values(), audit_task):
         placed = cached_in(step, tmp_path / "work")
         assert placed.result_storage == tmp_path / "work" / "cache"
         assert (placed.name, placed.cache_key_fn, placed.persist_result, placed.retries) == \

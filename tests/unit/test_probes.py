@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 from submission.results.runs import RunSpec
-from tasks.engines.simulated.queueing import Protocol, SimConfig, judge
+from tasks.engines.simulated.queueing import Protocol, SimConfig
 from tasks.tuning.bisection import Probe, SearchSettings, search
 from tasks.tuning.probes import ProbeCache, Prober, deployment_key, stage_spec, target_qps, with_rate
+from tasks.tuning.simulated import judge
 
 SEED = 16159082839903944936
 M = "gpt-oss-120b"

@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 from submission.rules import load_rules
 from tasks.accuracy.gpt_oss import GptOssExactMatch
 from tasks.accuracy.qwen3_vl import Qwen3VLCategoryF1
+from tasks.datasets.prompts import read_gpt_oss
+from tasks.datasets.requests import build_requests
+from tasks.datasets.shopify import read_products
 from tasks.engines.simulated import answers
 from tasks.engines.simulated.queueing import SimConfig
 from tasks.engines.simulated.server import running
-from tasks.harness.datasets import read_gpt_oss
-from tasks.harness.requests import build_requests
-from tasks.harness.shopify import read_products
 from tasks.launchers.local import free_port
 from tasks.rehearsal.data import Built, build, load
 from tests.accuracy_logs import write_log

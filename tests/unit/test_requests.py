@@ -11,9 +11,9 @@ import pytest
 
 from submission.base.errors import PlanError
 from submission.rules.generation import benchmark_generation, reference_generation
+from tasks.datasets.requests import ProductMetadata, build_requests
 from tasks.engines import Endpoint
 from tasks.harness.client import CompletionClient
-from tasks.harness.requests import ProductMetadata, build_requests
 from tests.unit.test_datasets import _png, gpt_oss_parquet, shopify_parquet
 
 

@@ -7,8 +7,9 @@ import math
 import pytest
 
 from submission.base.errors import RunFailed
-from tasks.engines.simulated.queueing import Protocol, SimConfig, judge, max_valid_qps
+from tasks.engines.simulated.queueing import Protocol, SimConfig, max_valid_qps
 from tasks.tuning.bisection import Probe, SearchSettings, round_qps, search
+from tasks.tuning.simulated import judge
 
 SEED = 16159082839903944936   # v6.1 schedule_rng_seed (submission/rules/v6.1.yaml)
 

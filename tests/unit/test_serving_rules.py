@@ -12,8 +12,8 @@ import yaml
 from submission.base.errors import PlanError
 from submission.plan import model as plans
 from submission.rules import load_rules
+from tasks.datasets.requests import build_requests
 from tasks.engines import backend
-from tasks.harness.requests import build_requests
 from tasks.serving.launch import review_placement
 from tests.unit.test_datasets import shopify_parquet
 

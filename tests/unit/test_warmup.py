@@ -17,7 +17,7 @@ from submission.results.runs import RunSpec
 from tasks.engines.simulated.queueing import SimConfig
 from tasks.engines.simulated.server import SimServer
 from tasks.harness import runner
-from tasks.ops.nodes import NodeSlot
+from tasks.launchers.nodes import NodeSlot
 from tasks.serving import session as sessions
 from tasks.serving.warmup import WarmUp
 from tests.unit.test_datasets import shopify_parquet

@@ -69,7 +69,7 @@ def _references(model_dir: Path, data: Path, max_tokens: int) -> list[str]:
     from transformers import AutoProcessor, LlavaForConditionalGeneration
     from transformers.cli.serving.utils import BaseHandler, Modality
 
-    from tasks.harness.requests import build_requests
+    from tasks.datasets.requests import build_requests
 
     builder = build_requests("qwen3-vl-235b-a22b", data, "accuracy", max_tokens=max_tokens, temperature=0.0)
     processor = AutoProcessor.from_pretrained(model_dir)

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from submission.base.errors import PlanError
 from submission.rules.generation import Mode, Sampling, benchmark_generation
-from tasks.harness.datasets import PromptSet, read_prompts
-from tasks.harness.shopify import Product, ProductSet, read_products
+from tasks.datasets.prompts import PromptSet, read_prompts
+from tasks.datasets.shopify import Product, ProductSet, read_products
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
