@@ -98,8 +98,11 @@ venv-endpoints: $(ENDPOINTS_STAMP)
 engines: install venv-vllm venv-dynamo
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
 
+# Two tests at a time (pytest-xdist: each worker has its own session fixtures), and the 20 slowest named at the end
+# (docs/development.md).
+TEST_WORKERS ?= 2
 test: lint system-deps venv-vllm venv-dynamo venv-endpoints
-	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest
+	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -n $(TEST_WORKERS) --durations=20
 
 # Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.
 .PHONY: bench bench-staging

@@ -16,11 +16,22 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
-    """One Prefect test server for the session (its own temporary database)."""
+    """One Prefect test server for the session (its own temporary database). Its URL is in the environment too, so
+    every `podium` command a test starts talks to it instead of starting a temporary server of its own (tests that
+    need that strip PREFECT_* from the command's environment)."""
+    from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=180):
-        yield
+        before = os.environ.get("PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("PREFECT_API_URL", None)
+            else:
+                os.environ["PREFECT_API_URL"] = before
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.integration.conftest import write_plan
@@ -21,3 +22,8 @@ def fault_plan(path: Path, store: Path, scenarios: tuple[str, ...] = ("Server",)
     bench["scenarios"] = {name: SCENARIOS[name] for name in scenarios}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_prefect_api(prefect_server: None) -> None:
+    """Every fault test shares the session's Prefect server, the `podium` commands it starts too."""

@@ -50,3 +50,8 @@ def client() -> Path:
 
     engine_python(DEFAULT_VENV.name, "venv-endpoints")     # make test requires it; a plain pytest skips without it
     return require_client("v6.1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_prefect_api(prefect_server: None) -> None:
+    """Every integration test shares the session's Prefect server, the `podium` commands it starts too."""
