@@ -98,9 +98,9 @@ venv-endpoints: $(ENDPOINTS_STAMP)
 engines: install venv-vllm venv-dynamo
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
 
-# Two tests at a time (pytest-xdist: each worker has its own session fixtures), and the 20 slowest named at the end
-# (docs/development.md).
-TEST_WORKERS ?= 2
+# One test at a time (TEST_WORKERS=2: two, with pytest-xdist; docs/development.md says when that is safe), and the
+# 20 slowest named at the end.
+TEST_WORKERS ?= 0
 test: lint system-deps venv-vllm venv-dynamo venv-endpoints
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -n $(TEST_WORKERS) --durations=20
 
