@@ -132,7 +132,8 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     if rehearsal_marker.is_rehearsal(plan.name):   # said on every page: the outcome line, the report, the artifacts
         line = f"DRESS REHEARSAL (not a submission): {line}"
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
-                              folder=str(folder), tree=done.tree, s3=s3, link=link)
+                              folder=str(folder), tree=done.tree, s3=s3, link=link,
+                              warnings=[w for r in done.records for w in r.warnings])
     if rehearsal_marker.is_rehearsal(plan.name):
         text = rehearsal_banner() + text
     text += (reporting.plots_markdown([f"plots/{p.name}" for p in plots]) + "\n" + data_checks["markdown"] + "\n"

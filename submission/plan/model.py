@@ -26,7 +26,7 @@ from submission.plan.serving import serving_problems
 from submission.plan.slurm_options import SlurmSettings
 from submission.plan.slurm_options import settings_problems as slurm_problems
 from submission.rules import ROUNDS, Harness, load_rules
-from submission.rules.generation import guided_decoding_problem
+from submission.rules.generation import guided_decoding_problem, load_generation
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 SCENARIOS = ("Offline", "Server", "Interactive")
@@ -376,6 +376,19 @@ class Plan(Strict):
                                               b.generation)]
         if problems:
             raise ValueError("\n  - ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _guided_decoding_sent(self) -> Plan:
+        """Guided decoding reaches the engine only through a client that sends the answer schema (after the serving
+        rules, which refuse it in a closed plan first)."""
+        for i, b in enumerate(self.benchmarks):
+            chosen = self.harness(b)
+            unsupported = load_generation().guided_decoding_clients_unsupported.get(chosen)
+            if b.generation.guided_decoding and unsupported:
+                raise ValueError(f"benchmarks.{i}.generation.guided_decoding: {b.benchmark} is measured by the "
+                                 f"{chosen} client, which cannot send the answer schema ({unsupported}); set "
+                                 "guided_decoding: false")
         return self
 
     def _harness(self, where: str, b: BenchmarkSpec, bench: Any) -> None:
