@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from submission.budget import run_length
 from submission.plan.model import Plan
 from submission.results.runs import RunSpec
 from submission.rules import load_rules
@@ -26,16 +27,14 @@ def run_seconds(min_duration_s: float, min_query_count: int, qps: float | None) 
 
 def conf_value(spec: RunSpec, name: str) -> str | None:
     """A user.conf setting of the spec by its last part (`min_duration`, `target_qps`, ...), any model/scenario."""
-    found = {key.rsplit(".", 1)[-1]: value for key, value in spec.user_conf}
-    return found.get(name)
+    return run_length.conf(spec, name)
 
 
 def spec_seconds(spec: RunSpec, qps: float | None = None, floor_s: float = ROUND_MIN_DURATION_S) -> float:
-    """How long `spec` measures at `qps` (default: its own target_qps), from its user.conf length."""
-    duration = conf_value(spec, "min_duration")
-    queries = conf_value(spec, "min_query_count")
-    rate = qps if qps is not None else (float(conf_value(spec, "target_qps") or 0) or None)
-    return run_seconds(int(duration) / 1000 if duration is not None else floor_s, int(queries or 0), rate)
+    """How long `spec` measures with `qps` as its rate (default: its own target_qps), by the one model of a run's
+    length of the client that measures it (submission.budget.run_length: the endpoints client's whole passes)."""
+    at = spec if qps is None else run_length.at_rate(spec, qps)
+    return run_length.run_length(at, load_rules(spec.round), floor_s=floor_s).seconds
 
 
 def gpus(options: Any) -> int:

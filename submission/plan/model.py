@@ -20,6 +20,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_
 
 from submission.base.errors import PlanError, did_you_mean
 from submission.base.schema import Strict
+from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples, smallest_offline_target
 from submission.plan.engine_options import OPTIONS as ENGINE_OPTIONS
 from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
 from submission.plan.serving import serving_problems
@@ -138,6 +139,10 @@ class GenerationSpec(Strict):
 
 class ScenarioSpec(Strict):
     target_qps: float | None = Field(None, gt=0)
+    expected_qps: float | None = Field(None, gt=0, description="the rate the system is expected to sustain (a "
+                                       "measurement, the search's answer): an Offline run's pace in the predicted "
+                                       "run length, and the plan refuses an endpoints Offline target_qps whose run "
+                                       "would end under its min duration at that rate")
     min_duration_ms: int | None = Field(None, ge=0)
     min_query_count: int | None = Field(None, ge=1)
     max_concurrency: int = Field(64, ge=1)
@@ -376,6 +381,35 @@ class Plan(Strict):
                                               b.generation)]
         if problems:
             raise ValueError("\n  - ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _runs_last_their_min_duration(self) -> Plan:
+        """An endpoints Offline run at its target_qps issues whole passes over its data set (client_length); at the
+        scenario's expected_qps it must still last its min duration (the round's 600 s: the v6.1 README's 10-minute
+        rule, which the official checker does not measure). Submission plans only: a smoke data set's rows are its
+        own."""
+        if self.profile != "submission":
+            return self
+        rules = load_rules(self.round)
+        for i, b in enumerate(self.benchmarks):
+            bench = rules.benchmark(b.benchmark)
+            for name, sc in b.scenarios.items():
+                if self.harness(b) != "endpoints" or bench.scenario(name).loadgen_scenario != "Offline" \
+                        or sc.expected_qps is None:
+                    continue
+                minimum = next(m for m in (sc.min_duration_ms, b.loadgen.min_duration_ms, rules.min_duration_ms)
+                               if m is not None)
+                rows = (bench.scenarios[name].dataset or bench.dataset).size
+                samples = client_samples(sc.target_qps, minimum, rows)
+                if samples / sc.expected_qps * 1000 < minimum:
+                    raise ValueError(
+                        f"benchmarks.{i}.scenarios.{name}.target_qps: at {sc.target_qps or OFFLINE_DEFAULT_QPS:g} the "
+                        f"endpoints client sends {samples} samples ({samples // rows} pass(es) over the {rows}-row "
+                        f"data set), {samples / sc.expected_qps:.0f} s at the expected {sc.expected_qps:g} q/s, under "
+                        f"the {minimum / 1000:g} s min duration; set target_qps: "
+                        f"{smallest_offline_target(sc.expected_qps, minimum, rows)} or more (the smallest whose run "
+                        "lasts it)")
         return self
 
     @model_validator(mode="after")

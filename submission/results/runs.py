@@ -92,8 +92,10 @@ def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str,
     if min_duration is not None:
         lines.append((f"{model}.{lg_scenario}.min_duration", str(min_duration)))
     min_queries = spec.min_query_count if spec.min_query_count is not None else bench.loadgen.min_query_count
-    if min_queries is None and profile == "submission" and lg_scenario == "Offline":
+    if min_queries is None and profile == "submission" and lg_scenario == "Offline" and harness == "loadgen":
         min_queries = brules.offline_min_samples_per_query   # mlperf.conf sets none for some LLMs
+    # The endpoints client has no min_query_count: such a line is its exact sample count (`n_samples_to_issue`,
+    # tasks/endpoints/config.py), which only the search's probes set (submission/budget/run_length.py).
     if min_queries is not None:
         lines.append((f"{model}.{lg_scenario}.min_query_count", str(min_queries)))
     if bench.loadgen.performance_sample_count is not None:

@@ -102,6 +102,13 @@ def min_duration_ms(spec: RunSpec, rules: Rules) -> int:
     return int(duration) if duration is not None else rules.min_duration_ms
 
 
+def samples_to_issue(spec: RunSpec) -> dict[str, int]:
+    """A search probe's exact sample count (`n_samples_to_issue`, from its min_query_count line): without it the client
+    rounds its count up to whole data sets (submission/budget/run_length.py), 48289 samples for a Qwen3-VL probe."""
+    count = _conf(spec, "min_query_count")
+    return {} if count is None else {"n_samples_to_issue": int(count)}
+
+
 def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path,
                   speed: float | None = None) -> dict[str, Any]:
     """The client's config for `spec` against `endpoint`, its report in `run_dir`/report (see the module's doc);
@@ -129,7 +136,7 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
                          "max_new_tokens": spec.max_tokens, **sampling(spec, endpoint)},
         "datasets": datasets,
         "settings": {
-            "runtime": {"min_duration_ms": min_duration_ms(spec, rules),
+            "runtime": {"min_duration_ms": min_duration_ms(spec, rules), **samples_to_issue(spec),
                         "scheduler_random_seed": rules.seeds.schedule_rng_seed,
                         "dataloader_random_seed": rules.seeds.sample_index_rng_seed},
             "load_pattern": load,

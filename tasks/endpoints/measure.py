@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from submission.base.errors import CommandError, LaunchError, RunFailed
+from submission.plan import client_length
 from submission.plan.selection import rerun
 from submission.results.runs import RunRecord, RunSpec
 from submission.rules import Rules, ScenarioRules, load_rules
@@ -71,13 +72,18 @@ def latency_alone(spec: RunSpec, result: ClientResult, rules: Rules) -> bool:
 
 
 def resize(spec: RunSpec, result: ClientResult, reasons: list[str]) -> str | None:
-    """The fix for an Offline run that ended before its minimum duration: the client issues about
-    1.1 x target_qps x min duration samples, so an engine faster than target_qps says finishes them too soon."""
+    """The fix for an Offline run that ended before its minimum duration: the client issues whole passes of
+    1.1 x target_qps x min duration samples (submission/plan/client_length.py), so an engine faster than target_qps
+    says finishes them too soon; the smallest target that lasts at the measured rate (a smoke set's rows are its own:
+    half again the measured rate there)."""
     if spec.loadgen_scenario != "Offline" or not result.qps or not any("min duration" in r for r in reasons):
         return None
+    minimum = client_config.min_duration_ms(spec, load_rules(spec.round))
+    smallest = (client_length.smallest_offline_target(result.qps, minimum, client_config.client_dataset(spec)[2])
+                if spec.profile == "submission" else math.ceil(1.5 * result.qps))
     return (f"the engine did {result.qps:.1f} samples/s, more than the Offline target_qps sized the run for: set "
-            f"benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least "
-            f"{math.ceil(1.5 * result.qps)} and run the plan again "
+            f"benchmarks[{spec.benchmark}].scenarios.{spec.scenario}.target_qps to at least {smallest} and "
+            f"expected_qps: {result.qps:.0f}, and run the plan again "
             f"({rerun(spec.system, spec.benchmark, spec.scenario)})")
 
 

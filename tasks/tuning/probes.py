@@ -65,7 +65,7 @@ def stage_spec(base: RunSpec, qps: float, stage: Stage, settings: SearchSettings
     """A probe is short (the search's length, in the terms of the client that measures it: `probe_length`); a
     confirmation keeps the plan's own length."""
     if stage == "probe":
-        duration_ms, queries = client(base).part("probe_length")(round_qps(qps), settings)
+        duration_ms, queries = client(base).part("probe_length")(round_qps(qps), settings, base)
         return with_rate(base, qps, min_duration_ms=duration_ms, min_query_count=queries)
     return with_rate(base, qps, min_duration_ms=None, min_query_count=None)
 
@@ -131,7 +131,8 @@ class Prober:
         self.limits = overload.limits(load_rules(base.round).benchmark(base.benchmark).scenario(base.scenario))
 
     def full_seconds(self, qps: float) -> float:
-        """How long a full-length run (the plan's own length) lasts at `qps` (submission.budget.cost)."""
+        """How long a full-length run (the plan's own length, performance only) lasts at `qps`
+        (submission.budget.run_length, through cost)."""
         return cost.spec_seconds(self.base, qps)
 
     def __call__(self, qps: float, stage: Stage) -> Probe:
