@@ -145,6 +145,9 @@ class ScenarioSpec(Strict):
                                        "would end under its min duration at that rate")
     min_duration_ms: int | None = Field(None, ge=0)
     min_query_count: int | None = Field(None, ge=1)
+    latency_ms: float | None = Field(None, gt=0, description="smoke profile, endpoints client only: the p99 latency "
+                                     "bound a stand-in model on a shared CPU is judged by, in place of the round's "
+                                     "(a named deviation: `latency-limit` in the checker)")
     max_concurrency: int = Field(64, ge=1)
     harness_workers: int = Field(1, ge=1, le=256, description="client worker processes; each needs a request "
                                  "of its own, so at most max_concurrency")
@@ -410,6 +413,17 @@ class Plan(Strict):
                         f"the {minimum / 1000:g} s min duration; set target_qps: "
                         f"{smallest_offline_target(sc.expected_qps, minimum, rows)} or more (the smallest whose run "
                         "lasts it)")
+        return self
+
+    @model_validator(mode="after")
+    def _smoke_latency(self) -> Plan:
+        """A relaxed latency bound is a smoke deviation of a run the endpoints client measures (loadgen would read
+        it as a target_latency the checker forbids)."""
+        for i, b in enumerate(self.benchmarks):
+            for name, sc in b.scenarios.items():
+                if sc.latency_ms is not None and (self.profile != "smoke" or self.harness(b) != "endpoints"):
+                    raise ValueError(f"benchmarks.{i}.scenarios.{name}.latency_ms: only a smoke plan measured by the "
+                                     "endpoints client may relax the latency bound; remove it")
         return self
 
     @model_validator(mode="after")

@@ -88,6 +88,8 @@ def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str,
     lines: list[tuple[str, str]] = []
     if spec.target_qps is not None:
         lines.append((f"{model}.{lg_scenario}.target_qps", f"{spec.target_qps:g}"))
+    if spec.latency_ms is not None:   # a smoke deviation the plan names (endpoints only: Plan._smoke_latency)
+        lines.append((f"{model}.{lg_scenario}.target_latency", f"{spec.latency_ms:g}"))
     min_duration = spec.min_duration_ms if spec.min_duration_ms is not None else bench.loadgen.min_duration_ms
     if min_duration is not None:
         lines.append((f"{model}.{lg_scenario}.min_duration", str(min_duration)))

@@ -102,6 +102,12 @@ def min_duration_ms(spec: RunSpec, rules: Rules) -> int:
     return int(duration) if duration is not None else rules.min_duration_ms
 
 
+def smoke_latency_ms(spec: RunSpec) -> float | None:
+    """A smoke run's relaxed p99 latency bound (its `target_latency` line, from the plan's `latency_ms`)."""
+    value = _conf(spec, "target_latency")
+    return float(value) if value is not None and spec.profile == "smoke" else None
+
+
 def samples_to_issue(spec: RunSpec) -> dict[str, int]:
     """A search probe's exact sample count (`n_samples_to_issue`, from its min_query_count line): without it the client
     rounds its count up to whole data sets (submission/budget/run_length.py), 48289 samples for a Qwen3-VL probe."""

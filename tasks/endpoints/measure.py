@@ -36,16 +36,18 @@ log = logging.getLogger(__name__)
 AGREE = 1e-6   # the client's score and the evaluator's on the same answers agree within it (both print 7 digits)
 
 
-def limits(sc: ScenarioRules) -> list[tuple[str, str, float]]:
-    """(name, ClientResult field, limit in ms) of each p99 the scenario limits."""
+def limits(sc: ScenarioRules, spec: RunSpec | None = None) -> list[tuple[str, str, float]]:
+    """(name, ClientResult field, limit in ms) of each p99 the scenario limits; a smoke run's `target_latency` line
+    (the plan's `latency_ms`, a named smoke deviation) replaces the latency limit."""
+    smoke = client_config.smoke_latency_ms(spec) if spec is not None else None
     named = (("TTFT", "ttft_p99_ms", sc.ttft_ms), ("TPOT", "tpot_p99_ms", sc.tpot_ms),
-             ("latency", "latency_p99_ms", sc.latency_ms))
+             ("latency", "latency_p99_ms", smoke if smoke is not None and sc.latency_ms else sc.latency_ms))
     return [(name, field, limit) for name, field, limit in named if limit]
 
 
-def over_limits(sc: ScenarioRules, result: ClientResult) -> list[str]:
+def over_limits(sc: ScenarioRules, result: ClientResult, spec: RunSpec | None = None) -> list[str]:
     """Each early-stopping p99 over its limit: the latency part of the verdict."""
-    return [f"p99 {name} (early stopping) {p99:g} ms exceeds {limit:g} ms" for name, field, limit in limits(sc)
+    return [f"p99 {name} (early stopping) {p99:g} ms exceeds {limit:g} ms" for name, field, limit in limits(sc, spec)
             if (p99 := getattr(result, field)) is not None and p99 > limit]
 
 
@@ -53,8 +55,8 @@ def invalid_reasons(spec: RunSpec, result: ClientResult, rules: Rules) -> list[s
     """Why a performance run is INVALID (none: VALID)."""
     sc = rules.benchmark(spec.benchmark).scenario(spec.scenario)
     reasons = [f"the client could not estimate the early-stopping p99 {name} (too few samples)"
-               for name, field, _ in limits(sc) if getattr(result, field) is None]
-    reasons += over_limits(sc, result)
+               for name, field, _ in limits(sc, spec) if getattr(result, field) is None]
+    reasons += over_limits(sc, result, spec)
     minimum = client_config.min_duration_ms(spec, rules)
     if result.duration_s * 1000 < minimum:
         reasons.append(f"the run took {result.duration_s:.1f} s, under its min duration of {minimum / 1000:g} s")
@@ -67,7 +69,7 @@ def latency_alone(spec: RunSpec, result: ClientResult, rules: Rules) -> bool:
     duration and had no failed sample."""
     if spec.mode != "performance" or result.failed:
         return False
-    over = over_limits(rules.benchmark(spec.benchmark).scenario(spec.scenario), result)
+    over = over_limits(rules.benchmark(spec.benchmark).scenario(spec.scenario), result, spec)
     return bool(over) and invalid_reasons(spec, result, rules) == over
 
 

@@ -247,3 +247,26 @@ def test_guided_decoding_measured_by_the_client_is_refused_at_plan_load() -> Non
     with pytest.raises(PlanError, match=r"benchmarks.0.generation.guided_decoding: .* measured by the endpoints "
                                         r"client, which cannot send the answer schema .*set guided_decoding: false"):
         plans.parse(data)
+
+
+def test_a_smoke_run_is_judged_by_its_named_latency_bound_and_only_a_smoke_plan_may_name_one() -> None:
+    """The smoke stand-in on two shared cores measured p99 3.56 s over Interactive's 1.5 s beside a test suite."""
+    import yaml
+
+    from submission.checks.findings import SMOKE_DEVIATIONS
+    from submission.plan import model as plans
+    from submission.results.runs import plan_runs
+
+    plan = plans.load(Path(__file__).parents[2] / "deployments/plans/smoke-vlm.yaml")
+    bench = plan.benchmarks[0]
+    runs = {s.scenario: s for s in plan_runs(plan, bench, load_rules("v6.1"), model_sha256="m", engine="e",
+                                             dataset_sha256=dict.fromkeys(bench.dataset.scenarios.values(), "d") | {
+                                                 bench.dataset.performance: "d"})}
+    slow = result(latency_p99_ms=3560.0)
+    assert measure.invalid_reasons(runs["Interactive"], slow, load_rules("v6.1")) == []
+    assert measure.invalid_reasons(spec("Interactive"), slow, load_rules("v6.1"))   # the round's 1.5 s
+    assert "latency-limit" in SMOKE_DEVIATIONS
+    data = yaml.safe_load((Path(__file__).parents[2] / "deployments/plans/qwen3-vl-dynamo-50-50.yaml").read_text())
+    data["benchmarks"][0]["scenarios"]["Interactive"]["latency_ms"] = 12000
+    with pytest.raises(PlanError, match=r"scenarios\.Interactive\.latency_ms: only a smoke plan"):
+        plans.parse(data)
