@@ -14,7 +14,7 @@ from typing import Any
 
 from submission.budget import run_length
 from submission.plan.model import Plan
-from submission.results.runs import RunSpec
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
 
 ROUND_MIN_DURATION_S = 600.0   # mlperf.conf *.*.min_duration = 600000 (ms): a run's floor where user.conf sets none
@@ -77,7 +77,8 @@ def describe(t: dict[str, Any]) -> str:
 
 def real_round(plan: Plan) -> dict[str, Any]:
     """What the round of `plan` takes on its own hardware at its target rates (a dress rehearsal reports it): each
-    performance run its `run_seconds` (the round's min duration, its performance samples at the target rate); an
+    performance run its `run_seconds` (the round's min duration, its performance samples at the target rate; an
+    endpoints benchmark's one run per scenario by submission.budget.run_length, whole passes and its accuracy phase); an
     accuracy run the accuracy set at the Offline rate (longer answers not modelled: a lower bound); each audit its
     audit.config min_query_count at the scenario's rate (Server audits at compliance.server_qps_factor). GPU-hours on
     the benchmark's GPUs (`gpus` of its engine options, else its system's nodes x accelerators_per_node)."""
@@ -91,6 +92,11 @@ def real_round(plan: Plan) -> dict[str, Any]:
         most = max(most, count)
         bench = rules.benchmark(b.benchmark)
         offline = (b.scenarios.get("Offline") or next(iter(b.scenarios.values()))).target_qps or 1.0
+        if plan.harness(b) == "endpoints":   # one client run per scenario, whole passes (run_length)
+            here = _client_runs(plan, b)
+            runs |= here
+            gpu_seconds += sum(here.values()) * count
+            continue
         for name, sc in b.scenarios.items():
             qps = sc.target_qps or offline
             samples = bench.performance_sample_count
@@ -104,3 +110,13 @@ def real_round(plan: Plan) -> dict[str, Any]:
             gpu_seconds += sum(here.values()) * count
     seconds = sum(runs.values())
     return {"runs": runs, "hours": seconds / 3600, "gpus": most, "gpu_hours": round(gpu_seconds / 3600, 3)}
+
+
+def _client_runs(plan: Plan, b: Any) -> dict[str, float]:
+    """The endpoints client's runs of benchmark `b` and their seconds (each scenario's one run: its performance
+    phase, and its accuracy phase where the plan measures accuracy), Offline at its expected_qps."""
+    rules = load_rules(plan.round)
+    sources = {path for _, kind, path in b.sources() if kind == "datasets"}
+    specs = plan_runs(plan, b, rules, model_sha256="-", engine="-", dataset_sha256=dict.fromkeys(sources, "-"))
+    return {f"{b.key}/{s.scenario}/{s.mode}": run_length.run_length(
+        s, rules, rate=b.scenarios[s.scenario].expected_qps).seconds for s in specs}

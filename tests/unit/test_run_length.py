@@ -65,3 +65,12 @@ def test_the_cost_model_counts_the_round_up_and_the_accuracy_phase() -> None:
     assert both.seconds == pytest.approx(193156 / 230)
     smoke = run_length.run_length(run_length.at_rate(specs["Interactive"], 150), RULES, rows=4)
     assert (smoke.samples, smoke.accuracy_samples) == (client_samples(150, 600_000, 4), 4)
+
+
+def test_the_real_rounds_cost_of_a_qwen3_vl_plan_is_its_three_client_runs() -> None:
+    """A dress rehearsal reports what the round takes on the plan's 16 GPUs: each scenario's one `--mode both` run."""
+    real = cost.real_round(plans.load(PLANS / "qwen3-vl-dynamo-75-25.yaml"))
+    runs = {k.split("/", 2)[-1]: v for k, v in real["runs"].items()}
+    assert runs == pytest.approx({"Offline/performance": 193156 / 230, "Server/performance": 193156 / 200,
+                                  "Interactive/performance": 24000 / 15})
+    assert real["gpu_hours"] == pytest.approx(sum(runs.values()) * 16 / 3600, abs=1e-3)
