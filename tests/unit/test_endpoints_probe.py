@@ -108,3 +108,18 @@ def test_a_probe_as_long_as_the_plan_s_runs_is_its_own_confirmation(tmp_path: Pa
     assert all(stage == "probe" for stage, _ in ran) and len(ran) == len(result.trace) - 1
     last = result.trace[-1]
     assert last.stage == "confirm" and last.cached and result.confirmation == last and last.metric == result.qps
+
+
+def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Path) -> None:
+    """A full-length run's length is the client's whole passes over the data set it reads: a smoke set's 8 rows, not
+    the rules' 8000 (which made a 6 s smoke run count 55 s and stop the search early)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"product_title": [f"t{i}" for i in range(8)]}), data)
+    base = interactive(144, duration_ms=6000).model_copy(update={"dataset": str(data)})
+    prober = Prober(base, SearchSettings(), ProbeCache(tmp_path, base), None, str(tmp_path))
+    assert prober.rows == 8 and prober.full_seconds(144) == pytest.approx(952 / 144)   # 950.4 -> 951 -> 119 passes
+    unstaged = Prober(interactive(144, duration_ms=6000), SearchSettings(), ProbeCache(tmp_path, base), None, "w")
+    assert unstaged.full_seconds(144) == pytest.approx(8000 / 144)                        # one pass of the rules' set
