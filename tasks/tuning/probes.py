@@ -148,11 +148,8 @@ class Prober:
     def __call__(self, qps: float, stage: Stage) -> Probe:
         """The verdict at `qps`: the checker's, and for a short probe also its overload signals' (a probe whose
         backlog would push a full-length run over a limit fails)."""
-        spec = stage_spec(self.base, qps, stage, self.settings)
-        probe = self._run(spec, stage)
-        # a probe as long as the plan's run is that run: no longer run lies ahead of it to extrapolate its signals to
-        full = 0.0 if spec == stage_spec(self.base, qps, "confirm", self.settings) else self.full_seconds(qps)
-        return overload.judged(probe, self.limits, full, self.capacity)
+        probe = self._run(stage_spec(self.base, qps, stage, self.settings), stage)
+        return overload.judged(probe, self.limits, self.full_seconds(qps), self.capacity)
 
     def offline(self, spec: RunSpec) -> Probe:
         """The plan's own Offline run: its samples/s (`completed_qps`) start the bracket."""
