@@ -20,7 +20,7 @@ from prefect import flow, get_run_logger
 from submission.plan import model as plans
 from submission.plan.model import SCENARIOS
 from submission.plan.selection import NOT_RUN, reuse
-from submission.results.runs import AuditRecord, RunRecord, RunSpec, plan_runs
+from submission.results.runs import AuditRecord, RunRecord, RunSpec, phase_rows, plan_runs
 from submission.rules import load_rules
 from tasks.compliance import required_tests
 from tasks.compliance.planning import audit_jobs
@@ -92,7 +92,8 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
 def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator: str | None, tokenizer: str,
           only: Sequence[str]) -> tuple[list[RunRecord], list[str], list[str]]:
     """The performance and accuracy runs, in order, on the (lazily launched) engine; under `--only` an unselected
-    run that is not cached is left out (its label in the third list)."""
+    run that is not cached is left out (its label in the third list). An endpoints run with accuracy gives two rows,
+    its performance and its accuracy result (`phase_rows`)."""
     records: list[RunRecord] = []
     failures: list[str] = []
     skipped: list[str] = []
@@ -103,7 +104,12 @@ def _runs(specs: list[RunSpec], engine: EngineSession, ws: Workspace, evaluator:
             _not_run(spec.label, skipped)
         else:
             _settle(state, spec.label, RunRejected, records, failures, summary)
-    return records, failures, skipped
+    rows = []
+    for rec in records:
+        rows += phase_rows(rec)
+        if rows[-1] is not rec and rows[-1].mode == "accuracy":   # the accuracy result, counted as planned
+            progress.finished(f"{rows[-1].label}: {summary(rows[-1])} (in the performance run's client report)")
+    return rows, failures, skipped
 
 
 def _settle(state: Any, label: str, rejected: type[Exception], done: list, failures: list[str],

@@ -119,7 +119,9 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
                "data checks": validation.RESULT_FILE}
     link = reporting.LinkCommand(storage_links.command(plan.storage, s3 + "submission.tar.gz", ws.root),
                                  storage_links.lifetime(plan.storage.link_expiry_s))
-    data_checks = validate_results(records, plan.round, str(folder))
+    data_checks = validate_results(records, plan.round, str(folder), {
+        (b.benchmark, name): sc.latency_ms for b in plan.benchmarks for name, sc in b.scenarios.items()
+        if sc.latency_ms is not None})   # a smoke plan's relaxed latency bounds, its named deviation
     notifications.emit_result_events(done.records, run_id, plan.name)   # INVALID -> the notification automation
     notifications.emit_audit_events(done.audits, run_id, plan.name)
     plots = reporting.plot_run(done.records, folder / "plots", plan.round)
@@ -132,7 +134,8 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     if rehearsal_marker.is_rehearsal(plan.name):   # said on every page: the outcome line, the report, the artifacts
         line = f"DRESS REHEARSAL (not a submission): {line}"
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
-                              folder=str(folder), tree=done.tree, s3=s3, link=link)
+                              folder=str(folder), tree=done.tree, s3=s3, link=link,
+                              warnings=[w for r in done.records for w in r.warnings])
     if rehearsal_marker.is_rehearsal(plan.name):
         text = rehearsal_banner() + text
     text += (reporting.plots_markdown([f"plots/{p.name}" for p in plots]) + "\n" + data_checks["markdown"] + "\n"

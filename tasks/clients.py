@@ -5,7 +5,7 @@ they never ask which client measures a run. Adding one: docs/architecture.md, "W
 - `probe`: one run of the peak-QPS search at a rate, judged by the bar its checker applies
   (`probe(spec, stage, qps, engine, work_dir, tokenizer) -> Probe`; tasks.tuning.probes runs it as the probe task);
 - `probe_length`: how long a probe at a rate runs, in the client's own terms
-  (`probe_length(qps, settings) -> (min_duration_ms, min_query_count)`; None: the plan's own line stays).
+  (`probe_length(qps, settings, base) -> (min_duration_ms, min_query_count)`; None: the plan's own line stays).
 
 Each is named by dotted path and imported when first asked for (as tasks.engines.BACKENDS): a probe runs on an
 EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured. The

@@ -108,4 +108,7 @@ def summary(rec: RunRecord) -> str:
         parts.append(f"latency p99 (early stopping) {rec.latency_p99_ms:g} ms")
     if rec.accuracy is not None:
         parts.append(f"{rec.accuracy_metric} {rec.accuracy:g}")
+    if rec.accuracy_reference is not None:
+        parts.append(f"reference evaluator {rec.accuracy_reference:g}")
+    parts += [f"warning: {w}" for w in rec.warnings]
     return ", ".join(p for p in parts if p) or "no result"

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from submission.budget import run_length
 from submission.plan.model import Plan
-from submission.results.runs import RunSpec
+from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
 
 ROUND_MIN_DURATION_S = 600.0   # mlperf.conf *.*.min_duration = 600000 (ms): a run's floor where user.conf sets none
@@ -26,16 +27,16 @@ def run_seconds(min_duration_s: float, min_query_count: int, qps: float | None) 
 
 def conf_value(spec: RunSpec, name: str) -> str | None:
     """A user.conf setting of the spec by its last part (`min_duration`, `target_qps`, ...), any model/scenario."""
-    found = {key.rsplit(".", 1)[-1]: value for key, value in spec.user_conf}
-    return found.get(name)
+    return run_length.conf(spec, name)
 
 
-def spec_seconds(spec: RunSpec, qps: float | None = None, floor_s: float = ROUND_MIN_DURATION_S) -> float:
-    """How long `spec` measures at `qps` (default: its own target_qps), from its user.conf length."""
-    duration = conf_value(spec, "min_duration")
-    queries = conf_value(spec, "min_query_count")
-    rate = qps if qps is not None else (float(conf_value(spec, "target_qps") or 0) or None)
-    return run_seconds(int(duration) / 1000 if duration is not None else floor_s, int(queries or 0), rate)
+def spec_seconds(spec: RunSpec, qps: float | None = None, floor_s: float = ROUND_MIN_DURATION_S,
+                 rows: int | None = None) -> float:
+    """How long `spec` measures with `qps` as its rate (default: its own target_qps), by the one model of a run's
+    length of the client that measures it (submission.budget.run_length: the endpoints client's whole passes over
+    `rows`, the staged data set's rows where known, else the rules')."""
+    at = spec if qps is None else run_length.at_rate(spec, qps)
+    return run_length.run_length(at, load_rules(spec.round), floor_s=floor_s, rows=rows).seconds
 
 
 def gpus(options: Any) -> int:
@@ -78,7 +79,8 @@ def describe(t: dict[str, Any]) -> str:
 
 def real_round(plan: Plan) -> dict[str, Any]:
     """What the round of `plan` takes on its own hardware at its target rates (a dress rehearsal reports it): each
-    performance run its `run_seconds` (the round's min duration, its performance samples at the target rate); an
+    performance run its `run_seconds` (the round's min duration, its performance samples at the target rate; an
+    endpoints benchmark's one run per scenario by submission.budget.run_length, whole passes and its accuracy phase); an
     accuracy run the accuracy set at the Offline rate (longer answers not modelled: a lower bound); each audit its
     audit.config min_query_count at the scenario's rate (Server audits at compliance.server_qps_factor). GPU-hours on
     the benchmark's GPUs (`gpus` of its engine options, else its system's nodes x accelerators_per_node)."""
@@ -92,6 +94,11 @@ def real_round(plan: Plan) -> dict[str, Any]:
         most = max(most, count)
         bench = rules.benchmark(b.benchmark)
         offline = (b.scenarios.get("Offline") or next(iter(b.scenarios.values()))).target_qps or 1.0
+        if plan.harness(b) == "endpoints":   # one client run per scenario, whole passes (run_length)
+            here = _client_runs(plan, b)
+            runs |= here
+            gpu_seconds += sum(here.values()) * count
+            continue
         for name, sc in b.scenarios.items():
             qps = sc.target_qps or offline
             samples = bench.performance_sample_count
@@ -105,3 +112,13 @@ def real_round(plan: Plan) -> dict[str, Any]:
             gpu_seconds += sum(here.values()) * count
     seconds = sum(runs.values())
     return {"runs": runs, "hours": seconds / 3600, "gpus": most, "gpu_hours": round(gpu_seconds / 3600, 3)}
+
+
+def _client_runs(plan: Plan, b: Any) -> dict[str, float]:
+    """The endpoints client's runs of benchmark `b` and their seconds (each scenario's one run: its performance
+    phase, and its accuracy phase where the plan measures accuracy), Offline at its expected_qps."""
+    rules = load_rules(plan.round)
+    sources = {path for _, kind, path in b.sources() if kind == "datasets"}
+    specs = plan_runs(plan, b, rules, model_sha256="-", engine="-", dataset_sha256=dict.fromkeys(sources, "-"))
+    return {f"{b.key}/{s.scenario}/{s.mode}": run_length.run_length(
+        s, rules, rate=b.scenarios[s.scenario].expected_qps).seconds for s in specs}

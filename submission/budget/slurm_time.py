@@ -6,9 +6,11 @@ The engine's allocation holds the engine while it starts and while every run of 
 
     allocation = runs x run length x RUN_FACTOR + engine.ready_timeout_s + engine.warmup_timeout_s + STOP_S
 
-where a run's length is the longest of its floor (min_duration of its user.conf, the round's 600 s in a submission),
-the queries its user.conf asks for at its target rate (Offline min_query_count: 48289 Qwen3-VL samples at 60 q/s are
-805 s) and, for an accuracy run, the accuracy set at that rate. The job Podium itself runs in (`sbatch
+where a run's length is the one model of submission/budget/run_length.py: for loadgen the longest of its floor
+(min_duration of its user.conf, the round's 600 s in a submission) and the queries its user.conf asks for at its
+target rate, for an accuracy run the accuracy set at that rate; for the endpoints client the samples it issues
+(1.1 x target_qps x min duration rounded up to whole passes over its data set: 48289 Qwen3-VL samples at 40 q/s are
+1207 s) and, in a `--mode both` run, the accuracy set after them. The job Podium itself runs in (`sbatch
 deployments/slurm/podium.sbatch`, `allocation: inherit`) also stages the model and data sets before the engine
 starts and assembles, checks and publishes after the last engine stops:
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from submission.budget import cost
+from submission.budget import cost, run_length
 from submission.plan.model import BenchmarkSpec, Plan
 from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
@@ -61,17 +63,26 @@ def slurm_time(secs: float) -> str:
     return f"{days}-{hhmm}" if days else hhmm
 
 
-def run_seconds(spec: RunSpec, accuracy_size: int | None, floor_s: float) -> float:
-    """How long one run measures before RUN_FACTOR: the longest of its floor, its query count at its target rate
-    and, for an accuracy run, the accuracy set at that rate."""
-    conf = dict(spec.user_conf)
-    pick = {key.rsplit(".", 1)[-1]: value for key, value in conf.items()}
-    floor = int(pick["min_duration"]) / 1000 if "min_duration" in pick else floor_s
-    qps = float(pick["target_qps"]) if "target_qps" in pick else None
-    queries = int(pick["min_query_count"]) if "min_query_count" in pick else 0
-    if spec.mode == "accuracy":   # the whole accuracy set, or the smoke profile's override of its size
-        queries = max(queries, int(pick.get("accuracy_sample_count_override", accuracy_size or 0)))
-    return cost.run_seconds(floor, queries, qps)
+def run_seconds(spec: RunSpec, floor_s: float, rate: float | None = None) -> float:
+    """How long one run measures before RUN_FACTOR (submission.budget.run_length: loadgen's floor and queries at the
+    target rate, the accuracy set at that rate; the endpoints client's whole passes and its accuracy phase; `rate`:
+    the scenario's expected_qps, an Offline run's pace)."""
+    return run_length.run_length(spec, load_rules(spec.round), rate=rate, floor_s=floor_s).seconds
+
+
+@dataclass(frozen=True)
+class RunNeed:
+    """One planned run's predicted length (what the dry run states per scenario)."""
+
+    label: str
+    length: run_length.RunLength
+    gpu_hours: float
+
+    def line(self) -> str:
+        accuracy = f" + {self.length.accuracy_samples} accuracy" if self.length.accuracy_samples else ""
+        passes = f" ({self.length.passes} pass(es) over its data set)" if self.length.passes else ""
+        return (f"  predicted {self.label}: {self.length.samples}{accuracy} samples{passes}, "
+                f"{self.length.seconds:.0f} s, {self.gpu_hours:g} GPU-hours")
 
 
 @dataclass(frozen=True)
@@ -84,9 +95,11 @@ class TimeNeed:
     start_s: float         # ready_timeout_s + warmup_timeout_s
     allocation_s: float    # what engine.slurm.time_limit must cover
     job_s: float           # this benchmark's share of the job Podium runs in (staging included)
+    per_run: tuple[RunNeed, ...] = ()
 
     def lines(self) -> list[str]:
-        return [f"  Slurm time: {self.runs} run(s) x their length x {RUN_FACTOR} = {slurm_time(self.measuring_s)}, "
+        return [*(r.line() for r in self.per_run),
+                f"  Slurm time: {self.runs} run(s) x their length x {RUN_FACTOR} = {slurm_time(self.measuring_s)}, "
                 f"+ engine start (ready_timeout_s + warmup_timeout_s) {slurm_time(self.start_s)} + stop {STOP_S} s: "
                 f"the engine's allocation needs time_limit >= {slurm_time(self.allocation_s)}; with staging "
                 f"({slurm_time(STAGING_S)}) this benchmark takes {slurm_time(self.job_s)} of the job Podium runs in"]
@@ -100,14 +113,20 @@ def need(plan: Plan, bench: BenchmarkSpec) -> TimeNeed:
     specs = plan_runs(plan, bench, rules, model_sha256="-", engine=bench.engine.name,
                       dataset_sha256=dict.fromkeys(sources, "-"))
     floor_s = rules.min_duration_ms / 1000 if plan.profile == "submission" else 0.0
-    lengths = [run_seconds(s, brules.scenario(s.scenario).accuracy_sample_count, floor_s) for s in specs]
+    count = cost.gpus(bench.engine.config())
+    per_run = []
+    for s in specs:
+        length = run_length.run_length(s, rules, rate=bench.scenarios[s.scenario].expected_qps, floor_s=floor_s)
+        label = f"{s.scenario}/{s.mode}" + (" with accuracy" if s.with_accuracy else "")
+        per_run.append(RunNeed(label, length, cost.gpu_hours(length.seconds, count)))
+    lengths = [r.length.seconds for r in per_run]
     audits = len(brules.compliance_tests) * len(bench.scenarios) if plan.audits_enabled else 0
     perf = [length for s, length in zip(specs, lengths, strict=True) if s.mode == "performance"]
     lengths += [max(perf, default=floor_s)] * audits          # an audit is as long as the longest performance run
     measuring = sum(lengths) * RUN_FACTOR
     start = bench.engine.ready_timeout_s + bench.engine.warmup_timeout_s
     allocation = measuring + start + STOP_S
-    return TimeNeed(bench.key, len(lengths), measuring, start, allocation, STAGING_S + allocation)
+    return TimeNeed(bench.key, len(lengths), measuring, start, allocation, STAGING_S + allocation, tuple(per_run))
 
 
 def job_need(plan: Plan) -> float:

@@ -20,13 +20,14 @@ from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_
 
 from submission.base.errors import PlanError, did_you_mean
 from submission.base.schema import Strict
+from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples, smallest_offline_target
 from submission.plan.engine_options import OPTIONS as ENGINE_OPTIONS
 from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
 from submission.plan.serving import serving_problems
 from submission.plan.slurm_options import SlurmSettings
 from submission.plan.slurm_options import settings_problems as slurm_problems
 from submission.rules import ROUNDS, Harness, load_rules
-from submission.rules.generation import guided_decoding_problem
+from submission.rules.generation import guided_decoding_problem, load_generation
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 SCENARIOS = ("Offline", "Server", "Interactive")
@@ -138,8 +139,15 @@ class GenerationSpec(Strict):
 
 class ScenarioSpec(Strict):
     target_qps: float | None = Field(None, gt=0)
+    expected_qps: float | None = Field(None, gt=0, description="the rate the system is expected to sustain (a "
+                                       "measurement, the search's answer): an Offline run's pace in the predicted "
+                                       "run length, and the plan refuses an endpoints Offline target_qps whose run "
+                                       "would end under its min duration at that rate")
     min_duration_ms: int | None = Field(None, ge=0)
     min_query_count: int | None = Field(None, ge=1)
+    latency_ms: float | None = Field(None, gt=0, description="smoke profile, endpoints client only: the p99 latency "
+                                     "bound a stand-in model on a shared CPU is judged by, in place of the round's "
+                                     "(a named deviation: `latency-limit` in the checker)")
     max_concurrency: int = Field(64, ge=1)
     harness_workers: int = Field(1, ge=1, le=256, description="client worker processes; each needs a request "
                                  "of its own, so at most max_concurrency")
@@ -376,6 +384,59 @@ class Plan(Strict):
                                               b.generation)]
         if problems:
             raise ValueError("\n  - ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _runs_last_their_min_duration(self) -> Plan:
+        """An endpoints Offline run at its target_qps issues whole passes over its data set (client_length); at the
+        scenario's expected_qps it must still last its min duration (the round's 600 s: the v6.1 README's 10-minute
+        rule, which the official checker does not measure). Submission plans only: a smoke data set's rows are its
+        own."""
+        if self.profile != "submission":
+            return self
+        rules = load_rules(self.round)
+        for i, b in enumerate(self.benchmarks):
+            bench = rules.benchmark(b.benchmark)
+            for name, sc in b.scenarios.items():
+                if self.harness(b) != "endpoints" or bench.scenario(name).loadgen_scenario != "Offline" \
+                        or sc.expected_qps is None:
+                    continue
+                minimum = next(m for m in (sc.min_duration_ms, b.loadgen.min_duration_ms, rules.min_duration_ms)
+                               if m is not None)
+                rows = (bench.scenarios[name].dataset or bench.dataset).size
+                samples = client_samples(sc.target_qps, minimum, rows)
+                if samples / sc.expected_qps * 1000 < minimum:
+                    raise ValueError(
+                        f"benchmarks.{i}.scenarios.{name}.target_qps: at {sc.target_qps or OFFLINE_DEFAULT_QPS:g} the "
+                        f"endpoints client sends {samples} samples ({samples // rows} pass(es) over the {rows}-row "
+                        f"data set), {samples / sc.expected_qps:.0f} s at the expected {sc.expected_qps:g} q/s, under "
+                        f"the {minimum / 1000:g} s min duration; set target_qps: "
+                        f"{smallest_offline_target(sc.expected_qps, minimum, rows)} or more (the smallest whose run "
+                        "lasts it)")
+        return self
+
+    @model_validator(mode="after")
+    def _smoke_latency(self) -> Plan:
+        """A relaxed latency bound is a smoke deviation of a run the endpoints client measures (loadgen would read
+        it as a target_latency the checker forbids)."""
+        for i, b in enumerate(self.benchmarks):
+            for name, sc in b.scenarios.items():
+                if sc.latency_ms is not None and (self.profile != "smoke" or self.harness(b) != "endpoints"):
+                    raise ValueError(f"benchmarks.{i}.scenarios.{name}.latency_ms: only a smoke plan measured by the "
+                                     "endpoints client may relax the latency bound; remove it")
+        return self
+
+    @model_validator(mode="after")
+    def _guided_decoding_sent(self) -> Plan:
+        """Guided decoding reaches the engine only through a client that sends the answer schema (after the serving
+        rules, which refuse it in a closed plan first)."""
+        for i, b in enumerate(self.benchmarks):
+            chosen = self.harness(b)
+            unsupported = load_generation().guided_decoding_clients_unsupported.get(chosen)
+            if b.generation.guided_decoding and unsupported:
+                raise ValueError(f"benchmarks.{i}.generation.guided_decoding: {b.benchmark} is measured by the "
+                                 f"{chosen} client, which cannot send the answer schema ({unsupported}); set "
+                                 "guided_decoding: false")
         return self
 
     def _harness(self, where: str, b: BenchmarkSpec, bench: Any) -> None:

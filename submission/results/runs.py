@@ -16,6 +16,10 @@ from submission.rules import Harness, Rules, load_rules
 
 Mode = Literal["performance", "accuracy"]
 CLIENT_REPORT = "report"   # the endpoints client's report folder inside an endpoints run's folder
+# The format of the config Podium writes for the endpoints client (tasks/endpoints/config.py): part of an endpoints
+# run's key with the client's commit (`RunSpec.client`), so a run measured by another client or config is measured
+# again. Raise it whenever the config Podium writes changes what the client measures.
+ENDPOINTS_CONFIG_FORMAT = 2
 
 
 class RunSpec(Strict):
@@ -42,6 +46,8 @@ class RunSpec(Strict):
     audit: str | None = None                   # a compliance run: TEST01 | TEST04 | TEST06 | TEST07 | TEST09
     audit_config: tuple[str, ...] = ()         # its audit.config lines, written beside the run only while it runs
     lcb_tests: str | None = None               # the staged LiveCodeBench tests its evaluator runs (gpt-oss-120b)
+    with_accuracy: bool = False                # an endpoints performance run whose client runs the accuracy set too
+    client: str | None = None                  # endpoints: `<client commit>/config-<ENDPOINTS_CONFIG_FORMAT>`
 
     def key(self) -> str:
         data = self.model_dump(mode="json")
@@ -55,6 +61,9 @@ class RunSpec(Strict):
             del data["harness"]
         if self.lcb_tests is None:   # and runs without LiveCodeBench tests the keys they had before them
             del data["lcb_tests"]
+        for name in ("with_accuracy", "client"):   # loadgen runs have neither: their keys stay as they were
+            if not data[name]:
+                del data[name]
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 
@@ -79,12 +88,16 @@ def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str,
     lines: list[tuple[str, str]] = []
     if spec.target_qps is not None:
         lines.append((f"{model}.{lg_scenario}.target_qps", f"{spec.target_qps:g}"))
+    if spec.latency_ms is not None:   # a smoke deviation the plan names (endpoints only: Plan._smoke_latency)
+        lines.append((f"{model}.{lg_scenario}.target_latency", f"{spec.latency_ms:g}"))
     min_duration = spec.min_duration_ms if spec.min_duration_ms is not None else bench.loadgen.min_duration_ms
     if min_duration is not None:
         lines.append((f"{model}.{lg_scenario}.min_duration", str(min_duration)))
     min_queries = spec.min_query_count if spec.min_query_count is not None else bench.loadgen.min_query_count
-    if min_queries is None and profile == "submission" and lg_scenario == "Offline":
+    if min_queries is None and profile == "submission" and lg_scenario == "Offline" and harness == "loadgen":
         min_queries = brules.offline_min_samples_per_query   # mlperf.conf sets none for some LLMs
+    # The endpoints client has no min_query_count: such a line is its exact sample count (`n_samples_to_issue`,
+    # tasks/endpoints/config.py), which only the search's probes set (submission/budget/run_length.py).
     if min_queries is not None:
         lines.append((f"{model}.{lg_scenario}.min_query_count", str(min_queries)))
     if bench.loadgen.performance_sample_count is not None:
@@ -94,13 +107,24 @@ def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str,
     return tuple(lines)
 
 
+def client_pin(rules: Rules, harness: Harness) -> str | None:
+    """What an endpoints run's key holds of its client: the round's pinned commit and Podium's config format."""
+    if harness != "endpoints" or rules.endpoints_client is None:
+        return None
+    return f"{rules.endpoints_client.commit}/config-{ENDPOINTS_CONFIG_FORMAT}"
+
+
 def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: str,
               dataset_sha256: dict[str, str], engine: str) -> list[RunSpec]:
-    """Performance runs for every scenario in rules order, then an accuracy run per scenario folder."""
+    """Performance runs for every scenario in rules order, then an accuracy run per scenario folder. The endpoints
+    client measures both in one run per scenario (`with_accuracy`: its `--mode both`, whose report holds the
+    performance and the accuracy result, as the round's README and the checker's one-report layout ask), so an
+    endpoints benchmark has no accuracy runs of its own."""
     brules = rules.benchmark(bench.benchmark)
     harness = plan.harness(bench)
     scenarios = [s for s in SCENARIOS if s in bench.scenarios]
-    modes: list[Mode] = ["performance", "accuracy"] if bench.accuracy else ["performance"]
+    together = harness == "endpoints" and bench.accuracy
+    modes: list[Mode] = ["performance", "accuracy"] if bench.accuracy and not together else ["performance"]
     runs = []
     for mode in modes:
         default = bench.dataset.performance if mode == "performance" else bench.dataset.accuracy
@@ -118,8 +142,21 @@ def plan_runs(plan: Plan, bench: BenchmarkSpec, rules: Rules, *, model_sha256: s
                 max_tokens=max_tokens, temperature=bench.generation.temperature,
                 max_concurrency=bench.scenarios[scenario].max_concurrency,
                 harness_workers=bench.scenarios[scenario].harness_workers,
-                guided_decoding=bench.generation.guided_decoding))
+                guided_decoding=bench.generation.guided_decoding, with_accuracy=together,
+                client=client_pin(rules, harness)))
     return runs
+
+
+def phase_rows(rec: RunRecord) -> list[RunRecord]:
+    """The results rows of a finished run: the run's own, and for an endpoints run that measured accuracy too
+    (`RunSpec.with_accuracy`) its accuracy row, drawn from the same run and folder."""
+    if rec.mode != "performance" or rec.accuracy_metric is None:
+        return [rec]
+    perf = rec.model_copy(update={"accuracy_metric": None, "accuracy": None, "accuracy_pass": None,
+                                  "accuracy_reference": None, "warnings": ()})
+    acc = rec.model_copy(update={"mode": "accuracy", "valid": None, "validity": None, "invalid_reasons": (),
+                                 "metric": None, "unit": None})
+    return [perf, acc]
 
 
 class Planned(Strict):
@@ -171,6 +208,8 @@ class RunRecord(Strict):
     accuracy_metric: str | None = None
     accuracy: float | None = None
     accuracy_pass: bool | None = None
+    accuracy_reference: float | None = None  # endpoints: the reference evaluator's score of the client's answers
+    warnings: tuple[str, ...] = ()      # what a reader must know and that fails nothing (the two scores differ)
     token_source: str = ""
     wall_s: float | None = None
     flow_run_id: str | None = None      # the benchmark flow run that measured it (a fleet's child run)

@@ -82,6 +82,7 @@ class GenerationRules(Strict):
     rounds: tuple[str, ...]
     guided_decoding_engines: dict[str, EngineGuidance]
     guided_decoding_unsupported: dict[str, str]
+    guided_decoding_clients_unsupported: dict[str, str]
     benchmarks: dict[str, BenchmarkGeneration]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from submission.base.errors import RuleViolation
 from submission.base.files import write_atomic
 from submission.plan.model import SCENARIOS, BenchmarkSpec, Plan
 from submission.results.runs import CLIENT_REPORT, AuditRecord, RunRecord
@@ -129,17 +130,22 @@ def _loadgen_scenario(tree: Tree, where: tuple[str, str, str], perf: RunRecord, 
 
 
 def _endpoints_scenario(tree: Tree, where: tuple[str, str, str], perf: RunRecord, acc: RunRecord | None) -> None:
-    """The endpoints layout, the client's own files unchanged: the performance run's config.yaml and
-    performance/result_summary.json, the accuracy run's accuracy/accuracy_results.json."""
+    """The endpoints layout: one client report's own files unchanged, its config.yaml,
+    performance/result_summary.json and, when the run measured accuracy too (`--mode both`),
+    accuracy/accuracy_results.json; an accuracy result from any other client run would not match that config."""
     report = Path(perf.run_dir) / CLIENT_REPORT
-    for src, dst in ((report / ENDPOINTS_CONFIG, tree.endpoints_config(*where)),
-                     (report / "performance" / RESULT_SUMMARY, tree.endpoints_result_summary(*where))):
+    files = [(report / ENDPOINTS_CONFIG, tree.endpoints_config(*where)),
+             (report / "performance" / RESULT_SUMMARY, tree.endpoints_result_summary(*where))]
+    if acc is not None:
+        if Path(acc.run_dir) != Path(perf.run_dir):
+            raise RuleViolation(f"{acc.label}: its accuracy result is from client run {acc.run_dir}, the performance "
+                                f"result from {perf.run_dir}; the scenario folder holds one client report",
+                                where=acc.run_dir, fix="measure the scenario again: one client run (--mode both) "
+                                                       "gives both results")
+        files.append((report / "accuracy" / ACCURACY_RESULTS, tree.endpoints_accuracy_results(*where)))
+    for src, dst in files:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
-    if acc is not None:
-        dst = tree.endpoints_accuracy_results(*where)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(Path(acc.run_dir) / CLIENT_REPORT / "accuracy" / ACCURACY_RESULTS, dst)
 
 
 # Each measuring client's scenario folder layout (submission.tree.paths), by the runs' `harness`.

@@ -55,11 +55,19 @@ ACCURACY = {"eval_method": "shopify_category_f1", "ground_truth": "ground_truth_
             "extractor": "identity_extractor", "num_repeats": 1}   # examples/08_Qwen3-VL-235B-A22B_Example
 # Sampling fields the client's ModelParams can carry (config/schema.py ModelParams); min_p is not one of them.
 SAMPLING = ("temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty", "frequency_penalty")
-# Podium's run modes -> the client's `--mode`. An accuracy run measures performance too: the client runs accuracy-only
-# (`acc`) with one worker and one connection (execute.py `setup_benchmark`), hours for 48289 samples; `both` issues
-# the accuracy set at the performance load pattern, as the reference README's configs do ("You do not need a separate
-# accuracy-mode run").
-CLIENT_MODES = {"performance": "perf", "accuracy": "both"}
+# The client's `--mode` of a run. A scenario's run with accuracy (`RunSpec.with_accuracy`) is `both`: the client runs
+# the performance phase, then issues the accuracy set at the same load pattern, and its one report holds both results
+# (the v6.1 Qwen3-VL README: the example configs include the accuracy test, "You do not need a separate accuracy-mode
+# run"; the checker's endpoints layout is that one report). A run of mode `accuracy` (an accuracy part measured again
+# alone, docs/benchmarks.md) is `both` too: the client's accuracy-only `acc` runs one worker and one connection
+# (execute.py `setup_benchmark`), hours for 48289 samples. A search probe is `perf`.
+def client_mode(spec: RunSpec) -> str:
+    return "both" if with_accuracy(spec) else "perf"
+
+
+def with_accuracy(spec: RunSpec) -> bool:
+    """Whether the client runs the accuracy set in this run (its report then holds an accuracy result)."""
+    return spec.with_accuracy or spec.mode == "accuracy"
 # The client's start-up limits (config/schema.py Settings.service_ready_timeout_s, endpoint_client/config.py
 # worker_initialization_timeout: its defaults), in real seconds: its service and worker processes import the client
 # and load the tokenizer, which no accelerated clock speeds up (tasks.clock.real).
@@ -94,6 +102,19 @@ def min_duration_ms(spec: RunSpec, rules: Rules) -> int:
     return int(duration) if duration is not None else rules.min_duration_ms
 
 
+def smoke_latency_ms(spec: RunSpec) -> float | None:
+    """A smoke run's relaxed p99 latency bound (its `target_latency` line, from the plan's `latency_ms`)."""
+    value = _conf(spec, "target_latency")
+    return float(value) if value is not None and spec.profile == "smoke" else None
+
+
+def samples_to_issue(spec: RunSpec) -> dict[str, int]:
+    """A search probe's exact sample count (`n_samples_to_issue`, from its min_query_count line): without it the client
+    rounds its count up to whole data sets (submission/budget/run_length.py), 48289 samples for a Qwen3-VL probe."""
+    count = _conf(spec, "min_query_count")
+    return {} if count is None else {"n_samples_to_issue": int(count)}
+
+
 def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path,
                   speed: float | None = None) -> dict[str, Any]:
     """The client's config for `spec` against `endpoint`, its report in `run_dir`/report (see the module's doc);
@@ -108,7 +129,7 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
     dataset_id, _, _ = client_dataset(spec)
     name = f"{dataset_id}::{PRESET}"
     datasets: list[dict[str, Any]] = [{"name": name, "type": "performance"}]
-    if spec.mode == "accuracy":
+    if with_accuracy(spec):
         datasets.append({"name": name, "type": "accuracy", "accuracy_config": dict(ACCURACY)})
     load = {"type": "poisson" if online else "max_throughput"}
     if target_qps is not None:
@@ -121,7 +142,7 @@ def client_config(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: P
                          "max_new_tokens": spec.max_tokens, **sampling(spec, endpoint)},
         "datasets": datasets,
         "settings": {
-            "runtime": {"min_duration_ms": min_duration_ms(spec, rules),
+            "runtime": {"min_duration_ms": min_duration_ms(spec, rules), **samples_to_issue(spec),
                         "scheduler_random_seed": rules.seeds.schedule_rng_seed,
                         "dataloader_random_seed": rules.seeds.sample_index_rng_seed},
             "load_pattern": load,

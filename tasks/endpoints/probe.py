@@ -7,11 +7,14 @@ names it as the endpoints client's probe.
 Why not the plain p99: the seed's Interactive submission tracked it by hand, and its first config (target_qps 43,
 plain p99 1481 ms) failed the checker (early-stopping p99 1516 ms over 1500); 40 (1487 ms) was the highest that passed.
 
-A probe's length (`probe_length`). The client has no min_query_count: it issues ceil(1.1 x target_qps x min_duration)
-samples, rounded up to whole data sets (its config/runtime_settings.py `total_samples_to_issue`), and estimates no
-early-stopping p99 from fewer than P99_MIN_SAMPLES. So a probe lasts the search's `probe_duration_ms`, or long enough
-to issue max(`probe_queries`, P99_MIN_SAMPLES) samples at its rate, whichever is longer. A run the client still
-could not estimate is a failing probe with that reason, never a pass. A confirmation keeps the plan's own length.
+A probe's length (`probe_length`). The client has no min_query_count and rounds its sample count up to whole passes
+over its data set (submission/budget/run_length.py): a Server probe at 40 q/s on the 48289-row set would issue a whole
+pass, 1207 s, whatever its min duration. A short probe therefore sets its exact sample count (its min_query_count line,
+the client's `n_samples_to_issue`: tasks.endpoints.config), the client's own padded count (1.1 x rate x min duration)
+for a min duration long enough to issue max(`probe_queries`, P99_MIN_SAMPLES) samples, at least `probe_duration_ms`;
+the client estimates no early-stopping p99 from fewer than P99_MIN_SAMPLES. A run the client still could not
+estimate is a failing probe with that reason, never a pass. A probe at least as long as the plan's runs is the plan's
+run (its confirmation, whole passes and all), and a confirmation keeps the plan's own length.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import time
 from pathlib import Path
 
 from submission.base.errors import CommandError, LaunchError, PlanError, RunFailed
+from submission.plan import client_length
 from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks.endpoints import runner
+from tasks.endpoints.config import min_duration_ms
 from tasks.endpoints.measure import invalid_reasons
 from tasks.endpoints.results import ClientResult, query_times
 from tasks.measuring import Engine, set_aside
@@ -36,11 +41,15 @@ from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
 P99_MIN_SAMPLES = 662
 
 
-def probe_length(qps: float, settings: SearchSettings) -> tuple[int, None]:
-    """(min_duration_ms, min_query_count) of a probe at `qps`: long enough that the client issues the probe's samples
-    (it has no min_query_count of its own, so none is set)."""
-    samples = max(settings.probe_queries, P99_MIN_SAMPLES)
-    return max(settings.probe_duration_ms, math.ceil(1000 * samples / qps)), None
+def probe_length(qps: float, settings: SearchSettings, base: RunSpec | None = None) -> tuple[int, int | None]:
+    """(min_duration_ms, min_query_count) of a probe at `qps` (the module's doc): the exact sample count of a short
+    probe, the client's own padded count for its min duration (so it outlasts that duration as the client's runs
+    do), none for a probe as long as the plan's own runs of `base`."""
+    needed = max(settings.probe_queries, P99_MIN_SAMPLES)
+    duration_ms = max(settings.probe_duration_ms, math.ceil(1000 * needed / (client_length.PADDING * qps)))
+    if base is not None and duration_ms >= min_duration_ms(base, load_rules(base.round)):
+        return duration_ms, None
+    return duration_ms, client_length.client_samples(qps, duration_ms, 0, offline=False)
 
 
 def judge(spec: RunSpec, stage: Stage, qps: float, result: ClientResult, *, duration_s: float = 0.0,

@@ -55,7 +55,7 @@ def prepare(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path
 
 def command(spec: RunSpec, config: Path, client: Path | str) -> list[str]:
     """The client's command line for the run whose config is `config`."""
-    return [str(client), "benchmark", "from-config", "-c", str(config), "--mode", client_config.CLIENT_MODES[spec.mode]]
+    return [str(client), "benchmark", "from-config", "-c", str(config), "--mode", client_config.client_mode(spec)]
 
 
 def review(spec: RunSpec, endpoint: Endpoint, run_dir: Path, tokenizer: Path) -> dict:
@@ -89,7 +89,7 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
                 _end_leftovers(child)
     if code != 0:
         raise CommandError(argv, code, tail(log), fix=f"read {log} and the report in {run_dir / client_config.REPORT}")
-    return read_result(run_dir / client_config.REPORT, accuracy=spec.mode == "accuracy", log=log)
+    return read_result(run_dir / client_config.REPORT, accuracy=client_config.with_accuracy(spec), log=log)
 
 
 def _end_leftovers(child: subprocess.Popen) -> None:

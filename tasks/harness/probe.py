@@ -20,7 +20,7 @@ from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
 
 
-def probe_length(qps: float, settings: SearchSettings) -> tuple[int | None, int | None]:
+def probe_length(qps: float, settings: SearchSettings, base: RunSpec | None = None) -> tuple[int | None, int | None]:
     """(min_duration_ms, min_query_count) of a probe at `qps`: the settings' own, loadgen honours both."""
     return settings.probe_duration_ms, settings.probe_queries
 

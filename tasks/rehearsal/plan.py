@@ -142,7 +142,9 @@ def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names:
     out["engine"] = {"name": "simulated", "launcher": "local", **kept,
                      "options": engine_options(plan, bench, built, rows, output)}
     rates = scenario_rates(plan, bench, rows)
-    out["scenarios"] = {name: {**sc, "target_qps": rates[name]} for name, sc in bench["scenarios"].items()}
+    # the real system's expected_qps is not the simulated stand-in's: its rates are these
+    out["scenarios"] = {name: {**{k: v for k, v in sc.items() if k != "expected_qps"}, "target_qps": rates[name]}
+                        for name, sc in bench["scenarios"].items()}
     return out
 
 

@@ -48,13 +48,20 @@ def table(records: list[RunRecord], audits: Sequence[AuditRecord] = ()) -> list[
             row |= {"metric": r.metric, "unit": r.unit, "valid": r.valid, "ttft_p99_ms": r.ttft_p99_ms,
                     "tpot_p99_ms": r.tpot_p99_ms}
         elif r.accuracy is not None:
-            row["accuracy"] = f"{r.accuracy_metric} {r.accuracy:.3f}" + ("" if r.accuracy_pass else " (FAIL)")
+            row["accuracy"] = accuracy_cell(r)
     for a in audits:
         row = rows.get((a.system, a.benchmark, a.scenario))
         if row is not None:
             verdict = f"{a.test} {'PASS' if a.passed else 'FAIL'}"
             row["compliance"] = f"{row['compliance']}, {verdict}" if row["compliance"] else verdict
     return list(rows.values())
+
+
+def accuracy_cell(r: RunRecord) -> str:
+    """The score, its verdict (a smoke stand-in model's is not judged) and the endpoints client's cross-check."""
+    verdict = {True: "", False: " (FAIL)", None: " (not judged)"}[r.accuracy_pass]
+    check = "" if r.accuracy_reference is None else f"; reference evaluator {r.accuracy_reference:.3f}"
+    return f"{r.accuracy_metric} {r.accuracy:.3f}{verdict}{check}"
 
 
 def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
@@ -75,7 +82,8 @@ def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
 
 def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, objects: dict[str, str],
              failures: list[str], audits: Sequence[AuditRecord] = (), *, folder: str | None = None,
-             tree: str | None = None, s3: str | None = None, link: LinkCommand | None = None) -> str:
+             tree: str | None = None, s3: str | None = None, link: LinkCommand | None = None,
+             warnings: Sequence[str] = ()) -> str:
     lines = [f"# Podium run of `{plan_name}`", ""]
     if profile == "smoke":
         lines += ["> **SMOKE RUN**: a CPU run of a tiny model with shortened durations. Its tree is not, and does not",
@@ -85,6 +93,8 @@ def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport 
         lines += ["", "## Compliance", "", *md.table(AUDIT_COLUMNS, compliance_rows(audits))]
     if failures:
         lines += ["", "## Failed steps", ""] + [f"- {f}" for f in failures]
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
     if check is not None:
         lines += ["", "## Checker", "", check.summary(), ""]
         lines += [f"- `{f.severity}` **{f.rule}** `{f.path}`: {f.message}" for f in check.findings]

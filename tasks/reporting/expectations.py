@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,10 @@ def frame(rows: list[RunRecord] | list[dict]) -> Any:
     return table
 
 
-def checks(table: Any, round: str) -> list[tuple[str, Any]]:
-    """(description, expectation) pairs for this table under the round's rules."""
+def checks(table: Any, round: str, latency_ms: Mapping[tuple[str, str], float] | None = None,
+           ) -> list[tuple[str, Any]]:
+    """(description, expectation) pairs for this table under the round's rules; `latency_ms`: a smoke plan's relaxed
+    latency bounds by (benchmark, scenario), its named deviation (the plan's `scenarios.<name>.latency_ms`)."""
     import great_expectations as gx
     from great_expectations.expectations.row_conditions import AndCondition
     from great_expectations.expectations.row_conditions import Column as Col
@@ -101,8 +104,9 @@ def checks(table: Any, round: str) -> list[tuple[str, Any]]:
         except Exception:  # a scenario the round does not have: the plan loader refuses those already
             continue
         where = [Col("benchmark") == bench, Col("scenario") == scenario]
+        latency = (latency_ms or {}).get((bench, scenario), sc.latency_ms) if sc.latency_ms else None
         for column, limit, name in (("ttft_p99_ms", sc.ttft_ms, "TTFT"), ("tpot_p99_ms", sc.tpot_ms, "TPOT"),
-                                    ("latency_p99_ms", sc.latency_ms, "latency")):
+                                    ("latency_p99_ms", latency, "latency")):
             if limit is not None:
                 out.append((f"{bench} {scenario} {name} p99 <= {limit:g} ms", ex.ExpectColumnValuesToBeBetween(
                     column=column, max_value=limit, row_condition=AndCondition(conditions=[perf, *where]))))
@@ -122,7 +126,8 @@ def checks(table: Any, round: str) -> list[tuple[str, Any]]:
     return out
 
 
-def validate(rows: list[RunRecord] | list[dict], round: str) -> Validation:
+def validate(rows: list[RunRecord] | list[dict], round: str,
+             latency_ms: Mapping[tuple[str, str], float] | None = None) -> Validation:
     """Run the suite over the rows; never raises for failed expectations (they are in the result)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -134,7 +139,7 @@ def validate(rows: list[RunRecord] | list[dict], round: str) -> Validation:
     batch = context.data_sources.add_pandas("podium").add_dataframe_asset("results") \
         .add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": table})
     suite = gx.ExpectationSuite(name=SUITE)
-    for text, expectation in checks(table, round):
+    for text, expectation in checks(table, round, latency_ms):
         expectation.meta = {"check": text}
         suite.add_expectation(expectation)
     suite = context.suites.add(suite)
@@ -172,12 +177,13 @@ def _plain(value: Any) -> Any:
 
 
 @task(name="validate-results")
-def validate_results(rows: list[dict], round: str, folder: str) -> dict:
+def validate_results(rows: list[dict], round: str, folder: str,
+                     latency_ms: Mapping[tuple[str, str], float] | None = None) -> dict:
     """Run the suite after a flow: store `validation.json` in the run folder and show it as an artifact."""
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact
 
-    report = validate(rows, round)
+    report = validate(rows, round, latency_ms)
     write(report, Path(folder))
     create_markdown_artifact(key="validation", markdown=report.markdown(), description=report.summary())
     logger = get_run_logger()

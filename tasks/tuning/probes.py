@@ -65,7 +65,7 @@ def stage_spec(base: RunSpec, qps: float, stage: Stage, settings: SearchSettings
     """A probe is short (the search's length, in the terms of the client that measures it: `probe_length`); a
     confirmation keeps the plan's own length."""
     if stage == "probe":
-        duration_ms, queries = client(base).part("probe_length")(round_qps(qps), settings)
+        duration_ms, queries = client(base).part("probe_length")(round_qps(qps), settings, base)
         return with_rate(base, qps, min_duration_ms=duration_ms, min_query_count=queries)
     return with_rate(base, qps, min_duration_ms=None, min_query_count=None)
 
@@ -130,9 +130,20 @@ class Prober:
         self.capacity = overload.Capacity(settings.overload_tolerance)
         self.limits = overload.limits(load_rules(base.round).benchmark(base.benchmark).scenario(base.scenario))
 
+    @functools.cached_property
+    def rows(self) -> int | None:
+        """The staged data set's rows: a pass of the endpoints client (None: loadgen, or no local file)."""
+        path = Path(self.base.dataset)
+        if self.base.harness != "endpoints" or not path.is_file():
+            return None
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+
     def full_seconds(self, qps: float) -> float:
-        """How long a full-length run (the plan's own length) lasts at `qps` (submission.budget.cost)."""
-        return cost.spec_seconds(self.base, qps)
+        """How long a full-length run (the plan's own length, performance only) lasts at `qps`
+        (submission.budget.run_length, through cost)."""
+        return cost.spec_seconds(self.base, qps, rows=self.rows)
 
     def __call__(self, qps: float, stage: Stage) -> Probe:
         """The verdict at `qps`: the checker's, and for a short probe also its overload signals' (a probe whose

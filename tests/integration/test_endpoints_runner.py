@@ -20,10 +20,12 @@ import pytest
 import yaml
 
 from submission.base.errors import CommandError, RunFailed
+from submission.budget import run_length
 from submission.plan import model as plans
 from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
 from tasks.endpoints import config, runner
+from tasks.endpoints.results import query_times
 from tasks.engines import Endpoint
 from tests.integration.engines_support import REPO, shopify_store, simulated_engine
 
@@ -54,8 +56,8 @@ def test_every_scenario_and_mode_gives_a_config_the_client_accepts(client: Path,
     for spec in plan_specs():
         configs[spec.scenario, spec.mode] = config.client_config(spec, endpoint, tmp_path / spec.key(),
                                                                  staged["tokenizer"])
-    assert set(configs) == {(s, m) for s in ("Offline", "Server", "Interactive") for m in ("performance", "accuracy")}
-    for (scenario, mode), c in configs.items():
+    assert set(configs) == {(s, "performance") for s in ("Offline", "Server", "Interactive")}   # one run each
+    for (scenario, _), c in configs.items():
         runtime, load = c["settings"]["runtime"], c["settings"]["load_pattern"]
         assert (runtime["scheduler_random_seed"], runtime["dataloader_random_seed"]) == \
             (rules.seeds.schedule_rng_seed, rules.seeds.sample_index_rng_seed) != (42, 42)
@@ -65,13 +67,13 @@ def test_every_scenario_and_mode_gives_a_config_the_client_accepts(client: Path,
             "name": "-", "tokenizer_name": str(staged["tokenizer"]), "streaming": "on", "max_new_tokens": 150,
             "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.0, "presence_penalty": 0.0,
             "frequency_penalty": 0.0}
-        assert load == {"Offline": {"type": "max_throughput", "target_qps": 60.0},
-                        "Server": {"type": "poisson", "target_qps": 40.0},
+        assert load == {"Offline": {"type": "max_throughput", "target_qps": 150.0},
+                        "Server": {"type": "poisson", "target_qps": 200.0},
                         "Interactive": {"type": "poisson", "target_qps": 40.0}}[scenario]
         assert c["type"] == ("offline" if scenario == "Offline" else "online")
         name = "shopify_product_catalogue_8k::q3vl" if scenario == "Interactive" else "shopify_product_catalogue::q3vl"
         assert [(d["name"], d["type"]) for d in c["datasets"]] == \
-            [(name, "performance")] + ([(name, "accuracy")] if mode == "accuracy" else [])
+            [(name, "performance"), (name, "accuracy")]   # `--mode both`: the accuracy set after the performance
         assert c["report_dir"].startswith(str(tmp_path))
     broken = dict(configs["Offline", "performance"], settings={"load_pattern": {"type": "poisson", "target_qps": 1}})
     paths = []
@@ -86,9 +88,10 @@ def test_every_scenario_and_mode_gives_a_config_the_client_accepts(client: Path,
     assert outputs[-1][0] != 0 and "Offline benchmarks must use 'max_throughput'" in outputs[-1][1]
 
 
-def short_spec(scenario: str, mode: str, data: Path, *, qps: float, duration_ms: int) -> RunSpec:
+def short_spec(scenario: str, data: Path, *, qps: float, duration_ms: int, accuracy: bool = False) -> RunSpec:
     return RunSpec(plan="endpoints", profile="smoke", round="v6.1", system="cpu", benchmark=BENCH, scenario=scenario,
-                   mode=mode, loadgen_model=BENCH, loadgen_scenario=scenario,
+                   mode="performance", with_accuracy=accuracy, harness="endpoints", loadgen_model=BENCH,
+                   loadgen_scenario=scenario,
                    user_conf=((f"{BENCH}.{scenario}.target_qps", f"{qps:g}"),
                               (f"{BENCH}.{scenario}.min_duration", str(duration_ms))),
                    dataset=str(data), dataset_sha256="-", model_sha256="-", engine="simulated",
@@ -101,8 +104,8 @@ def summary_of(run_dir: Path) -> dict:
 
 def test_an_offline_run_and_a_server_run_with_accuracy_through_the_client(client: Path, staged: dict[str, Path],
                                                                           tmp_path: Path) -> None:
-    offline = short_spec("Offline", "performance", staged["data"], qps=20, duration_ms=500)
-    server = short_spec("Server", "accuracy", staged["data"], qps=150, duration_ms=5000)
+    offline = short_spec("Offline", staged["data"], qps=20, duration_ms=500)
+    server = short_spec("Server", staged["data"], qps=150, duration_ms=5000, accuracy=True)   # one run, both phases
     with simulated_engine() as (_, endpoint):
         results = {spec.scenario: runner.run(spec, endpoint, tmp_path / spec.scenario, tokenizer=staged["tokenizer"],
                                              data_dir=staged["data_dir"], timeout_s=90, client=client)
@@ -120,6 +123,16 @@ def test_an_offline_run_and_a_server_run_with_accuracy_through_the_client(client
         seeds = load_rules("v6.1").seeds   # what the client pinned from its own v6.1 ruleset, equal to Podium's
         assert (written["scheduler_random_seed"], written["dataloader_random_seed"]) == \
             (seeds.schedule_rng_seed, seeds.sample_index_rng_seed)
+    rules = load_rules("v6.1")
+    for spec in (offline, server):   # the one model of a run's length: the client's own count, exactly
+        assert run_length.run_length(spec, rules, rows=ROWS).samples == results[spec.scenario].issued
+    # the predicted seconds are the issue span (samples at the target rate); the run then waits for its last answers
+    predicted = run_length.run_length(server.model_copy(update={"with_accuracy": False}), rules, rows=ROWS).seconds
+    times = query_times(tmp_path / "Server" / "report")
+    performance = sorted(times["issued"])[:results["Server"].issued]   # the performance phase's issues come first
+    assert abs(performance[-1] - predicted) <= 0.05 * predicted, (performance[-1], predicted)
+    tail = max(d - i for i, d in zip(times["issued"], times["done"], strict=True))
+    assert results["Server"].duration_s <= 1.05 * predicted + tail
     assert results["Offline"].issued == 12              # 20 q/s x 0.5 s x 1.1, rounded up to whole data sets of 4
     assert results["Offline"].latency_p99_ms is None    # too few samples for an early-stopping p99 estimate
     # 150 q/s x 5 s x 1.1 in whole data sets: enough for an early-stopping p99 (662 samples at least)
@@ -170,7 +183,7 @@ def refusing_engine() -> Iterator[Endpoint]:
 
 def test_failed_samples_fail_the_run_with_the_engines_reason(client: Path, staged: dict[str, Path],
                                                              refusing_engine: Endpoint, tmp_path: Path) -> None:
-    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    spec = short_spec("Offline", staged["data"], qps=8, duration_ms=500)
     with pytest.raises(RunFailed) as caught:
         runner.run(spec, refusing_engine, tmp_path, tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],
                    timeout_s=90, client=client)
@@ -197,7 +210,7 @@ def fake_client(staged: dict[str, Path], tmp_path: Path, script: str, timeout_s:
     client = tmp_path / "fake-client"
     client.write_text("#!/bin/sh\necho $$ > group\n" + script)
     client.chmod(0o755)
-    spec = short_spec("Offline", "performance", staged["data"], qps=8, duration_ms=500)
+    spec = short_spec("Offline", staged["data"], qps=8, duration_ms=500)
     endpoint = Endpoint("http://127.0.0.1:9", "simulated", False, False)
     with pytest.raises(CommandError) as caught:
         runner.run(spec, endpoint, tmp_path / "run", tokenizer=staged["tokenizer"], data_dir=staged["data_dir"],

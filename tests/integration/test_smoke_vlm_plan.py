@@ -1,8 +1,9 @@
 """`podium run deployments/plans/smoke-vlm.yaml` end to end on the CPU: the tiny LLaVA served by `transformers
-serve`, Offline, Server and Interactive with their accuracy runs measured by the real MLCommons endpoints client
-(`.venv-endpoints`), the tree in the endpoints layout. Podium's results rows are the client's own numbers, and
-Podium's checker finds nothing but the smoke profile's named deviations (the official v6.1 checker, run locally with
-`--inference-src`, agreed on the same tree: docs/benchmarks.md). About 3 minutes."""
+serve`, Offline, Server and Interactive with their accuracy results measured by the real MLCommons endpoints client
+(`.venv-endpoints`) in one client run per scenario (`--mode both`), the tree in the endpoints layout. Podium's results
+rows are the client's own numbers, and Podium's checker finds nothing but the smoke profile's named deviations (the
+official v6.1 checker, run locally with `--inference-src`, agreed on the same tree: docs/benchmarks.md). About 3
+minutes."""
 
 from __future__ import annotations
 
@@ -51,6 +52,10 @@ def test_the_run_measures_every_scenario_through_the_client(smoke_vlm_run: dict)
     records = json.loads((smoke_vlm_run["folder"] / "results.json").read_text())
     assert sorted((r["scenario"], r["mode"]) for r in records) == sorted(
         (s, m) for s in ("Offline", "Server", "Interactive") for m in ("performance", "accuracy"))
+    # one client run (`--mode both`) per scenario: its performance and accuracy rows come from the one report
+    assert {r["scenario"]: r["run_dir"] for r in records if r["mode"] == "accuracy"} == \
+        {r["scenario"]: r["run_dir"] for r in records if r["mode"] == "performance"}
+    assert "(not judged)" in (smoke_vlm_run["folder"] / "report.md").read_text()   # as the summary line says
     for r in records:   # every row is the client's own numbers, read from its report
         assert r["harness"] == "endpoints", r
         report = Path(r["run_dir"]) / "report"
@@ -79,5 +84,7 @@ def test_the_tree_is_in_the_endpoints_layout_and_only_deviates_by_name(smoke_vlm
         assert "inference-endpoint" in (folder / "README.md").read_text()
     report = check_tree(tree, "v6.1", profile="smoke")
     assert report.errors == [], [f.line() for f in report.errors]
-    assert {f.rule for f in report.deviations} == {"min-duration", "accuracy-coverage"}
+    # latency-limit: Interactive judged by the plan's latency_ms where a busy machine put it over the round's 1.5 s
+    assert {"min-duration", "accuracy-coverage"} <= {f.rule for f in report.deviations} <= {
+        "min-duration", "accuracy-coverage", "latency-limit"}
     assert {f.rule for f in report.warnings} == {"accuracy-target"}   # the tiny model's F1 0, open division

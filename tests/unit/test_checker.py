@@ -173,8 +173,8 @@ def test_closed_tree_needs_compliance_and_calibration(tmp_path: Path, runs: dict
 
 
 def client_runs(base: Path, system: str) -> list[RunRecord]:
-    """An endpoints performance and accuracy run per Qwen3-VL scenario, each run folder holding the client's
-    `report/` (its files as the corpus writes an endpoints scenario folder)."""
+    """One endpoints client run per Qwen3-VL scenario (`--mode both`) and its two rows, performance and accuracy, its
+    folder holding the client's `report/` (its files as the corpus writes an endpoints scenario folder)."""
     written = Tree(base / "written", "closed", corpus.ORG)
     records = []
     for sc in ("Offline", "Server", "Interactive"):
@@ -183,12 +183,12 @@ def client_runs(base: Path, system: str) -> list[RunRecord]:
         files = {"config.yaml": written.endpoints_config(*where),
                  "performance/result_summary.json": written.endpoints_result_summary(*where),
                  "accuracy/accuracy_results.json": written.endpoints_accuracy_results(*where)}
+        run_dir = base / "runs" / sc
+        for name, src in files.items():
+            (run_dir / "report" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, run_dir / "report" / name)
         for mode in ("performance", "accuracy"):
-            run_dir = base / "runs" / f"{sc}-{mode}"
-            for name, src in files.items():
-                (run_dir / "report" / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, run_dir / "report" / name)
-            records.append(RunRecord(key=f"{sc}-{mode}", system=system, benchmark=corpus.QWEN, scenario=sc,
+            records.append(RunRecord(key=sc, system=system, benchmark=corpus.QWEN, scenario=sc,
                                      mode=mode, run_dir=str(run_dir), harness="endpoints",
                                      valid=True if mode == "performance" else None,
                                      validity="VALID" if mode == "performance" else None))
@@ -206,11 +206,9 @@ def test_endpoints_runs_assemble_into_the_endpoints_layout(tmp_path: Path) -> No
         files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
         assert files == ["README.md", "accuracy/accuracy_results.json", "config.yaml", "measurements.json",
                          "performance/result_summary.json"]   # no user.conf, no loadgen logs
-        report = tmp_path / "runs" / f"{sc}-performance" / "report"
-        for name in ("config.yaml", "performance/result_summary.json"):
+        report = tmp_path / "runs" / sc / "report"   # all three files from the scenario's one client report
+        for name in ("config.yaml", "performance/result_summary.json", "accuracy/accuracy_results.json"):
             assert (folder / name).read_bytes() == (report / name).read_bytes()
-        acc = tmp_path / "runs" / f"{sc}-accuracy" / "report" / "accuracy" / "accuracy_results.json"
-        assert (folder / "accuracy" / "accuracy_results.json").read_bytes() == acc.read_bytes()
         readme = (folder / "README.md").read_text()
         assert "measured by the MLCommons endpoints client (`inference-endpoint`" in readme
         assert "user.conf" not in readme

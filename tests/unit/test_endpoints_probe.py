@@ -5,9 +5,11 @@ estimate it."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
+import pytest
+
+from submission.budget import run_length
 from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks.clients import client
@@ -65,21 +67,28 @@ def test_a_probe_the_client_could_not_estimate_fails(tmp_path: Path) -> None:
     assert probe.reasons == ("the client could not estimate the early-stopping p99 latency (too few samples)",)
 
 
-def test_a_probe_lasts_long_enough_for_an_early_stopping_p99() -> None:
+def test_a_probe_lasts_long_enough_for_an_early_stopping_p99_and_issues_no_whole_pass() -> None:
+    """Without an exact count the client would round a probe up to a whole pass over the 48289-row set: 1207 s at
+    40 q/s. A short probe sets the client's own padded count (n_samples_to_issue), at least 662 samples."""
     settings = SearchSettings(probe_duration_ms=5000, probe_queries=640)
-    assert probe_length(40, settings) == (math.ceil(1000 * P99_MIN_SAMPLES / 40), None)    # 16.55 s, not 5 s
-    assert probe_length(400, settings) == (5000, None)                                     # 2000 samples in 5 s
-    assert probe_length(40, SearchSettings(probe_duration_ms=5000, probe_queries=1000)) == (25_000, None)
-    for qps in (0.5, 3, 7.77, 41.3, 150):
+    assert probe_length(40, settings) == (15046, 663)               # 662 samples need 15.05 s at 40 q/s, padded
+    assert probe_length(400, settings) == (5000, 2200)               # 2000 samples in 5 s, padded as the client does
+    assert probe_length(40, SearchSettings(probe_duration_ms=5000, probe_queries=1000)) == (22728, 1001)
+    assert probe_length(0.5, settings, interactive()) == (1_203_637, None)   # longer than the plan's: its run
+    for qps in (3, 7.77, 41.3, 150):
         spec = stage_spec(interactive(), qps, "probe", settings)
         duration = config.min_duration_ms(spec, RULES)
-        # what the client issues (config/runtime_settings.py): ceil(1.1 x target_qps x min_duration), at least 662
-        assert math.ceil(1.1 * target_qps(spec) * duration / 1000) >= P99_MIN_SAMPLES, qps
-        assert not any(k.endswith("min_query_count") for k, _ in spec.user_conf)   # the client has none
+        samples = config.samples_to_issue(spec)["n_samples_to_issue"]
+        assert samples >= P99_MIN_SAMPLES and samples >= 1.1 * target_qps(spec) * duration / 1000, qps
+        length = run_length.run_length(spec, RULES)
+        assert length.samples == samples and length.seconds == pytest.approx(samples / target_qps(spec))
     full = stage_spec(interactive(), 41.3, "confirm", settings)
     assert config.min_duration_ms(full, RULES) == 600_000 and target_qps(full) == 41.3
+    assert config.samples_to_issue(full) == {}                       # the plan's run: whole passes
+    assert run_length.run_length(full, RULES).samples == 32000     # 27258 padded up to 4 passes of the 8k set
+    long = stage_spec(interactive(duration_ms=20_000), 90, "probe", SearchSettings(probe_duration_ms=20_000))
+    assert config.samples_to_issue(long) == {}                       # as long as the plan's run: that run
     assert client(interactive()).part("probe_length") is probe_length
-
 
 
 def test_a_probe_as_long_as_the_plan_s_runs_is_its_own_confirmation(tmp_path: Path) -> None:
@@ -99,3 +108,18 @@ def test_a_probe_as_long_as_the_plan_s_runs_is_its_own_confirmation(tmp_path: Pa
     assert all(stage == "probe" for stage, _ in ran) and len(ran) == len(result.trace) - 1
     last = result.trace[-1]
     assert last.stage == "confirm" and last.cached and result.confirmation == last and last.metric == result.qps
+
+
+def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Path) -> None:
+    """A full-length run's length is the client's whole passes over the data set it reads: a smoke set's 8 rows, not
+    the rules' 8000 (which made a 6 s smoke run count 55 s and stop the search early)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"product_title": [f"t{i}" for i in range(8)]}), data)
+    base = interactive(144, duration_ms=6000).model_copy(update={"dataset": str(data)})
+    prober = Prober(base, SearchSettings(), ProbeCache(tmp_path, base), None, str(tmp_path))
+    assert prober.rows == 8 and prober.full_seconds(144) == pytest.approx(952 / 144)   # 950.4 -> 951 -> 119 passes
+    unstaged = Prober(interactive(144, duration_ms=6000), SearchSettings(), ProbeCache(tmp_path, base), None, "w")
+    assert unstaged.full_seconds(144) == pytest.approx(8000 / 144)                        # one pass of the rules' set

@@ -17,9 +17,10 @@ from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks import clock
 from tasks.accuracy import AccuracyResult, MetricVerdict, Verdict
-from tasks.endpoints import config, dataset, measure
+from tasks.endpoints import config, dataset, measure, runner
 from tasks.endpoints.results import ClientResult, read_result
 from tasks.engines import Endpoint
+from tasks.measuring import summary
 
 BENCH = "qwen3-vl-235b-a22b"
 
@@ -124,7 +125,9 @@ def test_a_run_is_judged_by_its_early_stopping_p99_and_its_duration() -> None:
     offline, fast = spec("Offline"), result(duration_s=120.0, qps=400.0, latency_p99_ms=None)
     [short] = measure.invalid_reasons(offline, fast, rules)
     assert "under its min duration of 600 s" in short
-    assert "scenarios.Offline.target_qps to at least 600" in measure.resize(offline, fast, [short])
+    # 400 q/s x 600 s = 240000 samples: five passes of 48289 (241445), which 1.1 x 293 x 600 s first asks for
+    fix = measure.resize(offline, fast, [short])
+    assert "scenarios.Offline.target_qps to at least 293 and expected_qps: 400" in fix
     assert measure.resize(interactive, result(duration_s=120.0), [short]) is None   # only an Offline run is resized
 
 
@@ -176,3 +179,94 @@ def test_the_record_carries_the_clients_numbers_and_podiums_verdict(tmp_path: Pa
     smoke = measure.record(spec("Offline", mode="accuracy", profile="smoke"), tmp_path, result(accuracy=0.0), rules,
                            scored)
     assert smoke.accuracy_pass is None   # a stand-in model's score is reported, never gated on
+
+
+def test_a_scenario_with_accuracy_is_one_client_run_in_both_modes(tmp_path: Path) -> None:
+    endpoint = Endpoint("http://127.0.0.1:1", "m", False, False)
+    for run, mode, sets in ((spec("Offline"), "perf", ["performance"]),
+                            (spec("Offline", with_accuracy=True), "both", ["performance", "accuracy"]),
+                            (spec("Offline", mode="accuracy"), "both", ["performance", "accuracy"])):
+        assert runner.command(run, tmp_path / "c.yaml", "ie")[-2:] == ["--mode", mode]
+        c = config.client_config(run, endpoint, tmp_path, tmp_path)
+        assert [d["type"] for d in c["datasets"]] == sets
+
+
+def test_the_accuracy_verdict_is_the_clients_score_and_the_evaluators_a_cross_check(tmp_path: Path) -> None:
+    """The checker reads the client's score: a run the reference evaluator scores differently passes or fails on the
+    client's, with both numbers and a warning in its record."""
+    rules = load_rules("v6.1")
+    metric = rules.benchmark(BENCH).scenario("Offline").accuracy[0].metric   # target 0.782397
+    both = spec("Offline", with_accuracy=True)
+
+    def scored(value: float) -> AccuracyResult:
+        return AccuracyResult(metrics={metric: value}, samples=16)
+
+    rec = measure.record(both, tmp_path, result(accuracy=0.79), rules, scored(0.70))
+    assert (rec.valid, rec.metric, rec.accuracy, rec.accuracy_pass, rec.accuracy_reference) == (
+        True, 39.85, 0.79, True, 0.70)
+    assert "client scored F1_HIERARCHICAL 0.79, Podium's qwen3-vl-235b-a22b evaluator 0.7" in rec.warnings[0]
+    assert not measure.problems(rec) and "reference evaluator 0.7" in summary(rec)
+    low = measure.record(both, tmp_path, result(accuracy=0.70), rules, scored(0.79))
+    assert low.accuracy_pass is False and measure.problems(low)
+    agree = measure.record(both, tmp_path, result(accuracy=0.79), rules, scored(0.79 + 5e-7))
+    assert agree.accuracy_pass and agree.warnings == ()
+
+
+def test_the_scenario_folder_holds_one_client_report(tmp_path: Path) -> None:
+    from submission.base.errors import RuleViolation
+    from submission.results.runs import phase_rows
+    from submission.tree.assemble import LAYOUTS
+    from submission.tree.paths import Tree
+
+    run_dir = tmp_path / "run"
+    for rel in ("config.yaml", "performance/result_summary.json", "accuracy/accuracy_results.json"):
+        (run_dir / "report" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / "report" / rel).write_text(rel)
+    rec = measure.record(spec("Offline", with_accuracy=True), run_dir, result(accuracy=0.79), load_rules("v6.1"),
+                         AccuracyResult(metrics={"F1_HIERARCHICAL": 0.79}, samples=1))
+    perf, acc = phase_rows(rec)
+    tree, where = Tree(tmp_path / "tree", "closed", "P"), ("s", BENCH, "Offline")
+    LAYOUTS["endpoints"](tree, where, perf, acc)
+    assert [p.read_text() for p in (tree.endpoints_config(*where), tree.endpoints_result_summary(*where),
+                                    tree.endpoints_accuracy_results(*where))] == [
+        "config.yaml", "performance/result_summary.json", "accuracy/accuracy_results.json"]
+    with pytest.raises(RuleViolation, match="the scenario folder holds one client report"):
+        LAYOUTS["endpoints"](tree, where, perf, acc.model_copy(update={"run_dir": str(tmp_path / "other")}))
+
+
+def test_guided_decoding_measured_by_the_client_is_refused_at_plan_load() -> None:
+    """The client's config has no response_format: an open plan asking for guided decoding would send unconstrained
+    requests while its README said "guided decoding: on"."""
+    import yaml
+
+    from submission.plan import model as plans
+
+    data = yaml.safe_load((Path(__file__).parents[2] / "deployments/plans/qwen3-vl-dynamo-50-50.yaml").read_text())
+    data["division"] = "open"
+    data["benchmarks"][0]["generation"]["guided_decoding"] = True
+    with pytest.raises(PlanError, match=r"benchmarks.0.generation.guided_decoding: .* measured by the endpoints "
+                                        r"client, which cannot send the answer schema .*set guided_decoding: false"):
+        plans.parse(data)
+
+
+def test_a_smoke_run_is_judged_by_its_named_latency_bound_and_only_a_smoke_plan_may_name_one() -> None:
+    """The smoke stand-in on two shared cores measured p99 3.56 s over Interactive's 1.5 s beside a test suite."""
+    import yaml
+
+    from submission.checks.findings import SMOKE_DEVIATIONS
+    from submission.plan import model as plans
+    from submission.results.runs import plan_runs
+
+    plan = plans.load(Path(__file__).parents[2] / "deployments/plans/smoke-vlm.yaml")
+    bench = plan.benchmarks[0]
+    runs = {s.scenario: s for s in plan_runs(plan, bench, load_rules("v6.1"), model_sha256="m", engine="e",
+                                             dataset_sha256=dict.fromkeys(bench.dataset.scenarios.values(), "d") | {
+                                                 bench.dataset.performance: "d"})}
+    slow = result(latency_p99_ms=3560.0)
+    assert measure.invalid_reasons(runs["Interactive"], slow, load_rules("v6.1")) == []
+    assert measure.invalid_reasons(spec("Interactive"), slow, load_rules("v6.1"))   # the round's 1.5 s
+    assert "latency-limit" in SMOKE_DEVIATIONS
+    data = yaml.safe_load((Path(__file__).parents[2] / "deployments/plans/qwen3-vl-dynamo-50-50.yaml").read_text())
+    data["benchmarks"][0]["scenarios"]["Interactive"]["latency_ms"] = 12000
+    with pytest.raises(PlanError, match=r"scenarios\.Interactive\.latency_ms: only a smoke plan"):
+        plans.parse(data)

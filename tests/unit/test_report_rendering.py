@@ -103,3 +103,19 @@ def test_the_outcome_line_carries_the_published_verdict() -> None:
     line = reporting.outcome("bringup", Planned(performance=2), records[:1], [], None, gates=1, published=verdict,
                              tree="/t")
     assert line == f"bringup: 1/2 runs VALID, 1 gate(s) failed, {verdict}; tree /t"
+
+
+def test_an_unjudged_score_and_the_clients_cross_check_read_as_the_outcome_says() -> None:
+    """A smoke stand-in model's score is reported, not judged: the table must not say FAIL where the outcome line says
+    "not judged"; an endpoints row shows the reference evaluator's score beside the client's, its warning listed."""
+    smoke = RunRecord(**BASE, key="a", mode="accuracy", run_dir="/a", valid=None, validity=None,
+                      accuracy_metric="F1_HIERARCHICAL", accuracy=0.0, accuracy_pass=None)
+    [row] = reporting.table([smoke])
+    assert row["accuracy"] == "F1_HIERARCHICAL 0.000 (not judged)"
+    assert "not judged" in reporting.outcome("smoke-vlm", Planned(accuracy=1), [smoke], [], None)
+    checked = smoke.model_copy(update={"accuracy": 0.79, "accuracy_pass": True, "accuracy_reference": 0.7,
+                                       "warnings": ("the scores differ",)})
+    [row] = reporting.table([checked])
+    assert row["accuracy"] == "F1_HIERARCHICAL 0.790; reference evaluator 0.700"
+    text = reporting.markdown("p", "submission", [row], None, {}, [], warnings=checked.warnings)
+    assert "## Warnings\n\n- the scores differ" in text

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from submission.plan import model as plans
-from submission.results.runs import RunSpec, plan_runs
+from submission.results.runs import ENDPOINTS_CONFIG_FORMAT, RunRecord, RunSpec, phase_rows, plan_runs
 from submission.rules import load_rules
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
@@ -65,11 +65,15 @@ def test_qwen3_vl_runs_are_measured_by_the_endpoints_client() -> None:
     p = plans.load(QWEN_50_50)
     bench = p.benchmarks[0]
     shas = {path: "d" for _, kind, path in bench.sources() if kind == "datasets"}
-    runs = plan_runs(p, bench, load_rules(p.round), model_sha256="m", dataset_sha256=shas, engine="dynamo x")
-    assert [(r.scenario, r.mode) for r in runs] == [
-        ("Offline", "performance"), ("Server", "performance"), ("Interactive", "performance"),
-        ("Offline", "accuracy"), ("Server", "accuracy"), ("Interactive", "accuracy")]
+    rules = load_rules(p.round)
+    runs = plan_runs(p, bench, rules, model_sha256="m", dataset_sha256=shas, engine="dynamo x")
+    # one client run per scenario (`--mode both`): its report holds the performance and the accuracy result
+    assert [(r.scenario, r.mode, r.with_accuracy) for r in runs] == [
+        ("Offline", "performance", True), ("Server", "performance", True), ("Interactive", "performance", True)]
     assert {r.harness for r in runs} == {"endpoints"}
+    # the client's commit and Podium's config format are in the key: another client measures the run again
+    assert {r.client for r in runs} == {f"{rules.endpoints_client.commit}/config-{ENDPOINTS_CONFIG_FORMAT}"}
+    assert runs[0].model_copy(update={"client": "0" * 40 + "/config-2"}).key() != runs[0].key()
     interactive = [r for r in runs if r.scenario == "Interactive"]
     assert {r.dataset for r in interactive} == {bench.dataset.scenarios["Interactive"]}
     assert all(r.dataset.endswith("shopify_product_catalogue_8k.parquet") for r in interactive)
@@ -87,3 +91,16 @@ def test_a_loadgen_run_keeps_the_key_it_had_before_the_harness_field() -> None:
     pinned = "51587500255524efb0e8"   # this spec's key before RunSpec had `harness` (results already stored)
     assert RunSpec(**fields).key() == RunSpec(**fields, harness="loadgen").key() == pinned
     assert RunSpec(**fields, harness="endpoints").key() != pinned
+
+
+def test_an_endpoints_run_with_accuracy_gives_its_two_rows_from_one_folder() -> None:
+    both = RunRecord(key="k", system="s", benchmark="b", scenario="Offline", mode="performance", run_dir="/r",
+                     harness="endpoints", valid=True, validity="VALID", metric=230.0, unit="Samples/s",
+                     accuracy_metric="F1_HIERARCHICAL", accuracy=0.8, accuracy_pass=True, accuracy_reference=0.7,
+                     warnings=("the scores differ",))
+    perf, acc = phase_rows(both)
+    assert (perf.mode, perf.valid, perf.metric, perf.accuracy, perf.warnings) == ("performance", True, 230.0, None, ())
+    assert (acc.mode, acc.valid, acc.metric, acc.accuracy, acc.accuracy_pass, acc.accuracy_reference) == (
+        "accuracy", None, None, 0.8, True, 0.7)
+    assert perf.run_dir == acc.run_dir == "/r" and acc.warnings == ("the scores differ",)
+    assert phase_rows(perf) == [perf]

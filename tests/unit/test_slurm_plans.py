@@ -30,15 +30,19 @@ def test_slurm_times_in_every_form_sbatch_accepts(value: str, secs: int | None) 
 
 
 def test_the_qwen3_vl_allocation_covers_what_it_runs() -> None:
-    """6 runs (Offline 48289 queries at 60 q/s: 805 s; Server accuracy 48289 at 40 q/s: 1207 s; the others the
-    600 s floor) x 1.5 + ready 2400 s + warm-up 600 s + stop 60 s."""
+    """3 client runs (--mode both) of whole passes (submission/budget/run_length.py): Offline 144867 + 48289 samples
+    at the expected 230 q/s, Server 144867 + 48289 at 200 q/s, Interactive 32000 + 8000 at 40 q/s; x 1.5 + ready
+    2400 s + warm-up 600 s + stop 60 s. The dry run states each run's samples, seconds and GPU-hours."""
     plan = plans.load(QWEN)
     need = slurm_time.need(plan, plan.benchmarks[0])
-    assert need.runs == 6
-    assert need.measuring_s == pytest.approx((48289 / 60 + 600 + 600 + 48289 / 60 + 48289 / 40 + 600) * 1.5)
-    assert slurm_time.slurm_time(need.allocation_s) == "02:47:00"
+    assert need.runs == 3
+    assert need.measuring_s == pytest.approx((193156 / 230 + 193156 / 200 + 40000 / 40) * 1.5)
+    assert slurm_time.slurm_time(need.allocation_s) == "02:02:00"
     assert slurm_time.seconds(plan.benchmarks[0].engine.slurm_settings().time_limit) >= need.allocation_s
-    assert slurm_time.slurm_time(slurm_time.job_need(plan)) == "03:32:00"   # + staging 30 min + tail 15 min
+    assert slurm_time.slurm_time(slurm_time.job_need(plan)) == "02:47:00"   # + staging 30 min + tail 15 min
+    [offline, *_] = need.lines()
+    assert offline == ("  predicted Offline/performance with accuracy: 144867 + 48289 accuracy samples (3 pass(es) "
+                       "over its data set), 840 s, 3.732 GPU-hours")
 
 
 def test_an_allocation_shorter_than_its_runs_stops_before_the_flow(tmp_path: Path) -> None:
@@ -49,8 +53,8 @@ def test_an_allocation_shorter_than_its_runs_stops_before_the_flow(tmp_path: Pat
     with pytest.raises(PlanError) as e:
         check_capacity(plan)
     assert ("benchmarks.0.engine.slurm.time_limit: 02:00:00 is shorter than what gb200x16-slurm/qwen3-vl-235b-a22b "
-            "runs, 02:47:00") in str(e.value)
-    assert 'set time_limit: "02:47:00" or more' in str(e.value)
+            "runs, 02:02:00") in str(e.value)
+    assert 'set time_limit: "02:02:00" or more' in str(e.value)
     data["benchmarks"][0]["engine"]["slurm"]["allocation"] = "auto"   # inside a job: preflight checks the job's time
     check_capacity(plans.parse(data))
 

@@ -70,3 +70,12 @@ def test_bounds_follow_the_round(good_result) -> None:
     assert validate([*near, row("Server", tpot_p99_ms=79.0)], "v6.1").success
     result = validate([*near, row("Server", tpot_p99_ms=81.0)], "v6.1")
     assert [f.check for f in result.failures] == ["gpt-oss-120b Server TPOT p99 <= 80 ms"]
+
+
+def test_a_smoke_plans_relaxed_latency_bound_is_the_data_checks_bound() -> None:
+    """The smoke-vlm plan judges Interactive by its `latency_ms` (a named deviation): the data check says the same."""
+    qwen = row("Interactive", benchmark="qwen3-vl-235b-a22b", ttft_p99_ms=None, tpot_p99_ms=None,
+               latency_p99_ms=3560.0)
+    [failure] = validate([qwen], "v6.1").failures
+    assert failure.check == "qwen3-vl-235b-a22b Interactive latency p99 <= 1500 ms"
+    assert validate([qwen], "v6.1", {("qwen3-vl-235b-a22b", "Interactive"): 12000.0}).success

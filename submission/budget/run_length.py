@@ -1,0 +1,97 @@
+"""How long one client run is, in samples and in seconds: the one model of a run's length, for both measuring clients,
+that the cost model (cost.py), the Slurm time limit (slurm_time.py), the endpoints search's probes
+(tasks/endpoints/probe.py), the plan's refusal of a target too low and the dry run use; the endpoints client's own
+arithmetic is in submission/plan/client_length.py, where the plan's check reads it.
+
+The endpoints client (mlcommons/endpoints at the round's pin, src/inference_endpoint/config/runtime_settings.py):
+- a performance phase issues `n_samples_to_issue` where its config sets it (Podium sets it from a run's
+  min_query_count line: the search's probes), else max(1, ceil(target_qps x min_duration_s x 1.1)) rounded up to
+  whole passes over its data set (`total_samples_to_issue`, padding_factor 1.1, align_to_dataset_size), a
+  min_duration of 0 issuing the data set once; an Offline config with no target_qps counts as 10 q/s
+  (`_from_config_default`: "The default target_qps should be None in Offline mode, but we use 10.0 for now");
+- a `--mode both` run then issues the accuracy set once, at the same load pattern;
+- an online (poisson) phase lasts its samples / target_qps, an Offline (max_throughput) phase its samples / the
+  engine's rate: the rate given (an expected rate, the search's answer), else the target_qps.
+
+loadgen issues until min_duration and min_query_count are both met: max(floor, queries / rate) seconds, the queries
+at the rate; an accuracy run issues the accuracy set once at the rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples
+from submission.results.runs import RunSpec
+from submission.rules import Rules
+
+
+@dataclass(frozen=True)
+class RunLength:
+    """One run's length: the performance phase's samples, the accuracy phase's (0: none) and the seconds of both."""
+
+    samples: int
+    accuracy_samples: int
+    seconds: float
+    passes: int | None = None     # the endpoints performance phase's whole passes over its data set (None: loadgen,
+                                  # or an explicit sample count)
+
+
+def conf(spec: RunSpec, name: str) -> str | None:
+    """A user.conf value of the spec by its last part (`min_duration`, `target_qps`, ...), any model/scenario."""
+    return next((v for k, v in spec.user_conf if k.rsplit(".", 1)[-1] == name), None)
+
+
+def at_rate(spec: RunSpec, qps: float) -> RunSpec:
+    """`spec` with `qps` as its target_qps line (added where it has none)."""
+    key = f"{spec.loadgen_model}.{spec.loadgen_scenario}.target_qps"
+    lines = [(k, v) for k, v in spec.user_conf if k.rsplit(".", 1)[-1] != "target_qps"]
+    return spec.model_copy(update={"user_conf": (*lines, (key, f"{qps:.10g}"))})
+
+
+def endpoints_length(spec: RunSpec, rows: int, accuracy_rows: int, min_duration_ms: int,
+                     rate: float | None = None) -> RunLength:
+    """The length of an endpoints client run of `spec` on a data set of `rows` (module doc)."""
+    offline = spec.loadgen_scenario == "Offline"
+    target = conf(spec, "target_qps")
+    qps = float(target) if target is not None else (OFFLINE_DEFAULT_QPS if offline else None)
+    explicit = conf(spec, "min_query_count")
+    samples = int(explicit) if explicit is not None else client_samples(qps, min_duration_ms, rows, offline)
+    with_accuracy = spec.with_accuracy or spec.mode == "accuracy"
+    accuracy = accuracy_rows if with_accuracy else 0
+    pace = (rate or qps) if offline else qps
+    seconds = (samples + accuracy) / pace if pace else 0.0
+    passes = None if explicit is not None or rows <= 0 else samples // rows
+    return RunLength(samples, accuracy, seconds, passes)
+
+
+def loadgen_length(spec: RunSpec, accuracy_rows: int | None, floor_s: float, rate: float | None = None) -> RunLength:
+    """The length of a loadgen run of `spec`: its floor, its queries at the rate (module doc)."""
+    duration = conf(spec, "min_duration")
+    floor = int(duration) / 1000 if duration is not None else floor_s
+    target = conf(spec, "target_qps")
+    qps = rate if rate is not None else (float(target) if target is not None else None)
+    queries = int(conf(spec, "min_query_count") or 0)
+    if spec.mode == "accuracy":   # the whole accuracy set, or the smoke profile's override of its size
+        queries = max(queries, int(conf(spec, "accuracy_sample_count_override") or accuracy_rows or 0))
+        return RunLength(0, queries, queries / qps if qps else floor)
+    samples = max(queries, math.ceil(floor * qps) if qps else 0)
+    return RunLength(samples, 0, max(floor, queries / qps) if qps else floor)
+
+
+def run_length(spec: RunSpec, rules: Rules, rate: float | None = None, floor_s: float | None = None,
+               rows: int | None = None) -> RunLength:
+    """The length of one run of `spec` by the client that measures it. `rate`: the engine's expected rate (an
+    Offline run's pace); `floor_s`: a loadgen run's floor where its user.conf sets none (default: the round's
+    min_duration); `rows`: the data set's row count where it is not the rules' (a smoke set)."""
+    bench = rules.benchmark(spec.benchmark)
+    scenario = bench.scenario(spec.scenario)
+    floor = rules.min_duration_ms / 1000 if floor_s is None else floor_s
+    if spec.harness == "endpoints":
+        size = rows if rows is not None else (bench.scenarios[spec.scenario].dataset or bench.dataset).size
+        duration = conf(spec, "min_duration")
+        minimum = int(duration) if duration is not None else rules.min_duration_ms
+        return endpoints_length(spec, size, size if rows is not None else scenario.accuracy_sample_count, minimum,
+                                rate)
+    return loadgen_length(spec, scenario.accuracy_sample_count, floor, rate)
