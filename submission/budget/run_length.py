@@ -8,7 +8,7 @@ The endpoints client (mlcommons/endpoints at the round's pin, src/inference_endp
   min_query_count line: the search's probes), else max(1, ceil(target_qps x min_duration_s x 1.1)) rounded up to
   whole passes over its data set (`total_samples_to_issue`, padding_factor 1.1, align_to_dataset_size), a
   min_duration of 0 issuing the data set once; an Offline config with no target_qps counts as 10 q/s
-  (`_from_config_default`: "The default target_qps should be None in Offline mode, but we use 10.0 for now");
+  (`_from_config_default`, a stopgap by its own comment);
 - a `--mode both` run then issues the accuracy set once, at the same load pattern;
 - an online (poisson) phase lasts its samples / target_qps, an Offline (max_throughput) phase its samples / the
   engine's rate: the rate given (an expected rate, the search's answer), else the target_qps.
