@@ -120,8 +120,8 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     link = reporting.LinkCommand(storage_links.command(plan.storage, s3 + "submission.tar.gz", ws.root),
                                  storage_links.lifetime(plan.storage.link_expiry_s))
     data_checks = validate_results(records, plan.round, str(folder), {
-        (b.benchmark, name): sc.latency_ms for b in plan.benchmarks for name, sc in b.scenarios.items()
-        if sc.latency_ms is not None})   # a smoke plan's relaxed latency bounds, its named deviation
+        (b.benchmark, name): sc.relaxed_limits() for b in plan.benchmarks for name, sc in b.scenarios.items()
+        if sc.relaxed_limits()})   # a smoke plan's own latency bounds, its named deviation
     notifications.emit_result_events(done.records, run_id, plan.name)   # INVALID -> the notification automation
     notifications.emit_audit_events(done.audits, run_id, plan.name)
     plots = reporting.plot_run(done.records, folder / "plots", plan.round)

@@ -148,9 +148,19 @@ class ScenarioSpec(Strict):
     latency_ms: float | None = Field(None, gt=0, description="smoke profile, endpoints client only: the p99 latency "
                                      "bound a stand-in model on a shared CPU is judged by, in place of the round's "
                                      "(a named deviation: `latency-limit` in the checker)")
+    ttft_ms: float | None = Field(None, gt=0, description="smoke profile, loadgen only: the TTFT p99 bound a stand-in "
+                                  "model on a shared CPU is judged by, in place of the round's (user.conf "
+                                  "`ttft_latency`; a named deviation: `latency-limit` in the checker)")
+    tpot_ms: float | None = Field(None, gt=0, description="smoke profile, loadgen only: the TPOT p99 bound, as "
+                                  "`ttft_ms` (user.conf `tpot_latency`)")
     max_concurrency: int = Field(64, ge=1)
     harness_workers: int = Field(1, ge=1, le=256, description="client worker processes; each needs a request "
                                  "of its own, so at most max_concurrency")
+
+    def relaxed_limits(self) -> dict[str, float]:
+        """A smoke plan's own latency bounds by what they bound (ttft, tpot, latency): its named deviation."""
+        return {name: value for name, value in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms),
+                                                ("latency", self.latency_ms)) if value is not None}
 
     @model_validator(mode="after")
     def _workers_within_concurrency(self) -> ScenarioSpec:
@@ -417,13 +427,14 @@ class Plan(Strict):
 
     @model_validator(mode="after")
     def _smoke_latency(self) -> Plan:
-        """A relaxed latency bound is a smoke deviation of a run the endpoints client measures (loadgen would read
-        it as a target_latency the checker forbids)."""
+        """A relaxed latency bound is a smoke deviation, each of the client that judges it: the p99 latency of the
+        endpoints client (loadgen would read it as a target_latency the checker forbids), TTFT and TPOT of loadgen."""
         for i, b in enumerate(self.benchmarks):
             for name, sc in b.scenarios.items():
-                if sc.latency_ms is not None and (self.profile != "smoke" or self.harness(b) != "endpoints"):
-                    raise ValueError(f"benchmarks.{i}.scenarios.{name}.latency_ms: only a smoke plan measured by the "
-                                     "endpoints client may relax the latency bound; remove it")
+                for field, client in (("latency_ms", "endpoints"), ("ttft_ms", "loadgen"), ("tpot_ms", "loadgen")):
+                    if getattr(sc, field) is not None and (self.profile != "smoke" or self.harness(b) != client):
+                        raise ValueError(f"benchmarks.{i}.scenarios.{name}.{field}: only a smoke plan measured by "
+                                         f"the {client} client may relax this bound; remove it")
         return self
 
     @model_validator(mode="after")

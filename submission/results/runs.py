@@ -88,8 +88,11 @@ def user_conf(bench: BenchmarkSpec, scenario: str, rules: Rules, profile: str,
     lines: list[tuple[str, str]] = []
     if spec.target_qps is not None:
         lines.append((f"{model}.{lg_scenario}.target_qps", f"{spec.target_qps:g}"))
-    if spec.latency_ms is not None:   # a smoke deviation the plan names (endpoints only: Plan._smoke_latency)
-        lines.append((f"{model}.{lg_scenario}.target_latency", f"{spec.latency_ms:g}"))
+    # A smoke deviation the plan names: the endpoints client's p99 bound, loadgen's TTFT/TPOT (Plan._smoke_latency)
+    for key, value in (("target_latency", spec.latency_ms), ("ttft_latency", spec.ttft_ms),
+                       ("tpot_latency", spec.tpot_ms)):
+        if value is not None:
+            lines.append((f"{model}.{lg_scenario}.{key}", f"{value:g}"))
     min_duration = spec.min_duration_ms if spec.min_duration_ms is not None else bench.loadgen.min_duration_ms
     if min_duration is not None:
         lines.append((f"{model}.{lg_scenario}.min_duration", str(min_duration)))

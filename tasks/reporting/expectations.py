@@ -72,10 +72,11 @@ def frame(rows: list[RunRecord] | list[dict]) -> Any:
     return table
 
 
-def checks(table: Any, round: str, latency_ms: Mapping[tuple[str, str], float] | None = None,
+def checks(table: Any, round: str, relaxed: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
            ) -> list[tuple[str, Any]]:
-    """(description, expectation) pairs for this table under the round's rules; `latency_ms`: a smoke plan's relaxed
-    latency bounds by (benchmark, scenario), its named deviation (the plan's `scenarios.<name>.latency_ms`)."""
+    """(description, expectation) pairs for this table under the round's rules; `relaxed`: a smoke plan's own
+    latency bounds by (benchmark, scenario), each by what it bounds (ttft, tpot, latency), its named deviation (the
+    plan's `scenarios.<name>.ttft_ms`, `tpot_ms`, `latency_ms`: ScenarioSpec.relaxed_limits)."""
     import great_expectations as gx
     from great_expectations.expectations.row_conditions import AndCondition
     from great_expectations.expectations.row_conditions import Column as Col
@@ -104,10 +105,11 @@ def checks(table: Any, round: str, latency_ms: Mapping[tuple[str, str], float] |
         except Exception:  # a scenario the round does not have: the plan loader refuses those already
             continue
         where = [Col("benchmark") == bench, Col("scenario") == scenario]
-        latency = (latency_ms or {}).get((bench, scenario), sc.latency_ms) if sc.latency_ms else None
+        own = (relaxed or {}).get((bench, scenario), {})
         for column, limit, name in (("ttft_p99_ms", sc.ttft_ms, "TTFT"), ("tpot_p99_ms", sc.tpot_ms, "TPOT"),
-                                    ("latency_p99_ms", latency, "latency")):
+                                    ("latency_p99_ms", sc.latency_ms, "latency")):
             if limit is not None:
+                limit = own.get(name.lower(), limit)
                 out.append((f"{bench} {scenario} {name} p99 <= {limit:g} ms", ex.ExpectColumnValuesToBeBetween(
                     column=column, max_value=limit, row_condition=AndCondition(conditions=[perf, *where]))))
         accuracy_rows = AndCondition(conditions=[Col("mode") == "accuracy", *where])
@@ -127,7 +129,7 @@ def checks(table: Any, round: str, latency_ms: Mapping[tuple[str, str], float] |
 
 
 def validate(rows: list[RunRecord] | list[dict], round: str,
-             latency_ms: Mapping[tuple[str, str], float] | None = None) -> Validation:
+             relaxed: Mapping[tuple[str, str], Mapping[str, float]] | None = None) -> Validation:
     """Run the suite over the rows; never raises for failed expectations (they are in the result)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -139,7 +141,7 @@ def validate(rows: list[RunRecord] | list[dict], round: str,
     batch = context.data_sources.add_pandas("podium").add_dataframe_asset("results") \
         .add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": table})
     suite = gx.ExpectationSuite(name=SUITE)
-    for text, expectation in checks(table, round, latency_ms):
+    for text, expectation in checks(table, round, relaxed):
         expectation.meta = {"check": text}
         suite.add_expectation(expectation)
     suite = context.suites.add(suite)
@@ -178,12 +180,12 @@ def _plain(value: Any) -> Any:
 
 @task(name="validate-results")
 def validate_results(rows: list[dict], round: str, folder: str,
-                     latency_ms: Mapping[tuple[str, str], float] | None = None) -> dict:
+                     relaxed: Mapping[tuple[str, str], Mapping[str, float]] | None = None) -> dict:
     """Run the suite after a flow: store `validation.json` in the run folder and show it as an artifact."""
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact
 
-    report = validate(rows, round, latency_ms)
+    report = validate(rows, round, relaxed)
     write(report, Path(folder))
     create_markdown_artifact(key="validation", markdown=report.markdown(), description=report.summary())
     logger = get_run_logger()

@@ -43,6 +43,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for scenario in ("Offline", "Server"):
         out[f"acc-{scenario}"] = run_fake(base / f"acc-{scenario}", scenario=scenario, mode="accuracy",
                                           user_conf_lines=_conf("gpt-oss-120b", FAST_SERVER))
+    relaxed = [*FAST_SERVER, "gpt-oss-120b-interactive.Server.ttft_latency = 10000",
+               "gpt-oss-120b-interactive.Server.tpot_latency = 250"]   # the smoke plan's own bounds
+    out["relaxed-Interactive"] = run_fake(base / "relaxed", scenario="Server", loadgen_model="gpt-oss-120b-interactive",
+                                          user_conf_lines=_conf("gpt-oss-120b-interactive", relaxed))
     out["acc-Interactive"] = run_fake(base / "acc-int", scenario="Server", mode="accuracy",
                                       loadgen_model="gpt-oss-120b-interactive",
                                       user_conf_lines=_conf("gpt-oss-120b-interactive", FAST_SERVER))
@@ -89,6 +93,20 @@ def test_same_tree_fails_the_submission_profile(tmp_path: Path, runs: dict[str, 
     report = check_tree(build(tmp_path, runs), "v6.1", profile="submission")
     assert not report.ok and not report.deviations
     assert {"min-duration", "performance-sample-count", "accuracy-coverage"} <= rules_of(report, "error")
+
+
+def test_a_smoke_plans_own_token_bounds_are_its_named_deviation(tmp_path: Path, runs: dict[str, Path]) -> None:
+    """Interactive judged by the smoke plan's TTFT 10 s and TPOT 250 ms (loadgen's ttft_latency/tpot_latency):
+    `latency-limit`, a deviation in the smoke profile; in the submission profile a limit other than the round's is
+    the error `latency-config`."""
+    root = build(tmp_path, runs, perf={"Offline": "Offline", "Interactive": "relaxed-Interactive"})
+    smoke = check_tree(root, "v6.1")
+    assert smoke.ok, [f.line() for f in smoke.errors]
+    judged = [f.message for f in smoke.deviations if f.rule == "latency-limit" and f.message.startswith("loadgen")]
+    assert judged == ["loadgen judged TTFT by 10000000000 ns, over the 2000000000 ns Interactive requires (smoke "
+                      "profile)", "loadgen judged TPOT by 250000000 ns, over the 15000000 ns Interactive requires "
+                      "(smoke profile)"]
+    assert "latency-config" in rules_of(check_tree(root, "v6.1", profile="submission"), "error")
 
 
 def test_interactive_folder_with_server_limits(tmp_path: Path, runs: dict[str, Path]) -> None:

@@ -37,9 +37,11 @@ def make_plan(name: str = "smoke", system: str = "cpu-smoke", scenarios: tuple[s
         data["compliance"] = {"run": "never"}
     if top.get("division") == "closed":
         bench["model"]["name"] = bench["benchmark"]
-    if top.get("profile") == "submission":
+    if top.get("profile") == "submission":   # without the smoke-only values
         data.pop("compliance")
         bench["loadgen"] = {}
+        for sc in bench["scenarios"].values():
+            sc.pop("ttft_ms", None), sc.pop("tpot_ms", None)
     data.update(name=name, **top)
     return plans.parse(data)
 

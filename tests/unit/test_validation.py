@@ -78,4 +78,4 @@ def test_a_smoke_plans_relaxed_latency_bound_is_the_data_checks_bound() -> None:
                latency_p99_ms=3560.0)
     [failure] = validate([qwen], "v6.1").failures
     assert failure.check == "qwen3-vl-235b-a22b Interactive latency p99 <= 1500 ms"
-    assert validate([qwen], "v6.1", {("qwen3-vl-235b-a22b", "Interactive"): 12000.0}).success
+    assert validate([qwen], "v6.1", {("qwen3-vl-235b-a22b", "Interactive"): {"latency": 12000.0}}).success
