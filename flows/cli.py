@@ -32,15 +32,13 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission.plan import model as plans
     from submission.plan import selection
-    from tasks.ops.inputs import check_capacity, check_inputs
-    from tasks.ops.preflight import require_description_sources
+    from tasks.ops.prerequisites import host_checks
 
     loaded = plans.load(plan)
     chosen = selection.resolve(loaded, only or (), where=str(plan))   # a name the plan lacks: exit 2, nothing ran
-    check_inputs(loaded.local(), str(plan))   # sources exist, storage credentials found: before anything starts
-    check_capacity(loaded.local())            # engines fit their GPUs, runs their sequence budgets (a pooled
-                                              # system's member checks both on its own cluster)
-    require_description_sources(loaded.local())   # a closed plan gives what no node can tell about its systems
+    host_checks(loaded.local(), str(plan)).require()   # `podium preflight`'s checks on this host, every problem in
+                                                       # one report before anything starts (a pooled system's
+                                                       # member checks its own on its cluster)
     prefect_env(workspace)
     if loaded.pools():                # the fleet: a server whose workers run the pooled systems, each online
         from tasks.ops.preflight import require_pools
@@ -59,6 +57,46 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         typer.echo(report.read_text())
         typer.echo(f"run folder: {latest.resolve()}")
     end_with(state)   # the run in one line, as its final state says it, or its error
+
+
+@app.command()
+@exits_on_error
+def preflight(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
+              nodes: Annotated[bool, typer.Option(
+                  "--nodes", help="also check the engines' nodes: a Slurm engine's take an allocation for seconds "
+                                  "(or steps in the job this runs in), a Kubernetes engine's a short-lived pod; "
+                                  "without it, only this host")] = False,
+              workspace: Workspace = Path(".podium")) -> None:
+    """Check everything the plan needs before anything starts, every problem in one report (each with its fix):
+    sources, credentials, engines, evaluators, LiveCodeBench tests, the endpoints client, inference_src, etcd and
+    NATS. Exit 0 when ready, 2 with the report. Starts no engine, submits no job."""
+    from submission.base.errors import one_error
+    from submission.plan import model as plans
+    from tasks.ops.prerequisites import FIX, host_checks, on_nodes
+
+    loaded = plans.load(plan)
+    here = loaded.local()
+    found = host_checks(here, str(plan), capacity=not nodes)
+    for line in found.checked:
+        typer.echo(f"checked      {line}")
+    for line in found.elsewhere:
+        typer.echo(f"elsewhere    {line}")
+    for system, pool in loaded.pools().items():
+        typer.echo(f"elsewhere    system {system}: on work pool {pool}, checked there by its fleet member")
+    remote = sorted({f"{b.key} ({b.engine.launcher})" for b in here.benchmarks if b.engine.launcher != "local"})
+    if remote and not nodes:
+        typer.echo(f"not checked  the engines' nodes of {', '.join(remote)} (their interpreter, etcd and NATS on "
+                   "node 0, the description from node 0): `podium preflight PLAN --nodes` checks them, as "
+                   "`podium run` does")
+    elif nodes and found.problems:
+        typer.echo("not checked  the engines' nodes: once this host's problems below are fixed")
+    found.require()
+    if nodes:
+        try:
+            on_nodes(here, workspace.resolve(), lambda line: typer.echo(f"checked      {line}"))
+        except PodiumError as e:
+            raise one_error([e], fix=FIX) from None
+    typer.echo("preflight: OK")
 
 
 @app.command()

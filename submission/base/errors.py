@@ -86,6 +86,17 @@ class CurationError(PodiumError):
     final = True
 
 
+def one_error(problems: Sequence[PodiumError], fix: str, where: str | None = None) -> PlanError:
+    """Every problem as one PlanError (exit 2) placed at `where` (e.g. the plan file): the problem itself when it is
+    the only one (its message, place and fix), else a list of each with its own fix (its place, unless `where`),
+    and `fix` for the whole."""
+    if len(problems) == 1:
+        return PlanError(problems[0].message, fix=problems[0].fix, where=problems[0].where or where)
+    items = "".join("\n  - " + str(PodiumError(p.message, fix=p.fix, where=None if p.where == where else p.where))
+                    .replace("\n", "\n    ") for p in problems)
+    return PlanError(f"{len(problems)} problems:{items}", fix=fix, where=where)
+
+
 def did_you_mean(value: str, valid: Iterable[str]) -> str:
     """A hint for an unknown name: the closest valid names, then the full list."""
     options = sorted(valid)

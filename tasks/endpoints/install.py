@@ -24,6 +24,7 @@ from submission.rules import load_rules
 DIST_INFO = "inference_endpoint-*.dist-info"    # the wheel name of the distribution `inference-endpoint`
 COMMAND = "inference-endpoint"
 DEFAULT_VENV = Path(__file__).resolve().parents[2] / ".venv-endpoints"   # where `make venv-endpoints` puts it
+MIN_PYTHON = (3, 12)   # inference-endpoint's requires-python (its pyproject.toml); the Makefile's ENDPOINTS_PYTHON
 
 
 def install_fix(commit: str, repository: str) -> str:
@@ -32,9 +33,11 @@ def install_fix(commit: str, repository: str) -> str:
             f"(`git archive {commit[:7]}`)")
 
 
-def require_client(round: str, venv: Path = DEFAULT_VENV) -> Path:
-    """The `inference-endpoint` command of `venv`, checked installed at the commit `round`'s rules pin; LaunchError
-    (naming the make target and ENDPOINTS_SRC) when it is missing, at another commit, or at a commit it cannot tell."""
+def require_client(round: str, venv: Path | None = None) -> Path:
+    """The `inference-endpoint` command of `venv` (default DEFAULT_VENV), checked installed at the commit `round`'s
+    rules pin on a Python >= 3.12; LaunchError (naming the make target and ENDPOINTS_SRC) when it is missing, on an
+    older Python, at another commit, or at a commit it cannot tell."""
+    venv = venv or DEFAULT_VENV
     pin = load_rules(round).endpoints_client
     if pin is None:
         raise LaunchError(f"round {round} pins no endpoints client (its rules have no endpoints_client)",
@@ -43,11 +46,27 @@ def require_client(round: str, venv: Path = DEFAULT_VENV) -> Path:
     command = venv / "bin" / COMMAND
     if not command.exists():
         raise LaunchError(f"the endpoints client is not installed: {command} is missing", fix=fix)
+    python = python_version(venv)
+    if python is not None and python < MIN_PYTHON:
+        raise LaunchError(f"the endpoints client in {venv} runs on Python {'.'.join(map(str, python))}, but it needs "
+                          f"Python >= {'.'.join(map(str, MIN_PYTHON))}",
+                          fix=f"rm -rf {venv}, then `make venv-endpoints ENDPOINTS_PYTHON=python3.12` (any Python "
+                              f">= 3.12 on this host)")
     found = installed_commit(venv)
     if found != pin.commit:
         raise LaunchError(f"the endpoints client in {venv} is at commit {found[:12]}, but the {round} rules pin "
                           f"{pin.commit[:12]} ({pin.repository})", fix=fix)
     return command
+
+
+def python_version(venv: Path) -> tuple[int, int] | None:
+    """(major, minor) of the Python the client is installed for, from its site-packages folder
+    (lib/pythonX.Y/site-packages); None when no install is there."""
+    for info in sorted(venv.glob(f"lib/python*/site-packages/{DIST_INFO}")):
+        major, _, minor = info.parents[1].name.removeprefix("python").partition(".")
+        if major.isdigit() and minor.isdigit():
+            return int(major), int(minor)
+    return None
 
 
 def installed_commit(venv: Path) -> str:

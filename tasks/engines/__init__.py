@@ -138,6 +138,11 @@ class EngineBackend(Protocol):
         """(nodes, ports per node) that these options need."""
         return 1, self.ports_needed
 
+    def services(self, options: OptionsLike) -> dict[str, str]:
+        """The commands it starts on node 0 besides the engine itself, by the option that names each (preflight
+        looks for them where they run). Default: none."""
+        return {}
+
     def build(self, options: OptionsLike, model_dir: Path, out_dir: Path, runner: Any) -> list[str]:
         """Build what the engine serves from into `out_dir` (tasks/serving/build.py's Runner does the work); returns
         the files written. Default: nothing to build."""
@@ -178,6 +183,12 @@ def backend(name: str) -> EngineBackend:
     if name not in BACKENDS:
         raise PlanError(f"unknown engine {name!r}", fix=did_you_mean(name, BACKENDS))
     return importlib.import_module(BACKENDS[name]).BACKEND
+
+
+def service_fix(option: str, command: str, place: str) -> str:
+    """How to fix a command of `EngineBackend.services` missing on `place`."""
+    return (f"install {command} on {place} (etcd: Debian's etcd-server package or an etcd-io/etcd release; "
+            f"nats-server: a nats-io/nats-server release), or set engine.{option} to its path")
 
 
 def engine_identity(name: str, options: OptionsLike) -> str:

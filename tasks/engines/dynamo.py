@@ -75,9 +75,14 @@ class DynamoBackend(EngineBackend):
     def slots(self, o: DynamoOptions) -> list[Slot]:
         return place(o.pools(), o.nodes, o.gpus_per_node, o.workers_per_gpu)
 
+    def services(self, options: OptionsLike) -> dict[str, str]:
+        """etcd for `discovery: etcd`, nats-server when a plane is NATS (engines.md §3)."""
+        o = self.options(options)
+        return {**({"options.etcd": o.etcd} if o.discovery == "etcd" else {}),
+                **({"options.nats": o.nats} if "nats" in (o.request_plane, o.event_plane) else {})}
+
     def _infra_ports(self, o: DynamoOptions) -> int:
-        nats = "nats" in (o.request_plane, o.event_plane)
-        return 2 * (o.discovery == "etcd") + 2 * nats
+        return 2 * len(self.services(o))   # each: a client port and a peer (etcd) or monitoring (NATS) one
 
     def demand(self, options: OptionsLike) -> tuple[int, int]:
         o = self.options(options)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from submission.base.errors import PlanError
+from submission.base.errors import PlanError, one_error
 from submission.budget import capacity
 from submission.plan.model import Plan
 
@@ -35,16 +35,24 @@ def has_credentials() -> bool:
     return botocore.session.get_session().get_credentials() is not None
 
 
-def check_inputs(plan: Plan, source: str = "<plan>") -> None:
-    """Raise PlanError for the first missing source or missing storage credentials."""
-    for field, path in _sources(plan):
-        if not path.startswith("s3://") and not Path(path).exists():
-            raise PlanError(f"{field}: {path} does not exist", where=source,
-                            fix="build the smoke assets with `make smoke-assets`, or fix the path")
+def input_problems(plan: Plan, source: str | None = None) -> list[PlanError]:
+    """One PlanError for each missing local source, and one for missing storage credentials."""
+    problems = [PlanError(f"{field}: {path} does not exist", where=source,
+                          fix="copy it there (docs/operations.md, \"Staging models and data sets\"), or fix the path; "
+                              "the smoke plans' assets: `make smoke-assets`")
+                for field, path in _sources(plan) if not path.startswith("s3://") and not Path(path).exists()]
     if not plan.storage.embedded and not has_credentials():   # s3:// sources use the same storage's access
-        raise PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
-                        f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance role",
-                        where=source, fix=CREDENTIALS_FIX)
+        problems.append(PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
+                                  f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance "
+                                  "role", where=source, fix=CREDENTIALS_FIX))
+    return problems
+
+
+def check_inputs(plan: Plan, source: str = "<plan>") -> None:
+    """Raise one PlanError naming every missing source and missing storage credentials."""
+    problems = input_problems(plan, source)
+    if problems:
+        raise one_error(problems, fix="fix each as it says", where=source)
 
 
 def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,

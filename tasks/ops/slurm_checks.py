@@ -5,6 +5,8 @@
   (Grace); a venv built on an x86_64 login node fails there with "Exec format error", or, under binfmt emulation,
   runs emulated. Either way the check names the interpreter, the node and how to build it (docs/operations.md,
   "Production quickstart: Slurm");
+- **the commands the engine starts beside itself** (Dynamo's etcd and nats-server, `EngineBackend.services`): found
+  on node 0, where the engine starts them, by the engine's interpreter in the engine's container (a short step);
 - **system description**: submission/tree/host_facts.py's source run on node 0 of the engine by the nodes' Python
   (`engine.slurm.python`, no Podium needed there), so the description is the engine node's, not the flow host's;
 - **time**: inside a job (`allocation: auto|inherit`), the job's time left (`squeue %L`) against what the plan
@@ -26,10 +28,11 @@ from submission.budget.slurm_time import job_need, seconds, slurm_time
 from submission.plan.model import BenchmarkSpec, Plan
 from submission.plan.slurm_options import SlurmSettings
 from submission.tree import host_facts
-from tasks.engines import backend
+from tasks.engines import backend, service_fix
 from tasks.launchers import slurm_cli as cli
 
 ARCH = "import platform; print(platform.machine())"
+MISSING = "import shutil, sys; print(' '.join(c for c in sys.argv[1:] if shutil.which(c) is None))"
 ENGINE_VENV_FIX = ("build the engine's venv on a node of that architecture from the engines' lock (docs/operations.md, "
                    "\"Production quickstart: Slurm\", step 1) and point engine.options.python at it")
 
@@ -58,6 +61,20 @@ def check_architecture(settings: SlurmSettings, env: Mapping[str, str], job: str
                               f"node {node} is {machine}", fix=ENGINE_VENV_FIX)
         machines[node] = machine
     return machines
+
+
+def check_services(settings: SlurmSettings, env: Mapping[str, str], job: str, node: str, python: str,
+                   services: Mapping[str, str], name: str) -> None:
+    """Each command of `services` (option -> command) found on `node` where the engine's steps run; else
+    LaunchError naming every missing one and its option."""
+    argv = [python, "-c", MISSING, *services.values()]
+    missing = set(cli.run(step_argv(settings, job, node, argv, name, container=True), env).split())
+    lost = [f"engine.{option}={command}" for option, command in services.items() if command in missing]
+    if lost:
+        raise LaunchError(f"{', '.join(lost)}: not found on {node}, node 0 of Slurm job {job}, where the engine starts "
+                          f"{'them' if len(lost) > 1 else 'it'}",
+                          fix="; ".join(service_fix(o, services[o], node) for o in services
+                                        if services[o] in missing))
 
 
 def detect_on_node(settings: SlurmSettings, env: Mapping[str, str], job: str, node: str, storage: str,
@@ -104,6 +121,11 @@ def node_checks(plan: Plan, state_dir: Path | None = None, storage: str = "/",
                                                   list(alloc.nodes[:nodes]), python, name)
                     where_ = ", ".join(f"{n} ({m})" for n, m in machines.items())
                     log(f"{bench.key}: {python} runs natively on {where_}")
+                services = backend(bench.engine.name).services(bench.engine.config())
+                if services:
+                    check_services(where.settings, where.env, alloc.job_id, alloc.nodes[0],
+                                   python or where.settings.python, services, name)
+                    log(f"{bench.key}: {', '.join(services.values())} found on {alloc.nodes[0]} (node 0)")
                 if bench.system not in facts:
                     facts[bench.system] = detect_on_node(where.settings, where.env, alloc.job_id, alloc.nodes[0],
                                                          storage, name)

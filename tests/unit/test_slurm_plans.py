@@ -17,7 +17,7 @@ from submission.tree.systems import describe_sourced, gaps
 from tasks.engines import ProcessSpec
 from tasks.launchers import slurm_cli as cli
 from tasks.ops.inputs import check_capacity
-from tasks.ops.preflight import describe_systems, require_description_sources
+from tasks.ops.prerequisites import describe_systems, require_description_sources
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
 QWEN = PLANS / "qwen3-vl-dynamo-50-50.yaml"

@@ -1,0 +1,221 @@
+"""What a plan needs before an engine starts, Prefect-free (`podium preflight`, `podium run` and the flows'
+preflight task, tasks/ops/preflight.py, call these). `host_checks`: on the host that runs the flow, before anything
+is allocated, every problem reported at once:
+
+- every local source the plan names exists, and object storage has credentials (tasks/ops/inputs.py);
+- a closed submission gives every description field that no node can tell (`require_description_sources`);
+- each engine is known and installed (its version: the plan's pin, or what `options.python` has), each evaluator known;
+- the LiveCodeBench tests of an accuracy score that runs them (gpt-oss-120b: `dataset.lcb_tests`), since the scoring
+  reads them only after the whole accuracy run;
+- the endpoints client, where a benchmark is measured by it, installed on a Python >= 3.12 at the commit the round
+  pins (tasks/endpoints/install.py), since it runs on this host;
+- `inference_src`, where the plan gives it: mlcommons/inference at the commit the round pins, the checker in it
+  (tasks/ops/inference_sources.py);
+- the commands a local engine starts beside itself (Dynamo's etcd and nats-server, `EngineBackend.services`) found on
+  this host. A Slurm engine's are looked for on node 0 of its allocation by the node checks
+  (tasks/ops/slurm_checks.py); a Kubernetes engine's are its image's, not checked;
+- when asked, every engine fits its GPUs and every run its sequence budget (tasks/ops/inputs.py `check_capacity`).
+
+Each check returns its problems (PodiumErrors naming the plan field or the missing piece, and the command that fixes
+it); `Findings.require` raises them as one PlanError (exit 2).
+
+`on_nodes`: then, on the engines' nodes, each system described from the node that runs its engine: node 0 of its
+Slurm allocation, by a Slurm step (tasks/ops/slurm_checks.py); under Kubernetes, the node a short-lived pod shaped
+like the engine's lands on (tasks/ops/kube_checks.py); a local engine's system from this host. A closed submission
+takes no field that holds no fact (`unknown`, or a guessed default)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from submission.base.errors import PlanError, PodiumError, one_error
+from submission.plan.model import Plan
+from submission.rules import load_rules
+from submission.tree.systems import describe_sourced, forecast, gaps, require_complete
+from tasks.accuracy import evaluator
+from tasks.accuracy.livecodebench import CodeGrading
+from tasks.engines import backend, engine_identity, service_fix
+from tasks.ops.inputs import check_capacity, input_problems
+
+FIX = "fix each as it says, then check again with `podium preflight PLAN`"
+LCB_FIX = ("set it to the LiveCodeBench release_v6 tests as JSON lines (docs/benchmarks.md, \"gpt-oss-120b\": "
+           "`question_id`, `public_test_cases`, `private_test_cases`, `metadata`, one problem a line)")
+
+
+@dataclass
+class Findings:
+    """What was checked, every problem found, and what was not checked here (and where it is)."""
+
+    where: str | None = None   # the plan file
+    checked: list[str] = field(default_factory=list)
+    problems: list[PodiumError] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)
+
+    def check(self, what: str, problems: list[PodiumError]) -> None:
+        """One check's outcome: `what` is checked when it found no problem."""
+        if problems:
+            self.problems += problems
+        else:
+            self.checked.append(what)
+
+    def require(self) -> None:
+        """One PlanError naming every problem, if there is any."""
+        if self.problems:
+            raise one_error(self.problems, fix=FIX, where=self.where)
+
+
+def raised(call: Callable[..., Any], *args: Any, where: str | None = None) -> list[PodiumError]:
+    """The problem `call(*args)` raises (as a PlanError placed at `where` when given), or none."""
+    try:
+        call(*args)
+    except PodiumError as e:
+        return [PlanError(e.message, fix=e.fix, where=where or e.where)]
+    return []
+
+
+def host_checks(plan: Plan, source: str | None = None, *, capacity: bool = True) -> Findings:
+    """Every check of this module's doc on `plan` (its local systems: `Plan.local()`); `capacity`: also the memory
+    fit and sequence budgets from the plan's descriptions (the flow checks them with the engine nodes' own)."""
+    found = Findings(where=source)
+    found.check("every source the plan names exists; object storage has credentials", input_problems(plan, source))
+    found.check("the systems' descriptions: every field a closed submission needs has a source",
+                raised(require_description_sources, plan))
+    for i, b in enumerate(plan.benchmarks):
+        found.check(f"{b.key}: engine {b.engine.name} known, its version pinned or installed",
+                    raised(engine_identity, b.engine.name, b.engine.config(), where=f"benchmarks.{i}.engine"))
+        if b.accuracy:
+            found.check(f"{b.key}: evaluator {b.evaluator or b.benchmark} known",
+                        raised(evaluator, b.evaluator or b.benchmark, where=f"benchmarks.{i}.evaluator"))
+    if any(_runs_lcb(b) for b in plan.benchmarks):
+        found.check("the LiveCodeBench tests of each gpt-oss-120b accuracy score named", lcb_problems(plan))
+    if any(plan.harness(b) == "endpoints" for b in plan.benchmarks):
+        found.check(f"the endpoints client at the {plan.round} commit, on Python >= 3.12", endpoints_problems(plan))
+    if plan.inference_src:
+        found.check(f"inference_src: mlcommons/inference at the {plan.round} commit", inference_src_problems(plan))
+    services = {b.key: (b.engine.launcher, backend(b.engine.name).services(b.engine.config()))
+                for b in plan.benchmarks}
+    if any(launcher == "local" and named for launcher, named in services.values()):
+        found.check("the commands the local engines start (etcd, nats-server) found here", service_problems(plan))
+    found.elsewhere += [f"{key}: {', '.join(named.values())} "
+                        + ("on node 0 of its Slurm allocation, by the node checks" if launcher == "slurm"
+                           else "in the engine's image, not checked")
+                        for key, (launcher, named) in services.items() if launcher != "local" and named]
+    if capacity:
+        found.check("every engine fits its GPUs, every run its sequence budget and Slurm time",
+                    raised(check_capacity, plan))
+    return found
+
+
+def on_nodes(plan: Plan, root: Path | None, log: Callable[[str], object]) -> dict[str, dict[str, str]]:
+    """After `host_checks`: the nodes of each Slurm engine (tasks/ops/slurm_checks.py: its interpreter's
+    architecture, the commands it starts, the job's time) and a pod like each Kubernetes engine's
+    (tasks/ops/kube_checks.py) describe its system; every description complete; every engine fitting the GPUs the
+    descriptions give. Takes a Slurm allocation for seconds where none is held, or starts one short-lived pod.
+    Returns the descriptions (`root`: the workspace, for the launchers' state)."""
+    from tasks.ops.kube_checks import describe_engine_nodes
+    from tasks.ops.slurm_checks import node_checks
+
+    pids = root / "pids" if root else None
+    nodes = node_checks(plan, pids, str(root or "/"), log)       # on each Slurm engine's nodes
+    nodes |= describe_engine_nodes(plan, pids, log)              # a pod like each k8s engine's
+    systems = describe_systems(plan, nodes)
+    gpu_memory = {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()}
+    check_capacity(plan, gpu_memory, log)                        # fits its GPUs; every run within its budget
+    return systems
+
+
+def describe_systems(plan: Plan, detected: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
+    """Each system's description from the plan's overrides and what its engine's node told (`detected`; this host
+    for a system missing there), checked complete; a closed submission's also free of guesses."""
+    systems = {}
+    for system in plan.systems:
+        frameworks = sorted({f"{b.engine.name} {backend(b.engine.name).version(b.engine.config())}"
+                             for b in plan.benchmarks if b.system == system.name})
+        desc, sources = describe_sourced(
+            division=plan.division, submitter=plan.submitter, system_name=system.name, status=system.status,
+            system_type=system.system_type, number_of_nodes=system.nodes, framework=", ".join(frameworks) or "none",
+            overrides=system.description, host=(detected or {}).get(system.name), round=plan.round)
+        require_complete(desc, division=plan.division, submitter=plan.submitter, round=plan.round)
+        missing = gaps(desc, sources, plan.round) if plan.strict_description else []
+        if missing:
+            i = plan.systems.index(system)
+            raise PlanError(f"system {system.name!r}: a closed submission needs a real value for "
+                            f"{len(missing)} field(s) that nothing detected: "
+                            + ", ".join(f"{f} (now {desc[f]!r}, {sources[f]})" for f in missing),
+                            fix=f"give each in systems.{i}.description, e.g. {missing[0]}: ...")
+        systems[system.name] = desc
+    return systems
+
+
+def require_description_sources(plan: Plan) -> None:
+    """Before the flow starts (and again in preflight): a closed submission's fields that neither the plan gives
+    nor a node can tell, one PlanError listing them all with the fix."""
+    if not plan.strict_description:
+        return
+    problems = [f"systems.{i}.description.{field}" for i, system in enumerate(plan.systems)
+                for field, source in forecast(system.description, system.nodes, plan.round) if source == "nowhere"]
+    if problems:
+        raise PlanError("a closed submission's system description needs fields that no node can tell and the plan "
+                        "does not give:\n  - " + "\n  - ".join(problems),
+                        fix="give each one in the plan (what the official checker requires non-empty; "
+                            "`podium launch PLAN --dry-run` lists where every field comes from)")
+
+
+def _runs_lcb(bench: Any) -> bool:
+    """Whether the benchmark's accuracy score runs LiveCodeBench tests (an unknown evaluator: its own check says)."""
+    try:
+        return bench.accuracy and isinstance(evaluator(bench.evaluator or bench.benchmark), CodeGrading)
+    except PodiumError:
+        return False
+
+
+def lcb_problems(plan: Plan) -> list[PodiumError]:
+    """An accuracy score that runs LiveCodeBench tests needs `dataset.lcb_tests` (a staged data set sits alone in its
+    stage folder, so no file beside it is found); that it exists is `input_problems`'."""
+    return [PlanError(f"{b.benchmark}'s accuracy score needs the LiveCodeBench tests, and the plan names none",
+                      where=f"benchmarks.{i}.dataset.lcb_tests", fix=LCB_FIX)
+            for i, b in enumerate(plan.benchmarks) if _runs_lcb(b) and not b.dataset.lcb_tests]
+
+
+def endpoints_problems(plan: Plan) -> list[PodiumError]:
+    """The endpoints client installed as the round pins it, when a benchmark is measured by it."""
+    from tasks.endpoints.install import require_client
+
+    users = [f"benchmarks.{i}" for i, b in enumerate(plan.benchmarks) if plan.harness(b) == "endpoints"]
+    if not users:
+        return []
+    return raised(require_client, plan.round, where=f"{', '.join(users)} (measured by the endpoints client)")
+
+
+def inference_src_problems(plan: Plan) -> list[PodiumError]:
+    """`inference_src`, when given: a checkout of mlcommons/inference at the round's pinned commit, unchanged, with
+    the checker in it."""
+    from tasks.ops.inference_sources import require_git, verify
+
+    if not plan.inference_src:
+        return []
+    pin = load_rules(plan.round).inference_sources
+    folder = Path(plan.inference_src).expanduser()
+    fix = (f"`podium fetch-inference --round {plan.round}` fetches mlcommons/inference at {pin.commit[:12]} and "
+           f"prints its folder: set inference_src to that folder")
+    if not folder.is_dir():
+        return [PlanError(f"{folder} does not exist", where="inference_src", fix=fix)]
+    try:
+        verify(require_git(str(folder), pin.commit), folder.resolve(), pin.commit)
+    except PodiumError as e:
+        return [PlanError(f"{e.message} (the {plan.round} checker's sources are mlcommons/inference at "
+                          f"{pin.commit[:12]})", where="inference_src", fix=fix)]
+    return []
+
+
+def service_problems(plan: Plan) -> list[PodiumError]:
+    """Each command a local engine starts beside itself, found on this host (a path, or a name on PATH)."""
+    return [PlanError(f"{command} is not on this host (not a path, not on PATH), and the engine starts it",
+                      where=f"benchmarks.{i}.engine.{option}", fix=service_fix(option, command, "this host"))
+            for i, b in enumerate(plan.benchmarks) if b.engine.launcher == "local"
+            for option, command in backend(b.engine.name).services(b.engine.config()).items()
+            if shutil.which(command) is None]
