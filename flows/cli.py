@@ -85,9 +85,9 @@ def preflight(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         typer.echo(f"elsewhere    system {system}: on work pool {pool}, checked there by its fleet member")
     remote = sorted({f"{b.key} ({b.engine.launcher})" for b in here.benchmarks if b.engine.launcher != "local"})
     if remote and not nodes:
-        typer.echo(f"not checked  the engines' nodes of {', '.join(remote)} (their interpreter, etcd and NATS on "
-                   "node 0, the description from node 0): `podium preflight PLAN --nodes` checks them, as "
-                   "`podium run` does")
+        typer.echo(f"not checked  the engines' nodes of {', '.join(remote)}: `podium preflight PLAN --nodes` "
+                   "checks them as `podium run` does (Slurm: steps on the allocation's nodes; Kubernetes: a pod "
+                   "like the engine's)")
     elif nodes and found.problems:
         typer.echo("not checked  the engines' nodes: once this host's problems below are fixed")
     found.require()

@@ -187,7 +187,7 @@ def backend(name: str) -> EngineBackend:
 
 def service_fix(option: str, command: str, place: str) -> str:
     """How to fix a command of `EngineBackend.services` missing on `place`."""
-    return (f"install {command} on {place} (etcd: Debian's etcd-server package or an etcd-io/etcd release; "
+    return (f"install {Path(command).name} on {place} (etcd: Debian's etcd-server package or an etcd-io/etcd release; "
             f"nats-server: a nats-io/nats-server release), or set engine.{option} to its path")
 
 

@@ -1,5 +1,6 @@
-"""What `podium run` checks about a valid plan's surroundings before anything starts: no workspace folder, no
-Prefect, no process. Each problem is one PlanError naming the plan field (or the environment variables) and the fix.
+"""Two of the checks of a valid plan's surroundings before anything starts (tasks/ops/prerequisites.py runs them for
+`podium preflight`, `podium run` and the flows): no workspace folder, no Prefect, no process. Each problem is one
+PlanError naming the plan field (or the environment variables) and the fix.
 
 - every local source the plan names exists (model, performance, accuracy and compliance data sets);
 - every engine fits its GPUs and every run its sequence budget (submission/budget/capacity.py; docs/engines.md), and
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from submission.base.errors import PlanError, one_error
+from submission.base.errors import PlanError
 from submission.budget import capacity
 from submission.plan.model import Plan
 
@@ -46,13 +47,6 @@ def input_problems(plan: Plan, source: str | None = None) -> list[PlanError]:
                                   f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance "
                                   "role", where=source, fix=CREDENTIALS_FIX))
     return problems
-
-
-def check_inputs(plan: Plan, source: str = "<plan>") -> None:
-    """Raise one PlanError naming every missing source and missing storage credentials."""
-    problems = input_problems(plan, source)
-    if problems:
-        raise one_error(problems, fix="fix each as it says", where=source)
 
 
 def check_capacity(plan: Plan, capacities: Mapping[str, str] | None = None,

@@ -1,5 +1,5 @@
-"""tasks/ops/inputs.py, the checks `podium run` makes before anything starts: the positive side (the bad side is
-test_bad_plans.py, through the CLI)."""
+"""tasks/ops/inputs.py, among the checks `podium run` and `podium preflight` make before anything starts: the
+positive side (the bad side is test_bad_plans.py, through the CLI)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from submission.base.errors import PlanError
 from submission.plan import model as plans
-from tasks.ops.inputs import check_inputs
+from tasks.ops.inputs import input_problems
 
 pytestmark = [pytest.mark.faults]
 
@@ -37,14 +36,15 @@ def test_credentials_from_the_environment_or_a_profile_pass(tmp_path: Path, monk
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    with pytest.raises(PlanError, match="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
-        check_inputs(external)
+    [problem] = input_problems(external)
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in str(problem)
     (tmp_path / "e").mkdir()
-    check_inputs(_plan(tmp_path / "e", {"bucket": "b", "embedded": True}))   # embedded: the server's own keys
+    embedded = _plan(tmp_path / "e", {"bucket": "b", "embedded": True})
+    assert input_problems(embedded) == []   # embedded: the server's own keys
     (tmp_path / "credentials").write_text("[podium]\naws_access_key_id = AK\naws_secret_access_key = SK\n")
     monkeypatch.setenv("AWS_PROFILE", "podium")
-    check_inputs(external)   # a profile is enough
+    assert input_problems(external) == []   # a profile is enough
     monkeypatch.delenv("AWS_PROFILE")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
-    check_inputs(external)   # so are the two variables
+    assert input_problems(external) == []   # so are the two variables

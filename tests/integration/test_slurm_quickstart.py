@@ -91,6 +91,32 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
     assert _jobs(slurm_conf) == []
 
 
+def test_preflight_looks_for_etcd_on_node_0_of_the_allocation(slurm_conf: Path, smoke_store: Path,
+                                                               tmp_path: Path) -> None:
+    """A Dynamo engine with `discovery: etcd` starts etcd on node 0: a step there finds it (named as a path, then a
+    path that is not there), and the allocation taken for the checks is given back either way."""
+    etcd = tmp_path / "etcd"
+    etcd.write_text("#!/bin/sh\n")
+    etcd.chmod(0o755)
+    slurm = {"slurm_conf": str(slurm_conf), "allocation": "new", "python": sys.executable, "grace_s": 3}
+    engine = {"name": "dynamo", "launcher": "slurm", "slurm": slurm, "options": {
+        "python": sys.executable, "version": "1.6.1", "worker": "mocker", "gpus_per_node": 0, "discovery": "etcd",
+        "etcd": str(etcd)}}
+    said: list[str] = []
+    node_checks(plans.load(_slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)), tmp_path / "pids",
+                str(tmp_path), said.append)
+    assert f"cpu-smoke/gpt-oss-120b: {etcd} found on node1 (node 0)" in said
+
+    engine["options"]["etcd"] = str(tmp_path / "bin" / "etcd")
+    plan = plans.load(_slurm_plan(tmp_path / "gone.yaml", smoke_store, slurm_conf, engine))
+    with pytest.raises(LaunchError) as e:
+        node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
+    assert re.search(rf"engine.options.etcd={tmp_path}/bin/etcd: not found on node1, node 0 of Slurm job \d+, "
+                     "where the engine starts it", str(e.value)), str(e.value)
+    assert "fix: install etcd on node1" in str(e.value)
+    assert _jobs(slurm_conf) == []
+
+
 def test_the_slurm_quickstart_on_the_local_cluster(slurm_conf: Path, smoke_store: Path, tmp_path: Path) -> None:
     engine = {"name": "simulated", "launcher": "slurm", "ready_timeout_s": 60, "warmup_requests": 0,
               "slurm": {"python": sys.executable, "grace_s": 3}}   # step 5: the plan's slurm section
