@@ -80,7 +80,8 @@ def test_the_quickstart_names_real_files_and_commands() -> None:
                  "deployments/prefect.yaml", "deployments/work-pools/kubernetes.json"):
         assert path in doc and (REPO / path).is_file(), path
     steps = ["kubectl create namespace mlperf", "kubectl apply -f deployments/kubernetes/rbac.yaml",
-             "create secret generic podium-s3", f"podium launch {PLAN.relative_to(REPO)} --dry-run",
+             "create secret generic podium-s3", "podium fetch-inference",
+             f"podium launch {PLAN.relative_to(REPO)} --dry-run", f"podium preflight {PLAN.relative_to(REPO)}",
              "docker build -f deployments/kubernetes/Dockerfile", "podium setup", "--pool podium-kubernetes",
              "--name run-k8s", "prefect deployment run 'podium-submission/run-k8s'"]
     at = [doc.index(s) for s in steps]

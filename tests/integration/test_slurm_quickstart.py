@@ -128,6 +128,9 @@ def test_the_slurm_quickstart_on_the_local_cluster(slurm_conf: Path, smoke_store
     assert arch == [os.uname().machine] * 2
 
     review = _run(_steps(6)[0], env)                    # step 6: the dry run says what Slurm must give
+    checked = _run(_steps(6)[1], env)                   # and preflight checks this host, leaving the nodes
+    assert checked.rstrip().endswith("preflight: OK"), checked
+    assert "not checked  the engines' nodes of cpu-smoke/gpt-oss-120b (slurm)" in checked
     assert "Slurm time: 1 run(s) x their length x 1.5" in review
     job_time = re.search(r"podium\.sbatch needs --time >= (\S+) for the whole plan", review).group(1)
 
