@@ -2,7 +2,8 @@
 local-cluster.sh): its `# step N` commands run as written (the engine's interpreter against `uname -m`, the dry run,
 the sbatch run with the --time the dry run printed), with the simulated engine for Dynamo and the embedded S3 server.
 And preflight's checks on the nodes themselves: the engine interpreter's architecture on every node (the real one,
-then a fake one built for aarch64) and the system described from node 0 of the engine's allocation by a Slurm step."""
+then a fake one built for aarch64), etcd looked for on node 0 (`podium preflight PLAN --nodes`) and the system
+described from node 0 of the engine's allocation by a Slurm step."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from flows.cli import app
 from submission.base.errors import LaunchError
 from submission.plan import model as plans
 from submission.tree.host_facts import detect_host
@@ -93,8 +96,9 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
 
 def test_preflight_looks_for_etcd_on_node_0_of_the_allocation(slurm_conf: Path, smoke_store: Path,
                                                                tmp_path: Path) -> None:
-    """A Dynamo engine with `discovery: etcd` starts etcd on node 0: a step there finds it (named as a path, then a
-    path that is not there), and the allocation taken for the checks is given back either way."""
+    """`podium preflight PLAN --nodes` of a Dynamo engine with `discovery: etcd`, which starts etcd on node 0: a step
+    there finds it (named as a path), then reports a path that is not there (exit 2, the option, the node and the
+    fix); the allocation taken for the checks is given back either way."""
     etcd = tmp_path / "etcd"
     etcd.write_text("#!/bin/sh\n")
     etcd.chmod(0o755)
@@ -102,18 +106,19 @@ def test_preflight_looks_for_etcd_on_node_0_of_the_allocation(slurm_conf: Path, 
     engine = {"name": "dynamo", "launcher": "slurm", "slurm": slurm, "options": {
         "python": sys.executable, "version": "1.6.1", "worker": "mocker", "gpus_per_node": 0, "discovery": "etcd",
         "etcd": str(etcd)}}
-    said: list[str] = []
-    node_checks(plans.load(_slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)), tmp_path / "pids",
-                str(tmp_path), said.append)
-    assert f"cpu-smoke/gpt-oss-120b: {etcd} found on node1 (node 0)" in said
+    plan = _slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)
+    found = CliRunner().invoke(app, ["preflight", str(plan), "--nodes", "--workspace", str(tmp_path / "ws")])
+    assert found.exit_code == 0, found.output
+    assert f"checked      cpu-smoke/gpt-oss-120b: {etcd} found on node1 (node 0)" in found.output
+    assert found.output.rstrip().endswith("preflight: OK")
 
     engine["options"]["etcd"] = str(tmp_path / "bin" / "etcd")
-    plan = plans.load(_slurm_plan(tmp_path / "gone.yaml", smoke_store, slurm_conf, engine))
-    with pytest.raises(LaunchError) as e:
-        node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
-    assert re.search(rf"engine.options.etcd={tmp_path}/bin/etcd: not found on node1, node 0 of Slurm job \d+, "
-                     "where the engine starts it", str(e.value)), str(e.value)
-    assert "fix: install etcd on node1" in str(e.value)
+    plan = _slurm_plan(tmp_path / "gone.yaml", smoke_store, slurm_conf, engine)
+    gone = CliRunner().invoke(app, ["preflight", str(plan), "--nodes", "--workspace", str(tmp_path / "ws")])
+    assert gone.exit_code == 2, gone.output
+    assert re.search(rf"error: engine.options.etcd={tmp_path}/bin/etcd: not found on node1, node 0 of Slurm job \d+, "
+                     "where the engine starts it", gone.output), gone.output
+    assert "fix: install etcd on node1" in gone.output
     assert _jobs(slurm_conf) == []
 
 
