@@ -90,27 +90,27 @@ def _write(plan: dict[str, Any], folder: Path) -> Path:
     return path
 
 
-def _no_checkpoint(plan: dict[str, Any], tmp_path: Path) -> None:
+def _no_checkpoint(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan["benchmarks"][0]["model"]["source"] = str(tmp_path / "models" / "gpt-oss-120b")
 
 
-def _no_lcb_tests(plan: dict[str, Any], tmp_path: Path) -> None:
+def _no_lcb_tests(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     del plan["benchmarks"][0]["dataset"]["lcb_tests"]
 
 
-def _no_endpoints_client(plan: dict[str, Any], tmp_path: Path) -> None:
-    install.DEFAULT_VENV = tmp_path / "no-venv"   # undone by the fixture's monkeypatch
+def _no_endpoints_client(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(install, "DEFAULT_VENV", tmp_path / "no-venv")
 
 
-def _no_etcd(plan: dict[str, Any], tmp_path: Path) -> None:
+def _no_etcd(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan["benchmarks"][1]["engine"]["options"]["etcd"] = str(tmp_path / "bin" / "etcd")
 
 
-def _inference_src_missing(plan: dict[str, Any], tmp_path: Path) -> None:
+def _inference_src_missing(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan["inference_src"] = str(tmp_path / "no-inference")
 
 
-def _inference_src_elsewhere(plan: dict[str, Any], tmp_path: Path) -> None:
+def _inference_src_elsewhere(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = Path(plan["inference_src"])
     (src / "loadgen.conf").write_text("later\n")
     _git(src, "add", "-A")
@@ -150,9 +150,10 @@ def test_the_complete_plan_passes_and_says_what_it_checked(ready: dict[str, Any]
 
 
 @pytest.mark.parametrize("name", list(PLANTED))
-def test_each_missing_piece_is_named_with_its_fix(name: str, ready: dict[str, Any], tmp_path: Path) -> None:
+def test_each_missing_piece_is_named_with_its_fix(name: str, ready: dict[str, Any], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     plant, expected = PLANTED[name]
-    plant(ready, tmp_path)
+    plant(ready, tmp_path, monkeypatch)
     found = host_checks(plans.load(_write(ready, tmp_path / "plan")), "plan.yaml")
     assert len(found.problems) == 1, found.problems
     with pytest.raises(PlanError) as error:
@@ -162,11 +163,11 @@ def test_each_missing_piece_is_named_with_its_fix(name: str, ready: dict[str, An
     assert error.value.exit_code == 2
 
 
-def test_every_missing_piece_in_one_report_exit_2_and_nothing_started(ready: dict[str, Any],
-                                                                        tmp_path: Path) -> None:
+def test_every_missing_piece_in_one_report_exit_2_and_nothing_started(ready: dict[str, Any], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     for name in PLANTED:
         if name != "inference-src-missing":   # the same field as inference-src-elsewhere: that one is planted
-            PLANTED[name][0](ready, tmp_path)
+            PLANTED[name][0](ready, tmp_path, monkeypatch)
     plan = _write(ready, tmp_path / "plan")
     workspace = tmp_path / "ws"
     before = _children()
@@ -182,9 +183,10 @@ def test_every_missing_piece_in_one_report_exit_2_and_nothing_started(ready: dic
     assert not workspace.exists() and _children() <= before   # no workspace, no process left
 
 
-def test_podium_run_refuses_the_same_plan_with_the_same_report(ready: dict[str, Any], tmp_path: Path) -> None:
-    _no_lcb_tests(ready, tmp_path)
-    _no_etcd(ready, tmp_path)
+def test_podium_run_refuses_the_same_plan_with_the_same_report(ready: dict[str, Any], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_lcb_tests(ready, tmp_path, monkeypatch)
+    _no_etcd(ready, tmp_path, monkeypatch)
     workspace = tmp_path / "ws"
     result = CliRunner().invoke(app, ["run", str(_write(ready, tmp_path / "plan")), "--workspace", str(workspace)])
     assert result.exit_code == 2, result.output
