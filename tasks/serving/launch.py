@@ -19,11 +19,13 @@ import yaml
 from submission.base.errors import PlanError, PodiumError
 from submission.budget import capacity as capacity_checks
 from submission.plan.model import BenchmarkSpec, EngineSpec, Plan
+from submission.plan.slurm_options import SlurmSettings
 from submission.rules import load_rules
 from submission.tree.host_facts import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
+from tasks.launchers.slurm_cli import sbatch_argv
 from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
@@ -150,14 +152,18 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
         return None
     from submission.budget.slurm_time import job_need, need, slurm_time, time_problems
 
-    n, settings = need(plan, bench), bench.engine.slurm_settings()
-    limit = settings.time_limit if settings else "04:00:00"
-    text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {limit} (used when Podium takes the allocation "
-                        f"itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
-                        f"{slurm_time(job_need(plan))} for the whole plan (preflight checks the job's time left)"]
-    return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": slurm_time(job_need(plan)),
+    n, settings = need(plan, bench), bench.engine.slurm_settings() or SlurmSettings()
+    job = slurm_time(job_need(plan))
+    nodes = settings.nodes or backend(bench.engine.name).demand(bench.engine.config())[0]
+    sbatch = sbatch_argv(settings, nodes, job, ["run", "PLAN.yaml"])
+    text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {settings.time_limit} (used when Podium takes the "
+                        f"allocation itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
+                        f"{job} for the whole plan (preflight checks the job's time left)"]
+    if settings.allocation != "new":
+        text.append(f"  Podium inside one job, with engine.slurm's allocation: {shlex.join(sbatch)}")
+    return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": job, "sbatch": sbatch,
             "problems": [p for p in time_problems(plan) if p.startswith(f"benchmarks.{plan.benchmarks.index(bench)}.")],
-            "time_limit": limit, "text": text}
+            "time_limit": settings.time_limit, "text": text}
 
 
 def _description(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
