@@ -36,24 +36,32 @@ def slurm_address(node: int) -> str:
     return f"NODE{node}_IPV4"
 
 
-def where(engine: EngineSpec) -> dict[str, Any]:
-    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter)."""
-    return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes}
+def owner(plan: Plan, bench: BenchmarkSpec) -> dict[str, str]:
+    """What an engine serves (plan, system, benchmark): the kubernetes launcher labels its objects with it."""
+    return {"plan": plan.name, "system": bench.system, "benchmark": bench.benchmark}
+
+
+def where(engine: EngineSpec, owner: dict[str, str] | None = None) -> dict[str, Any]:
+    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter), and
+    `owner` (see `owner`) for a launcher that labels what it creates."""
+    return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes,
+            "owner": owner}
 
 
 def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
     """The launcher `where` names (None: local), with its own section of settings."""
     name = (where or {}).get("launcher", "local")
     if name == "kubernetes":
-        return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name)
+        return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name,
+                        owner=where.get("owner"))
     if name == "slurm" and where.get("slurm"):
         return launcher("slurm", state_dir=state_dir, settings=where["slurm"])
     return launcher(name, state_dir=state_dir)
 
 
-def make_launcher(engine: EngineSpec, state_dir: Path) -> Launcher:
+def make_launcher(engine: EngineSpec, state_dir: Path, owner: dict[str, str] | None = None) -> Launcher:
     """The plan's launcher for this engine."""
-    return launcher_for(engine.name, where(engine), state_dir)
+    return launcher_for(engine.name, where(engine, owner), state_dir)
 
 
 def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
@@ -289,7 +297,7 @@ def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
     be = backend(engine.name)
     built = build(engine.name, engine.config(), Path(staged.path), staged.sha256, be.version(engine.config()),
                   ws.builds, logger)
-    where = make_launcher(engine, ws.pids)
+    where = make_launcher(engine, ws.pids, owner(plan, bench))
     log_dir = ws.root / "launch" / bench.key.replace("/", "-")
     with launched(be, engine.config(), model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]
                   engine.ready_timeout_s, Path(built.path)) as endpoint:
