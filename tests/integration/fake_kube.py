@@ -290,10 +290,10 @@ class FakeApiServer:
         self.thread.join(timeout=10)
 
 
-def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None) -> str:
-    """Apply the ServiceAccount, Roles and RoleBindings of `rbac` (the documents of a YAML file), the Roles and
-    RoleBindings moved to `namespace` when given; returns the ServiceAccount's token."""
-    [account] = [d for d in rbac if d["kind"] == "ServiceAccount"]
+def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None, account_name: str = "podium") -> str:
+    """Apply the ServiceAccounts, Roles and RoleBindings of `rbac` (the documents of a YAML file), the Roles and
+    RoleBindings moved to `namespace` when given; returns the token of the ServiceAccount `account_name`."""
+    [account] = [d for d in rbac if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account_name]
     for doc in rbac:
         if doc["kind"] in ("Role", "RoleBinding"):
             ns = namespace or doc["metadata"]["namespace"]

@@ -100,9 +100,10 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
         admin = k8s.ApiClient(_config(api.url, TOKEN))
         k8s.CoreV1Api(admin).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=settings.namespace)))
         k8s_utils.create_from_yaml(admin, yaml_objects=docs)
-        assert {("serviceaccounts", "podium"), ("roles", "podium-launcher"), ("rolebindings", "podium-launcher")} \
-            <= set(api.cluster.objects)
-        [account] = [d for d in docs if d["kind"] == "ServiceAccount"]
+        assert {("serviceaccounts", "podium"), ("roles", "podium-launcher"), ("rolebindings", "podium-launcher"),
+                ("serviceaccounts", "prefect-worker"), ("roles", "podium-worker"),
+                ("rolebindings", "podium-worker")} <= set(api.cluster.objects)
+        [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
         token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
 
         _check_flow_job(settings, bench, account)

@@ -37,9 +37,9 @@ def rbac() -> list[dict]:
     return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
 
 
-def granted(docs: list[dict]) -> set[tuple[str, str, str]]:
-    """Every (verb, API group, resource) the shipped Role grants."""
-    [role] = [d for d in docs if d["kind"] == "Role"]
+def granted(docs: list[dict], name: str = "podium-launcher") -> set[tuple[str, str, str]]:
+    """Every (verb, API group, resource) the shipped Role `name` grants."""
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == name]
     return {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]}
 
@@ -309,3 +309,40 @@ def _client_config(api: FakeApiServer, token: str) -> k8s.Configuration:
     config = k8s.Configuration()
     config.host, config.api_key = api.url, {"authorization": f"Bearer {token}"}
     return config
+
+
+# The calls of the Prefect worker (prefect-kubernetes: KubernetesWorker and its observer) for one flow run, as the
+# kubernetes client sends them: (method, path, query), JOB the flow Job's name.
+JOB = "podium-run-k8s-x7k2p"
+WORKER_CALLS = [
+    ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", {}),                                      # create_namespaced_job
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}", {}),                                 # read_namespaced_job
+    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": [f"job-name={JOB}"], "watch": ["true"]}),  # pod start
+    ("GET", f"/api/v1/namespaces/{NS}/pods/{JOB}-abcde/log", {"follow": ["true"]}),            # stream_output
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"fieldSelector": [f"metadata.name={JOB}"], "watch": ["true"]}),
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"fieldSelector": [f"metadata.name={JOB}"]}),   # after a 410
+    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": [f"job-name={JOB}"]}),           # the exit code
+    ("GET", f"/api/v1/namespaces/{NS}/events", {}),                                            # a pod never started
+    ("DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}", {}),                              # a cancelled run
+    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": ["prefect.io/flow-run-id"], "watch": ["true"]}),
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"labelSelector": ["prefect.io/flow-run-id"], "watch": ["true"]}),
+    ("POST", f"/api/v1/namespaces/{NS}/events", {}),                                           # the observer's note
+]
+
+
+def test_the_workers_role_grants_its_calls_and_nothing_more(api: FakeApiServer) -> None:
+    """The worker's account may make each call the worker and its observer make, in the plan's namespace, and the
+    Role grants nothing they do not use; the two accounts stay apart (the flow's cannot create Jobs, the worker's
+    cannot create the engine's Deployments)."""
+    worker = grant(api.cluster, rbac(), namespace=NS, account_name="prefect-worker")
+    podium = api.cluster.sa_token("mlperf", "podium")
+    calls = [attributes(m, p, q) for m, p, q in WORKER_CALLS]
+    assert [c for c in calls if not api.cluster.authorize(worker, c)] == []
+    used = {(c.verb, c.group, c.resource) for c in calls}
+    grants = granted(rbac(), "podium-worker")
+    assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
+    assert not api.cluster.authorize(podium, Attributes("create", "batch", "jobs", NS))
+    assert not api.cluster.authorize(worker, Attributes("create", "apps", "deployments", NS))
+    assert not api.cluster.authorize(worker, Attributes("create", "batch", "jobs", "default"))   # mlperf's only
+    [binding] = [d for d in rbac() if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "podium-worker"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prefect-worker", "namespace": "mlperf"}]
