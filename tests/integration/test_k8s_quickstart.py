@@ -81,7 +81,8 @@ def test_the_quickstart_names_real_files_and_commands() -> None:
         assert path in doc and (REPO / path).is_file(), path
     steps = ["kubectl create namespace mlperf", "kubectl apply -f deployments/kubernetes/rbac.yaml",
              "create secret generic podium-s3", f"podium launch {PLAN.relative_to(REPO)} --dry-run",
-             "docker build -f deployments/kubernetes/Dockerfile", "podium setup", "--pool podium-kubernetes",
+             "docker buildx build --platform linux/amd64,linux/arm64 -f deployments/kubernetes/Dockerfile",
+             "podium setup", "--pool podium-kubernetes",
              "--name run-k8s", "prefect deployment run 'podium-submission/run-k8s'"]
     at = [doc.index(s) for s in steps]
     assert at == sorted(at), "the quickstart's steps are in this order"

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
+from packaging.specifiers import SpecifierSet
 from prefect.utilities.templating import apply_values
 from prefect.workers.base import BaseJobConfiguration
 
@@ -101,7 +103,19 @@ def test_the_flow_image_matches_the_pool_and_the_repository() -> None:
     template = registration.template("kubernetes")
     [container] = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]["containers"]
     env = template["variables"]["properties"]["env"]["default"]
-    assert first["FROM"].startswith("python:3.11")
+    # one tag for x86_64 and aarch64 (GB200's Grace) nodes: a base published for both, Python >= 3.12 (the endpoints
+    # client's floor), which the project's requires-python admits
+    assert re.fullmatch(r"python:3\.(1[2-9])-slim-bookworm", first["FROM"])
+    python = first["FROM"].split(":")[1].split("-")[0]
+    assert SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]).contains(
+        python)
+    assert first["ARG"] == "TARGETARCH"
+    assert "docker buildx build --platform linux/amd64,linux/arm64 -f deployments/kubernetes/Dockerfile" in \
+        re.sub(r"\\\n#\s*", "", DOCKERFILE.read_text())
+    # loadgen has no aarch64 wheel: arm64 builds it from source, with a compiler installed before the project
+    [compiler] = [i for i, (op, args) in enumerate(steps) if op == "RUN" and "g++" in args]
+    assert '"$TARGETARCH" = "arm64"' in steps[compiler][1]
+    assert compiler < next(i for i, (op, args) in enumerate(steps) if op == "RUN" and "pip install" in args)
     assert first["WORKDIR"] == container["workingDir"] == env["PODIUM_REPO"] == "/opt/podium"
     assert "PODIUM_REPO=/opt/podium" in first["ENV"]
     # the worker puts `prefect flow-run execute` in the container's args: no ENTRYPOINT may stand in front of it
@@ -119,8 +133,6 @@ def test_the_flow_image_matches_the_pool_and_the_repository() -> None:
 
 
 def plans_extras() -> dict[str, list[str]]:
-    import tomllib
-
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 
