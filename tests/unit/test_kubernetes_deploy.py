@@ -74,10 +74,39 @@ def test_the_flow_pod_asks_for_gpus_only_when_it_runs_the_engine(launcher: str) 
     assert gpus["default"] == 0 and "launcher: kubernetes" in gpus["description"] and "`local`" in gpus["description"]
 
 
+def test_the_flow_pods_workspace_is_a_persistent_volume_claim() -> None:
+    """The workspace the submission flow writes (its default `workspace`, under the pod's working directory) is the
+    pool's claim, so the run cache and the tree outlive the pod; the claim shipped beside the pool is the default."""
+    import inspect
+
+    from flows.submission import submission
+
+    spec = pod(render({"image": "x"}))
+    [container] = spec.containers
+    workspace = Path(container.working_dir) / inspect.signature(submission.fn).parameters["workspace"].default
+    [mount] = [m for m in container.volume_mounts if m.mount_path == str(workspace)]
+    [volume] = [v for v in spec.volumes if v.name == mount.name]
+    claim = yaml.safe_load((REPO / "deployments" / "kubernetes" / "workspace-claim.yaml").read_text())
+    assert volume.persistent_volume_claim.claim_name == claim["metadata"]["name"] == "podium-workspace"
+    assert not volume.persistent_volume_claim.read_only and not mount.read_only
+    assert claim["metadata"]["namespace"] == registration_namespace()
+    stage = next(m for m in container.volume_mounts if m.name == "stage")   # the node's NVMe, inside the workspace
+    assert Path(stage.mount_path).parent == workspace
+    other = pod(render({"image": "x", "workspace_claim": "mlperf-runs"}))
+    assert [v.persistent_volume_claim.claim_name for v in other.volumes if v.name == mount.name] == ["mlperf-runs"]
+
+
+def registration_namespace() -> str:
+    """The namespace of the shipped Kubernetes deployments (their `namespace` job variable)."""
+    [ns] = {d["work_pool"]["job_variables"]["namespace"] for d in registration.deployments()
+            if d["name"].endswith("-k8s")}
+    return ns
+
+
 def test_the_data_volume_is_mounted_only_when_given() -> None:
     bare = pod(render({"image": "x"}))
-    assert [v.name for v in bare.volumes] == ["stage", "dshm"]
-    assert [m.name for m in bare.containers[0].volume_mounts] == ["stage", "dshm"]
+    assert [v.name for v in bare.volumes] == ["workspace", "stage", "dshm"]
+    assert [m.name for m in bare.containers[0].volume_mounts] == ["workspace", "stage", "dshm"]
     claim = {"name": "mlperf", "persistentVolumeClaim": {"claimName": "mlperf-models", "readOnly": True}}
     mount = {"name": "mlperf", "mountPath": "/mnt/mlperf", "readOnly": True}
     spec = pod(render({"image": "x", "data_volume": claim, "data_volume_mount": mount}))
