@@ -32,7 +32,7 @@ from tasks.reporting import progress
 from tasks.run_step import run_measured
 from tasks.serving import warmup
 from tasks.serving.build import build_engine
-from tasks.serving.launch import model_dir_for, sizing, where
+from tasks.serving.launch import model_dir_for, owner, sizing, where
 from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.workspace import Workspace
@@ -75,7 +75,7 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
     built = build_engine(bench.engine.name, bench.engine.config(), model["path"], model["sha256"], str(ws.builds))
     with EngineSession(bench.engine.name, bench.engine.config(), str(model_dir_for(bench.engine, Path(model["path"]))),
                        str(ws.pids), str(log_dir / "engine" / key.replace("/", "-")),
-                       timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine),
+                       timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine, owner(plan, bench)),
                        build_dir=built["path"], stall_s=bench.engine.stall_timeout_s,
                        warmup=warmup.planned(bench.engine, specs),
                        dcgm_urls=bench.engine.telemetry.dcgm_urls) as engine:

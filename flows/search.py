@@ -30,7 +30,7 @@ from tasks.engines import engine_identity
 from tasks.reporting import plots, progress
 from tasks.serving import warmup
 from tasks.serving.build import build_engine
-from tasks.serving.launch import model_dir_for, where
+from tasks.serving.launch import model_dir_for, owner, where
 from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.tuning import splits
@@ -55,7 +55,8 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
     specs = [s.model_copy(update={"dataset": staged[s.dataset]["path"]}) for s in specs]
     session = {"engine_name": bench.engine.name, "options": options, "state_dir": str(ws.pids),
                "model_dir": str(model_dir_for(bench.engine, Path(model["path"]))),
-               "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine), "build_dir": built["path"],
+               "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine, owner(plan, bench)),
+               "build_dir": built["path"],
                "stall_s": bench.engine.stall_timeout_s, "warmup": warmup.planned(bench.engine, specs)}
     return specs, session, str(Path(model["path"]) / "tokenizer.json")
 

@@ -5,6 +5,10 @@ the cluster to know the engine generates; stopped by deleting exactly the object
 Each pod has its own address, so every process binds 0.0.0.0 on fixed ports and is reached at its Service's name.
 A pod whose container crashes or cannot pull its image fails the launch at once with the tail of its log. The
 objects a launch created are recorded under the state folder, so a later launch removes what a killed run left.
+A flow pod's state folder may die with it, so before creating anything a launch also lists the deployment's objects
+by their labels (`labels(prefix)`): those an earlier flow of the same plan, system and benchmark left (the owner
+labels, `owner_labels`) are deleted and waited for until gone, so the new ones never meet a 409 Conflict; those
+another benchmark made under the same prefix are left alone, and the launch says whose they are.
 `run_pod` runs one short-lived pod to its end and returns its node and log (preflight's description of the engine's
 node, tasks/ops/kube_checks.py); it deletes the pod however it ends.
 """
@@ -24,12 +28,23 @@ from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
 from tasks.launchers import Launcher
-from tasks.launchers.kubernetes_manifests import DGD, dns_name, labels, manifests, validate
+from tasks.launchers.kubernetes_manifests import (
+    DGD,
+    LABEL,
+    OWNER,
+    dns_name,
+    labels,
+    manifests,
+    owner_labels,
+    selector,
+    validate,
+)
 
 BAD_WAITING = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
                "CreateContainerError", "InvalidImageName", "RunContainerError"}
 TAIL_LINES = 30
 POLL_S = 2.0
+GONE_TIMEOUT_S = 300.0   # a replaced Deployment is deleted in the foreground: gone once its pods have terminated
 
 
 @dataclass
@@ -57,8 +72,9 @@ class KubernetesLauncher(Launcher):
     name = "kubernetes"
 
     def __init__(self, state_dir: Path, settings: KubernetesSettings | dict[str, Any], engine: str = "",
-                 api_client: Any = None) -> None:
+                 api_client: Any = None, owner: dict[str, str] | None = None) -> None:
         self.state_dir = state_dir
+        self.owner = dict(owner or {})   # plan, system, benchmark: labels on every object (owner_labels)
         self.settings = settings if isinstance(settings, KubernetesSettings) else \
             KubernetesSettings.model_validate(settings)
         self.prefix = self.settings.name or dns_name("podium", engine or "engine")
@@ -82,7 +98,7 @@ class KubernetesLauncher(Launcher):
         return Path(self.settings.model_path) if self.settings.model_path else staged
 
     def objects(self, specs: list[ProcessSpec]) -> list[dict]:
-        objects = manifests(self.prefix, specs, self.settings, self.graph)
+        objects = manifests(self.prefix, specs, self.settings, self.graph, self.owner)
         validate(objects)
         return objects
 
@@ -175,6 +191,50 @@ class KubernetesLauncher(Launcher):
         self._record.unlink()
         return len(left)
 
+    def _listed(self, kinds: list[str]) -> list[tuple[str, str, dict[str, str]]]:
+        """(kind, name, labels) of every object of these kinds that carries this deployment's labels."""
+        from kubernetes import client
+
+        ns, sel = self.settings.namespace, selector(labels(self.prefix))
+        core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
+        raw = {"label_selector": sel, "_preload_content": False}   # plain JSON: every kind read alike
+        lists = {"ConfigMap": lambda: core.list_namespaced_config_map(ns, **raw),
+                 "Service": lambda: core.list_namespaced_service(ns, **raw),
+                 "Deployment": lambda: apps.list_namespaced_deployment(ns, **raw),
+                 DGD[3]: lambda: custom.list_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], **raw)}
+        out = []
+        for kind in kinds:
+            answer = self._call(f"listing {kind}s labelled {sel}", lists[kind])
+            out += [(kind, o["metadata"]["name"], o["metadata"].get("labels") or {})
+                    for o in json.loads(answer.data).get("items") or []]
+        return out
+
+    def replace_leftovers(self, objects: list[dict], logger: logging.Logger | logging.LoggerAdapter) -> int:
+        """Delete the objects of this deployment that an earlier flow of the same plan, system and benchmark left
+        (found by label: its record may have died with its pod) and wait until they are gone. Returns how many."""
+        kinds = list(dict.fromkeys(o["kind"] for o in objects))
+        ours = owner_labels(self.owner)
+        left = self._listed(kinds)
+        for kind, name, have in left:
+            theirs = {k: v for k, v in have.items() if k.removeprefix(f"{LABEL}/") in OWNER}
+            if theirs != ours:
+                raise LaunchError(f"{kind} {name} in namespace {self.settings.namespace} serves {_whose(theirs)}, "
+                                  f"not {_whose(ours)}; the same engine.kubernetes.name ({self.prefix}) names both",
+                                  fix="give this benchmark's engine.kubernetes.name a prefix of its own, or delete it "
+                                      f"(kubectl delete {kind.lower()} {name} -n {self.settings.namespace})")
+        for kind, name, _ in reversed(left):
+            logger.warning("replacing %s %s, left by an earlier flow of %s", kind, name, _whose(ours))
+            self._delete(kind, name)
+        deadline = time.monotonic() + GONE_TIMEOUT_S
+        while left and (still := self._listed(kinds)):
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{k} {n}" for k, n, _ in still)
+                held = f"kubectl get pods -n {self.settings.namespace} -l {selector(labels(self.prefix))}"
+                raise LaunchError(f"{names} still terminating {GONE_TIMEOUT_S:.0f} s after being deleted",
+                                  fix=f"{held} shows what holds them; delete them, then launch again")
+            time.sleep(POLL_S)
+        return len(left)
+
     # --- the launcher ------------------------------------------------------------------------------------------
     def start(self, specs: list[ProcessSpec], log_dir: Path, logger: logging.Logger | logging.LoggerAdapter
               ) -> KubernetesDeployment:
@@ -182,6 +242,7 @@ class KubernetesLauncher(Launcher):
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / "manifests.json").write_text(json.dumps(objects, indent=2))
         self.reap(logger)
+        self.replace_leftovers(objects, logger)
         deployment = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=objects, graph=self.graph)
         try:
             for obj in objects:
@@ -199,9 +260,8 @@ class KubernetesLauncher(Launcher):
         from kubernetes import client
 
         core = client.CoreV1Api(self.api)
-        selector = ",".join(f"{k}={v}" for k, v in labels(self.prefix, spec.name).items())
         pods = self._call("listing pods", core.list_namespaced_pod, self.settings.namespace,
-                          label_selector=selector)
+                          label_selector=selector(labels(self.prefix, spec.name)))
         for pod in pods.items or []:
             for status in (pod.status.container_statuses or []) if pod.status else []:
                 waiting = status.state.waiting if status.state else None
@@ -224,14 +284,14 @@ class KubernetesLauncher(Launcher):
         from kubernetes import client
 
         core, ns, name = client.CoreV1Api(self.api), self.settings.namespace, obj["metadata"]["name"]
-        selector = ",".join(f"{k}={v}" for k, v in obj["metadata"]["labels"].items())
+        by_label = selector(obj["metadata"]["labels"])
         container = obj["spec"]["containers"][0]["name"]
         self._delete("Pod", name)
         self._create(obj)
         try:
             deadline = time.monotonic() + timeout_s
             while True:
-                pods = self._call("listing pods", core.list_namespaced_pod, ns, label_selector=selector)
+                pods = self._call("listing pods", core.list_namespaced_pod, ns, label_selector=by_label)
                 pod = next((p for p in pods.items or [] if p.metadata.name == name), None)
                 phase = pod.status.phase if pod and pod.status else None
                 if phase in ("Succeeded", "Failed"):
@@ -325,6 +385,12 @@ class KubernetesLauncher(Launcher):
             self._delete(kind, name)
         deployment.created.clear()
         self._record.unlink(missing_ok=True)
+
+
+def _whose(owner: dict[str, str]) -> str:
+    """`plan smoke, system cpu, benchmark gpt-oss-120b` from owner labels; "no named benchmark" without them."""
+    named = [f"{k} {owner[f'{LABEL}/{k}']}" for k in OWNER if f"{LABEL}/{k}" in owner]
+    return ", ".join(named) or "no named benchmark"
 
 
 def _pod_trouble(pod: Any) -> str:

@@ -38,9 +38,28 @@ def dns_name(*parts: str) -> str:
     return name[:63].rstrip("-")
 
 
+OWNER = ("plan", "system", "benchmark")   # what a deployment is for: labels `podium.mlcommons.org/<key>`
+
+
 def labels(prefix: str, process: str | None = None) -> dict[str, str]:
+    """What selects a deployment's objects (and a process's pods): the same for every launch of the prefix."""
     out = {"app.kubernetes.io/managed-by": "podium", f"{LABEL}/deployment": prefix}
     return out | ({f"{LABEL}/process": dns_name(process)} if process else {})
+
+
+def label_value(text: str) -> str:
+    """`text` as a label value: at most 63 of [A-Za-z0-9._-], starting and ending with a letter or digit."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("._-")
+
+
+def owner_labels(owner: dict[str, str] | None) -> dict[str, str]:
+    """The plan, system and benchmark a deployment serves, as labels on each of its objects: how a later launch tells
+    what an earlier flow left for the same benchmark (replaced) from another's (left alone)."""
+    return {f"{LABEL}/{k}": label_value(owner[k]) for k in OWNER if (owner or {}).get(k)}
+
+
+def selector(values: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in values.items())
 
 
 def file_keys(specs: list[ProcessSpec]) -> dict[str, str]:
@@ -49,14 +68,15 @@ def file_keys(specs: list[ProcessSpec]) -> dict[str, str]:
     return {p: re.sub(r"[^-._a-zA-Z0-9]", "-", f"f{i}-{Path(p).name}") for i, p in enumerate(paths)}
 
 
-def config_map(prefix: str, namespace: str, specs: list[ProcessSpec]) -> k8s.V1ConfigMap | None:
+def config_map(prefix: str, namespace: str, specs: list[ProcessSpec],
+               owner: dict[str, str] | None = None) -> k8s.V1ConfigMap | None:
     keys = file_keys(specs)
     if not keys:
         return None
     data = {keys[p]: text for s in specs for p, text in s.files.items()}
     return k8s.V1ConfigMap(api_version="v1", kind="ConfigMap", data=data,
                            metadata=k8s.V1ObjectMeta(name=dns_name(prefix, "files"), namespace=namespace,
-                                                     labels=labels(prefix)))
+                                                     labels=labels(prefix) | owner_labels(owner)))
 
 
 def _env(spec: ProcessSpec, pod_ip: bool) -> list[k8s.V1EnvVar]:
@@ -129,12 +149,13 @@ def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, spec
         restart_policy="Always")
 
 
-def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings,
-               specs: list[ProcessSpec]) -> k8s.V1Deployment:
+def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec],
+               owner: dict[str, str] | None = None) -> k8s.V1Deployment:
     meta = labels(prefix, spec.name)
     return k8s.V1Deployment(
         api_version="apps/v1", kind="Deployment",
-        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, spec.name), namespace=settings.namespace, labels=meta,
+        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, spec.name), namespace=settings.namespace,
+                                  labels=meta | owner_labels(owner),
                                   annotations={f"{LABEL}/role": spec.role,
                                                f"{LABEL}/node-index": str(spec.node_index)}),
         spec=k8s.V1DeploymentSpec(
@@ -143,16 +164,19 @@ def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings,
                                            spec=_pod_spec(prefix, spec, settings, specs))))
 
 
-def service(prefix: str, spec: ProcessSpec, settings: KubernetesSettings) -> k8s.V1Service:
+def service(prefix: str, spec: ProcessSpec, settings: KubernetesSettings,
+            owner: dict[str, str] | None = None) -> k8s.V1Service:
     meta = labels(prefix, spec.name)
     return k8s.V1Service(
         api_version="v1", kind="Service",
-        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, spec.name), namespace=settings.namespace, labels=meta),
+        metadata=k8s.V1ObjectMeta(name=dns_name(prefix, spec.name), namespace=settings.namespace,
+                                  labels=meta | owner_labels(owner)),
         spec=k8s.V1ServiceSpec(selector=meta, ports=[k8s.V1ServicePort(name=n, port=p, target_port=p)
                                                      for n, p in _ports(spec)]))
 
 
-def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings) -> dict[str, Any]:
+def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings,
+                 owner: dict[str, str] | None = None) -> dict[str, Any]:
     """A DynamoGraphDeployment: one service per role, `replicas` = its workers; the operator places the pods and
     does discovery. Worker addresses come from the pod's IP; GPUs from the device plugin."""
     api = ApiClient()
@@ -181,7 +205,8 @@ def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSett
                           fix="use discovery: kubernetes (the operator's), which needs no etcd or NATS")
     group, version, _, kind = DGD
     return {"apiVersion": f"{group}/{version}", "kind": kind,
-            "metadata": {"name": prefix, "namespace": settings.namespace, "labels": labels(prefix)},
+            "metadata": {"name": prefix, "namespace": settings.namespace,
+                         "labels": labels(prefix) | owner_labels(owner)},
             "spec": {"services": services}}
 
 
@@ -209,15 +234,17 @@ def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: lis
     return ApiClient().sanitize_for_serialization(pod)
 
 
-def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings, graph: bool) -> list[dict]:
-    """Every object of the deployment as plain dicts, in the order they are applied."""
+def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings, graph: bool,
+              owner: dict[str, str] | None = None) -> list[dict]:
+    """Every object of the deployment as plain dicts, in the order they are applied; `owner` (plan, system,
+    benchmark) labels each."""
     api = ApiClient()
+    objects: list[Any] = [config_map(prefix, settings.namespace, specs, owner)]
     if graph:
-        objects: list[Any] = [config_map(prefix, settings.namespace, specs), dynamo_graph(prefix, specs, settings)]
+        objects.append(dynamo_graph(prefix, specs, settings, owner))
     else:
-        objects = [config_map(prefix, settings.namespace, specs)]
         for spec in specs:
-            objects += [deployment(prefix, spec, settings, specs), service(prefix, spec, settings)]
+            objects += [deployment(prefix, spec, settings, specs, owner), service(prefix, spec, settings, owner)]
     return [api.sanitize_for_serialization(o) for o in objects if o is not None]
 
 

@@ -105,10 +105,14 @@ def hostnames(nodelist: str, env: Mapping[str, str]) -> list[str]:
     return run(["scontrol", "show", "hostnames", nodelist], env).split()
 
 
-def salloc_argv(settings: SlurmSettings, nodes: int, job_name: str) -> list[str]:
+SBATCH_SCRIPT = "deployments/slurm/podium.sbatch"   # Podium inside one job (docs/slurm.md)
+
+
+def allocation_args(settings: SlurmSettings, nodes: int) -> list[str]:
+    """What an allocation holds, the same for `salloc` (a launch from a login node) and `sbatch` (Podium inside a
+    job): nodes, where (partition, account, ...), GPUs and memory per node, exclusive nodes."""
     s = settings
-    argv = ["salloc", "--no-shell", f"--job-name={job_name}", f"--nodes={nodes}", f"--time={s.time_limit}",
-            f"--immediate={s.allocation_timeout_s}"]
+    argv = [f"--nodes={nodes}"]
     for flag, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
                         ("reservation", s.reservation), ("constraint", s.constraint)):
         if value:
@@ -121,7 +125,21 @@ def salloc_argv(settings: SlurmSettings, nodes: int, job_name: str) -> list[str]
         argv.append(f"--mem={s.mem}")
     if s.exclusive:
         argv.append("--exclusive")
-    return argv + list(s.salloc_args)
+    return argv
+
+
+def salloc_argv(settings: SlurmSettings, nodes: int, job_name: str) -> list[str]:
+    s = settings
+    base = allocation_args(s, nodes)
+    return ["salloc", "--no-shell", f"--job-name={job_name}", base[0], f"--time={s.time_limit}",
+            f"--immediate={s.allocation_timeout_s}", *base[1:], *s.salloc_args]
+
+
+def sbatch_argv(settings: SlurmSettings, nodes: int, time: str, podium_args: Sequence[str]) -> list[str]:
+    """`sbatch` of deployments/slurm/podium.sbatch for a plan whose engine runs in the job (`allocation: auto` or
+    `inherit`): the engine's allocation options, and `time` (what the whole plan needs of the job). Given on the
+    command line, they win over the script's #SBATCH defaults."""
+    return ["sbatch", *allocation_args(settings, nodes), f"--time={time}", SBATCH_SCRIPT, *podium_args]
 
 
 def export_arg(env: Mapping[str, str]) -> str:

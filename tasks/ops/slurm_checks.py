@@ -18,6 +18,7 @@ the seconds they last, and give it back.
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -114,7 +115,7 @@ def node_checks(plan: Plan, state_dir: Path | None = None, storage: str = "/",
             try:
                 name = f"{where.tag}-preflight"
                 if where.inherited:
-                    _check_job_time(plan, where.env, alloc.job_id)
+                    _check_job_time(plan, where.settings, nodes, where.env, alloc.job_id)
                 python = _python(bench)
                 if python:
                     machines = check_architecture(where.settings, where.env, alloc.job_id,
@@ -135,10 +136,11 @@ def node_checks(plan: Plan, state_dir: Path | None = None, storage: str = "/",
     return facts
 
 
-def _check_job_time(plan: Plan, env: Mapping[str, str], job: str) -> None:
+def _check_job_time(plan: Plan, settings: SlurmSettings, nodes: int, env: Mapping[str, str], job: str) -> None:
     needed = job_need(plan)
     left = job_time_left(env, job)
     if left is not None and left < needed:
+        again = cli.sbatch_argv(settings, settings.nodes or nodes, slurm_time(needed), ["run", "PLAN.yaml"])
         raise PlanError(f"Slurm job {job} has {slurm_time(left)} left, but this plan needs {slurm_time(needed)} of "
                         f"it (`podium launch PLAN --dry-run` shows each benchmark's share)",
-                        fix=f"sbatch deployments/slurm/podium.sbatch with --time={slurm_time(needed)} or more")
+                        fix=f"submit it again with --time={slurm_time(needed)} or more: {shlex.join(again)}")

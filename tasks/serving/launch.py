@@ -19,11 +19,13 @@ import yaml
 from submission.base.errors import PlanError, PodiumError
 from submission.budget import capacity as capacity_checks
 from submission.plan.model import BenchmarkSpec, EngineSpec, Plan
+from submission.plan.slurm_options import SlurmSettings
 from submission.rules import load_rules
 from submission.tree.host_facts import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
 from tasks.launchers import Launcher, launched, launcher
+from tasks.launchers.slurm_cli import sbatch_argv
 from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
@@ -34,24 +36,32 @@ def slurm_address(node: int) -> str:
     return f"NODE{node}_IPV4"
 
 
-def where(engine: EngineSpec) -> dict[str, Any]:
-    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter)."""
-    return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes}
+def owner(plan: Plan, bench: BenchmarkSpec) -> dict[str, str]:
+    """What an engine serves (plan, system, benchmark): the kubernetes launcher labels its objects with it."""
+    return {"plan": plan.name, "system": bench.system, "benchmark": bench.benchmark}
+
+
+def where(engine: EngineSpec, owner: dict[str, str] | None = None) -> dict[str, Any]:
+    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter), and
+    `owner` (see `owner`) for a launcher that labels what it creates."""
+    return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes,
+            "owner": owner}
 
 
 def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
     """The launcher `where` names (None: local), with its own section of settings."""
     name = (where or {}).get("launcher", "local")
     if name == "kubernetes":
-        return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name)
+        return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name,
+                        owner=where.get("owner"))
     if name == "slurm" and where.get("slurm"):
         return launcher("slurm", state_dir=state_dir, settings=where["slurm"])
     return launcher(name, state_dir=state_dir)
 
 
-def make_launcher(engine: EngineSpec, state_dir: Path) -> Launcher:
+def make_launcher(engine: EngineSpec, state_dir: Path, owner: dict[str, str] | None = None) -> Launcher:
     """The plan's launcher for this engine."""
-    return launcher_for(engine.name, where(engine), state_dir)
+    return launcher_for(engine.name, where(engine, owner), state_dir)
 
 
 def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
@@ -150,14 +160,18 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
         return None
     from submission.budget.slurm_time import job_need, need, slurm_time, time_problems
 
-    n, settings = need(plan, bench), bench.engine.slurm_settings()
-    limit = settings.time_limit if settings else "04:00:00"
-    text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {limit} (used when Podium takes the allocation "
-                        f"itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
-                        f"{slurm_time(job_need(plan))} for the whole plan (preflight checks the job's time left)"]
-    return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": slurm_time(job_need(plan)),
+    n, settings = need(plan, bench), bench.engine.slurm_settings() or SlurmSettings()
+    job = slurm_time(job_need(plan))
+    nodes = settings.nodes or backend(bench.engine.name).demand(bench.engine.config())[0]
+    sbatch = sbatch_argv(settings, nodes, job, ["run", "PLAN.yaml"])
+    text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {settings.time_limit} (used when Podium takes the "
+                        f"allocation itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
+                        f"{job} for the whole plan (preflight checks the job's time left)"]
+    if settings.allocation != "new":
+        text.append(f"  Podium inside one job, with engine.slurm's allocation: {shlex.join(sbatch)}")
+    return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": job, "sbatch": sbatch,
             "problems": [p for p in time_problems(plan) if p.startswith(f"benchmarks.{plan.benchmarks.index(bench)}.")],
-            "time_limit": limit, "text": text}
+            "time_limit": settings.time_limit, "text": text}
 
 
 def _description(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
@@ -283,7 +297,7 @@ def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
     be = backend(engine.name)
     built = build(engine.name, engine.config(), Path(staged.path), staged.sha256, be.version(engine.config()),
                   ws.builds, logger)
-    where = make_launcher(engine, ws.pids)
+    where = make_launcher(engine, ws.pids, owner(plan, bench))
     log_dir = ws.root / "launch" / bench.key.replace("/", "-")
     with launched(be, engine.config(), model_dir_for(engine, Path(staged.path)), where, log_dir, logger,  # type: ignore[arg-type]
                   engine.ready_timeout_s, Path(built.path)) as endpoint:

@@ -7,7 +7,9 @@ attributes (verb, API group, resource, namespace) are worked out as the API serv
 It is no cluster: nothing schedules or pulls, and the only thing it runs is a bare Pod's command (not a Deployment's),
 on this host as a node without a container would, once, when the pod is created: the pod then reports node
 `fake-node-0`, phase Succeeded or Failed by the exit code, and the output as its log (`schedulable=False`: it stays
-Pending, Unschedulable, as on a cluster with no GPU free). Listens on 127.0.0.1 only.
+Pending, Unschedulable, as on a cluster with no GPU free). Collections are listed by label selector; a deleted object
+stays listed, and its name taken, for the next `linger_lists` lists of its kind (`linger_lists=0`: gone at once), as
+a Deployment deleted in the foreground stays until its pods have ended. Listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class FakeCluster:
     pod_logs: dict[str, str] = field(default_factory=dict)   # a bare pod's output, by name
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)   # token -> ServiceAccount (namespace, name)
     rbac: dict[tuple[str, str, str], dict] = field(default_factory=dict)   # (kind, namespace, name) -> Role/Binding
+    linger_lists: int = 0                 # a deleted object is still listed (terminating) this many more times
+    terminating: dict[tuple[str, str], list] = field(default_factory=dict)   # (plural, name) -> [object, lists left]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sa_token(self, namespace: str, name: str) -> str:
@@ -122,6 +126,18 @@ class FakeCluster:
             {"name": container["name"], "image": container["image"], "imageID": "", "ready": False, "restartCount": 0,
              "state": {"terminated": {"exitCode": done.returncode, "reason": "Completed" if done.returncode == 0
                                       else "Error"}}}]}
+
+    def listed(self, plural: str, selector: str) -> list[dict]:
+        """The objects of a kind whose labels match `k=v,...`, terminating ones included (each such list counts)."""
+        wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
+        found = [o for (p, _), o in self.objects.items() if p == plural]
+        for key, entry in list(self.terminating.items()):
+            if key[0] == plural:
+                found.append(entry[0])
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self.terminating[key]
+        return [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
 
     def pods(self, selector: str) -> list[dict]:
         wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
@@ -196,9 +212,13 @@ class Handler(BaseHTTPRequestHandler):
         if m := OBJECT.match(path):
             plural, name = m.group(2), m.group(3)
             with c.lock:
+                if method == "GET" and name is None:
+                    selector = parse_qs(url.query).get("labelSelector", [""])[0]
+                    return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {},
+                                            "items": c.listed(plural, selector)})
                 if method == "POST" and name is None:
                     key = (plural, body["metadata"]["name"])
-                    if key in c.objects:
+                    if key in c.objects or key in c.terminating:
                         return self._status(409, "AlreadyExists", f"{plural} \"{key[1]}\" already exists")
                     c.objects[key] = body
                     if plural == "pods":
@@ -210,6 +230,9 @@ class Handler(BaseHTTPRequestHandler):
                     gone = c.objects.pop((plural, name), None)
                     if gone is None:
                         return self._status(404, "NotFound", f"{plural} \"{name}\" not found")
+                    if c.linger_lists:
+                        gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                        c.terminating[(plural, name)] = [gone, c.linger_lists]
                     return self._send(200, gone)   # the API server answers with the deleted object
         return self._status(404, "NotFound", f"no route for {method} {path}")
 
@@ -267,10 +290,10 @@ class FakeApiServer:
         self.thread.join(timeout=10)
 
 
-def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None) -> str:
-    """Apply the ServiceAccount, Roles and RoleBindings of `rbac` (the documents of a YAML file), the Roles and
-    RoleBindings moved to `namespace` when given; returns the ServiceAccount's token."""
-    [account] = [d for d in rbac if d["kind"] == "ServiceAccount"]
+def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None, account_name: str = "podium") -> str:
+    """Apply the ServiceAccounts, Roles and RoleBindings of `rbac` (the documents of a YAML file), the Roles and
+    RoleBindings moved to `namespace` when given; returns the token of the ServiceAccount `account_name`."""
+    [account] = [d for d in rbac if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account_name]
     for doc in rbac:
         if doc["kind"] in ("Role", "RoleBinding"):
             ns = namespace or doc["metadata"]["namespace"]

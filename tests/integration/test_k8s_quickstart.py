@@ -77,12 +77,14 @@ def section() -> str:
 def test_the_quickstart_names_real_files_and_commands() -> None:
     doc = section()
     for path in ("deployments/kubernetes/rbac.yaml", "deployments/kubernetes/Dockerfile", str(PLAN.relative_to(REPO)),
+                 "deployments/kubernetes/workspace-claim.yaml",
                  "deployments/prefect.yaml", "deployments/work-pools/kubernetes.json"):
         assert path in doc and (REPO / path).is_file(), path
     steps = ["kubectl create namespace mlperf", "kubectl apply -f deployments/kubernetes/rbac.yaml",
              "create secret generic podium-s3", "podium fetch-inference",
              f"podium launch {PLAN.relative_to(REPO)} --dry-run", f"podium preflight {PLAN.relative_to(REPO)}",
-             "docker build -f deployments/kubernetes/Dockerfile", "podium setup", "--pool podium-kubernetes",
+             "docker buildx build --platform linux/amd64,linux/arm64 -f deployments/kubernetes/Dockerfile",
+             "podium setup", "--pool podium-kubernetes",
              "--name run-k8s", "prefect deployment run 'podium-submission/run-k8s'"]
     at = [doc.index(s) for s in steps]
     assert at == sorted(at), "the quickstart's steps are in this order"
@@ -101,9 +103,13 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
         admin = k8s.ApiClient(_config(api.url, TOKEN))
         k8s.CoreV1Api(admin).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=settings.namespace)))
         k8s_utils.create_from_yaml(admin, yaml_objects=docs)
-        assert {("serviceaccounts", "podium"), ("roles", "podium-launcher"), ("rolebindings", "podium-launcher")} \
-            <= set(api.cluster.objects)
-        [account] = [d for d in docs if d["kind"] == "ServiceAccount"]
+        assert {("serviceaccounts", "podium"), ("roles", "podium-launcher"), ("rolebindings", "podium-launcher"),
+                ("serviceaccounts", "prefect-worker"), ("roles", "podium-worker"),
+                ("rolebindings", "podium-worker")} <= set(api.cluster.objects)
+        [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
+        # 2. the flow pod's workspace claim (the models' claim is the storage's own)
+        k8s_utils.create_from_yaml(admin, str(REPO / "deployments" / "kubernetes" / "workspace-claim.yaml"))
+        assert ("persistentvolumeclaims", "podium-workspace") in api.cluster.objects
         token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
 
         _check_flow_job(settings, bench, account)
@@ -129,7 +135,7 @@ def _check_flow_job(settings: Any, bench: Any, account: dict) -> None:
     assert spec.service_account_name == account["metadata"]["name"]
     assert container.resources.requests["nvidia.com/gpu"] == container.resources.limits["nvidia.com/gpu"] == "0"
     assert [v.persistent_volume_claim.claim_name for v in spec.volumes if v.persistent_volume_claim] == \
-        [settings.model_claim]
+        ["podium-workspace", settings.model_claim]   # the workspace (step 2's claim), the models and data sets
     mount = next(m for m in container.volume_mounts if m.name == "mlperf")
     assert bench.dataset.performance.startswith(mount.mount_path + "/")
     assert container.env_from[0].secret_ref.name == "podium-s3"

@@ -37,9 +37,9 @@ def rbac() -> list[dict]:
     return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
 
 
-def granted(docs: list[dict]) -> set[tuple[str, str, str]]:
-    """Every (verb, API group, resource) the shipped Role grants."""
-    [role] = [d for d in docs if d["kind"] == "Role"]
+def granted(docs: list[dict], name: str = "podium-launcher") -> set[tuple[str, str, str]]:
+    """Every (verb, API group, resource) the shipped Role `name` grants."""
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == name]
     return {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]}
 
@@ -57,12 +57,14 @@ def smoke_engine(smoke_server: Endpoint) -> tuple[str, int]:
     return host, int(port)
 
 
-def _launcher(api: FakeApiServer, tmp_path: Path, engine: str = "smoke", **settings: object) -> KubernetesLauncher:
+def _launcher(api: FakeApiServer, tmp_path: Path, engine: str = "smoke", state: str = "state",
+              owner: dict[str, str] | None = None, **settings: object) -> KubernetesLauncher:
     token = grant(api.cluster, rbac(), namespace=NS)   # the Role, bound in the test's namespace
     config = KubernetesSettings.model_validate({
         "image": "registry.example/podium-smoke:1", "namespace": NS, "name": f"podium-{engine}", "shm_gib": 0,
         "kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token)), **settings})
-    return launcher("kubernetes", state_dir=tmp_path / "state", settings=config, engine=engine)  # type: ignore
+    return launcher("kubernetes", state_dir=tmp_path / state, settings=config, engine=engine,  # type: ignore
+                    owner=owner)
 
 
 def _calls(api: FakeApiServer, method: str | None = None) -> list[tuple[str, str]]:
@@ -124,10 +126,59 @@ def test_a_later_run_deletes_what_a_killed_run_left(api: FakeApiServer, tmp_path
     first.start(specs, tmp_path / "logs", LOG)   # the run that did this is killed here
     second = _launcher(api, tmp_path)
     again = second.start(specs, tmp_path / "logs", LOG)
-    methods = [m for m, _ in _calls(api)]
+    methods = [m for m, _ in _calls(api) if m != "GET"]   # GET: the lists by label, empty once the record reaped
     assert methods == ["POST", "POST", "DELETE", "DELETE", "POST", "POST"]
     second.stop(again)
     assert api.cluster.objects == {}
+
+
+SMOKE = {"plan": "smoke", "system": "cpu-smoke", "benchmark": "gpt-oss-120b"}
+
+
+def test_a_rerun_after_a_killed_flow_pod_replaces_its_engine_by_label(api: FakeApiServer, tmp_path: Path) -> None:
+    """The killed flow pod's workspace (and its record) died with it; its Deployment and Service carry the plan,
+    system and benchmark. The rerun lists them by label, deletes them, waits until the API server no longer lists
+    them (here two lists later: a foreground deletion), then creates its own: never a 409."""
+    killed = _launcher(api, tmp_path, state="pod-1", owner=SMOKE)
+    specs = backend("smoke").processes({}, Path("/models/m"), killed.placement(1))
+    killed.start(specs, tmp_path / "logs", LOG)
+    old = api.cluster.objects[("deployments", "podium-smoke-smoke-server")]
+    assert old["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "podium",
+                                         "podium.mlcommons.org/deployment": "podium-smoke",
+                                         "podium.mlcommons.org/process": "smoke-server",
+                                         "podium.mlcommons.org/plan": "smoke", "podium.mlcommons.org/system":
+                                             "cpu-smoke", "podium.mlcommons.org/benchmark": "gpt-oss-120b"}
+    api.cluster.requests.clear()
+    api.cluster.linger_lists = 2
+    rerun = _launcher(api, tmp_path, state="pod-2", owner=SMOKE)   # a fresh pod: no record of the first
+    deployment = rerun.start(specs, tmp_path / "logs", LOG)
+    calls = [(m, p.removeprefix(f"/apis/apps/v1/namespaces/{NS}/").removeprefix(f"/api/v1/namespaces/{NS}/"))
+             for m, p in _calls(api)]
+    deleted = calls.index(("DELETE", "deployments/podium-smoke-smoke-server"))
+    created = calls.index(("POST", "deployments"))
+    assert calls[:2] == [("GET", "deployments"), ("GET", "services")] and deleted < created
+    assert calls[created - 2:created] == [("GET", "deployments"), ("GET", "services")]   # the list that came back empty
+    assert len([c for c in calls[deleted:created] if c[0] == "GET"]) >= 4                  # it waited while listed
+    lists = [r for r in api.cluster.requests if r["method"] == "GET" and r["path"].endswith("/deployments")]
+    assert lists[0]["query"]["labelSelector"] == ["app.kubernetes.io/managed-by=podium,"
+                                                  "podium.mlcommons.org/deployment=podium-smoke"]
+    new = api.cluster.objects[("deployments", "podium-smoke-smoke-server")]
+    assert new is not old and "deletionTimestamp" not in new["metadata"] and not api.cluster.terminating
+    rerun.stop(deployment)
+    assert api.cluster.objects == {}
+
+
+def test_another_benchmarks_engine_under_the_same_name_is_left_alone(api: FakeApiServer, tmp_path: Path) -> None:
+    other = _launcher(api, tmp_path, state="other", owner={**SMOKE, "benchmark": "llama3.1-8b"})
+    specs = backend("smoke").processes({}, Path("/models/m"), other.placement(1))
+    other.start(specs, tmp_path / "logs", LOG)
+    before = dict(api.cluster.objects)
+    with pytest.raises(LaunchError) as e:
+        _launcher(api, tmp_path, state="mine", owner=SMOKE).start(specs, tmp_path / "logs", LOG)
+    assert ("Deployment podium-smoke-smoke-server in namespace podium-test serves plan smoke, system cpu-smoke, "
+            "benchmark llama3.1-8b, not plan smoke, system cpu-smoke, benchmark gpt-oss-120b") in str(e.value)
+    assert "engine.kubernetes.name a prefix of its own" in e.value.fix
+    assert api.cluster.objects == before and not [m for m, _ in _calls(api) if m == "DELETE"]
 
 
 def test_an_object_this_workspace_did_not_create(api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
@@ -258,3 +309,40 @@ def _client_config(api: FakeApiServer, token: str) -> k8s.Configuration:
     config = k8s.Configuration()
     config.host, config.api_key = api.url, {"authorization": f"Bearer {token}"}
     return config
+
+
+# The calls of the Prefect worker (prefect-kubernetes: KubernetesWorker and its observer) for one flow run, as the
+# kubernetes client sends them: (method, path, query), JOB the flow Job's name.
+JOB = "podium-run-k8s-x7k2p"
+WORKER_CALLS = [
+    ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", {}),                                      # create_namespaced_job
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}", {}),                                 # read_namespaced_job
+    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": [f"job-name={JOB}"], "watch": ["true"]}),  # pod start
+    ("GET", f"/api/v1/namespaces/{NS}/pods/{JOB}-abcde/log", {"follow": ["true"]}),            # stream_output
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"fieldSelector": [f"metadata.name={JOB}"], "watch": ["true"]}),
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"fieldSelector": [f"metadata.name={JOB}"]}),   # after a 410
+    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": [f"job-name={JOB}"]}),           # the exit code
+    ("GET", f"/api/v1/namespaces/{NS}/events", {}),                                            # a pod never started
+    ("DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}", {}),                              # a cancelled run
+    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": ["prefect.io/flow-run-id"], "watch": ["true"]}),
+    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"labelSelector": ["prefect.io/flow-run-id"], "watch": ["true"]}),
+    ("POST", f"/api/v1/namespaces/{NS}/events", {}),                                           # the observer's note
+]
+
+
+def test_the_workers_role_grants_its_calls_and_nothing_more(api: FakeApiServer) -> None:
+    """The worker's account may make each call the worker and its observer make, in the plan's namespace, and the
+    Role grants nothing they do not use; the two accounts stay apart (the flow's cannot create Jobs, the worker's
+    cannot create the engine's Deployments)."""
+    worker = grant(api.cluster, rbac(), namespace=NS, account_name="prefect-worker")
+    podium = api.cluster.sa_token("mlperf", "podium")
+    calls = [attributes(m, p, q) for m, p, q in WORKER_CALLS]
+    assert [c for c in calls if not api.cluster.authorize(worker, c)] == []
+    used = {(c.verb, c.group, c.resource) for c in calls}
+    grants = granted(rbac(), "podium-worker")
+    assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
+    assert not api.cluster.authorize(podium, Attributes("create", "batch", "jobs", NS))
+    assert not api.cluster.authorize(worker, Attributes("create", "apps", "deployments", NS))
+    assert not api.cluster.authorize(worker, Attributes("create", "batch", "jobs", "default"))   # mlperf's only
+    [binding] = [d for d in rbac() if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "podium-worker"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prefect-worker", "namespace": "mlperf"}]

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
+from packaging.specifiers import SpecifierSet
 from prefect.utilities.templating import apply_values
 from prefect.workers.base import BaseJobConfiguration
 
@@ -72,10 +74,39 @@ def test_the_flow_pod_asks_for_gpus_only_when_it_runs_the_engine(launcher: str) 
     assert gpus["default"] == 0 and "launcher: kubernetes" in gpus["description"] and "`local`" in gpus["description"]
 
 
+def test_the_flow_pods_workspace_is_a_persistent_volume_claim() -> None:
+    """The workspace the submission flow writes (its default `workspace`, under the pod's working directory) is the
+    pool's claim, so the run cache and the tree outlive the pod; the claim shipped beside the pool is the default."""
+    import inspect
+
+    from flows.submission import submission
+
+    spec = pod(render({"image": "x"}))
+    [container] = spec.containers
+    workspace = Path(container.working_dir) / inspect.signature(submission.fn).parameters["workspace"].default
+    [mount] = [m for m in container.volume_mounts if m.mount_path == str(workspace)]
+    [volume] = [v for v in spec.volumes if v.name == mount.name]
+    claim = yaml.safe_load((REPO / "deployments" / "kubernetes" / "workspace-claim.yaml").read_text())
+    assert volume.persistent_volume_claim.claim_name == claim["metadata"]["name"] == "podium-workspace"
+    assert not volume.persistent_volume_claim.read_only and not mount.read_only
+    assert claim["metadata"]["namespace"] == registration_namespace()
+    stage = next(m for m in container.volume_mounts if m.name == "stage")   # the node's NVMe, inside the workspace
+    assert Path(stage.mount_path).parent == workspace
+    other = pod(render({"image": "x", "workspace_claim": "mlperf-runs"}))
+    assert [v.persistent_volume_claim.claim_name for v in other.volumes if v.name == mount.name] == ["mlperf-runs"]
+
+
+def registration_namespace() -> str:
+    """The namespace of the shipped Kubernetes deployments (their `namespace` job variable)."""
+    [ns] = {d["work_pool"]["job_variables"]["namespace"] for d in registration.deployments()
+            if d["name"].endswith("-k8s")}
+    return ns
+
+
 def test_the_data_volume_is_mounted_only_when_given() -> None:
     bare = pod(render({"image": "x"}))
-    assert [v.name for v in bare.volumes] == ["stage", "dshm"]
-    assert [m.name for m in bare.containers[0].volume_mounts] == ["stage", "dshm"]
+    assert [v.name for v in bare.volumes] == ["workspace", "stage", "dshm"]
+    assert [m.name for m in bare.containers[0].volume_mounts] == ["workspace", "stage", "dshm"]
     claim = {"name": "mlperf", "persistentVolumeClaim": {"claimName": "mlperf-models", "readOnly": True}}
     mount = {"name": "mlperf", "mountPath": "/mnt/mlperf", "readOnly": True}
     spec = pod(render({"image": "x", "data_volume": claim, "data_volume_mount": mount}))
@@ -101,7 +132,19 @@ def test_the_flow_image_matches_the_pool_and_the_repository() -> None:
     template = registration.template("kubernetes")
     [container] = template["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]["containers"]
     env = template["variables"]["properties"]["env"]["default"]
-    assert first["FROM"].startswith("python:3.11")
+    # one tag for x86_64 and aarch64 (GB200's Grace) nodes: a base published for both, Python >= 3.12 (the endpoints
+    # client's floor), which the project's requires-python admits
+    assert re.fullmatch(r"python:3\.(1[2-9])-slim-bookworm", first["FROM"])
+    python = first["FROM"].split(":")[1].split("-")[0]
+    assert SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]).contains(
+        python)
+    assert first["ARG"] == "TARGETARCH"
+    assert "docker buildx build --platform linux/amd64,linux/arm64 -f deployments/kubernetes/Dockerfile" in \
+        re.sub(r"\\\n#\s*", "", DOCKERFILE.read_text())
+    # loadgen has no aarch64 wheel: arm64 builds it from source, with a compiler installed before the project
+    [compiler] = [i for i, (op, args) in enumerate(steps) if op == "RUN" and "g++" in args]
+    assert '"$TARGETARCH" = "arm64"' in steps[compiler][1]
+    assert compiler < next(i for i, (op, args) in enumerate(steps) if op == "RUN" and "pip install" in args)
     assert first["WORKDIR"] == container["workingDir"] == env["PODIUM_REPO"] == "/opt/podium"
     assert "PODIUM_REPO=/opt/podium" in first["ENV"]
     # the worker puts `prefect flow-run execute` in the container's args: no ENTRYPOINT may stand in front of it
@@ -119,8 +162,6 @@ def test_the_flow_image_matches_the_pool_and_the_repository() -> None:
 
 
 def plans_extras() -> dict[str, list[str]]:
-    import tomllib
-
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 

@@ -131,3 +131,21 @@ def test_the_pod_that_describes_the_engines_node() -> None:
     assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "mlperf-models"
     cpu = describe_pod("podium-vllm", settings.model_copy(update={"model_claim": None}), 0, ["true"])
     assert "resources" not in cpu["spec"]["containers"][0] and "volumes" not in cpu["spec"]
+
+
+def test_every_object_carries_what_it_serves(tmp_path: Path) -> None:
+    """The plan, system and benchmark label every object (what a rerun replaces by); the selectors stay the prefix's
+    and the process's, so pods are found alike whoever launched them."""
+    from tasks.launchers.kubernetes_manifests import label_value, owner_labels
+
+    owner = {"plan": "gpt-oss-120b trtllm (k8s)", "system": "b200x4-k8s", "benchmark": "gpt-oss-120b"}
+    for engine, options in (("trtllm", GPT_OSS), ("dynamo", QWEN)):
+        launcher = KubernetesLauncher(tmp_path, SETTINGS, engine=engine, owner=owner)
+        objects = launcher.objects(_specs(engine, options, launcher, "/mnt/mlperf/models/m"))
+        for obj in objects:
+            assert obj["metadata"]["labels"]["podium.mlcommons.org/plan"] == "gpt-oss-120b-trtllm-k8s"
+            assert obj["metadata"]["labels"]["podium.mlcommons.org/benchmark"] == "gpt-oss-120b"
+            if obj["kind"] == "Deployment":
+                assert "podium.mlcommons.org/plan" not in obj["spec"]["selector"]["matchLabels"]
+    assert label_value(" gpt oss/120b! ") == "gpt-oss-120b" and label_value("a" * 99) == "a" * 63
+    assert owner_labels(None) == {} and owner_labels({"plan": "p"}) == {"podium.mlcommons.org/plan": "p"}

@@ -72,6 +72,19 @@ def test_the_allocation() -> None:
         "--gpus-per-node=4", "--exclusive", "--switches=1"]
 
 
+def test_sbatch_and_salloc_ask_for_the_same_allocation() -> None:
+    """Podium inside one job (sbatch of podium.sbatch) holds what a login-node launch would salloc, memory included."""
+    settings = SlurmSettings(partition="gb200", account="mlperf", gpus_per_node=4, mem="0", time_limit="02:15:00")
+    sbatch = cli.sbatch_argv(settings, 4, "02:47:00", ["run", "plan.yaml"])
+    assert sbatch == ["sbatch", "--nodes=4", "--partition=gb200", "--account=mlperf", "--gpus-per-node=4", "--mem=0",
+                      "--exclusive", "--time=02:47:00", "deployments/slurm/podium.sbatch", "run", "plan.yaml"]
+    salloc = cli.salloc_argv(settings, 4, "podium-1a2b")
+    assert [a for a in salloc if a.startswith(("--nodes", "--partition", "--account", "--gpus", "--mem", "--excl"))] \
+        == sbatch[1:7]
+    assert "--mem=200G" in cli.sbatch_argv(settings.model_copy(update={"mem": "200G"}), 1, "60", [])
+    assert not any(a.startswith("--mem") for a in cli.sbatch_argv(SlurmSettings(), 1, "60", []))
+
+
 def test_slurm_commands_ignore_the_job_environment_podium_runs_in() -> None:
     base = {"PATH": "/usr/bin", "SLURM_JOB_ID": "5", "SLURM_NTASKS": "8", "SALLOC_PARTITION": "debug",
             "SRUN_CPUS_PER_TASK": "4", "SLURM_CONF": "/etc/slurm/site.conf"}

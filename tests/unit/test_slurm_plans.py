@@ -45,6 +45,19 @@ def test_the_qwen3_vl_allocation_covers_what_it_runs() -> None:
                        "over its data set), 840 s, 3.732 GPU-hours")
 
 
+def test_the_dry_run_prints_the_sbatch_of_the_plans_allocation(tmp_path: Path) -> None:
+    """The job Podium runs in asks for what engine.slurm says (memory included), for the time the plan needs."""
+    from tasks.serving import launch
+
+    [review] = launch.reviews(plans.load(QWEN), tmp_path / "ws")
+    sbatch = review["slurm_time"]["sbatch"]
+    assert sbatch[:2] == ["sbatch", "--nodes=4"] and "--gpus-per-node=4" in sbatch and "--mem=0" in sbatch
+    assert sbatch[-4:] == ["--time=02:47:00", "deployments/slurm/podium.sbatch", "run", "PLAN.yaml"]
+    assert f"with engine.slurm's allocation: {' '.join(sbatch)}" in launch.render([review])
+    script = (PLANS.parent / "slurm" / "podium.sbatch").read_text()
+    assert "#SBATCH --mem=0" in script   # the script's default is the shipped plans' (all of each node's memory)
+
+
 def test_an_allocation_shorter_than_its_runs_stops_before_the_flow(tmp_path: Path) -> None:
     """`podium run` and preflight (check_capacity), and the dry run, refuse it naming the field and the need."""
     data = yaml.safe_load(QWEN.read_text())
@@ -107,3 +120,16 @@ def test_a_closed_plan_takes_no_guess_from_what_its_node_did_not_tell() -> None:
                                      system_type="datacenter", number_of_nodes=4, framework="dynamo 1.6.1",
                                      overrides=plan.systems[0].description, host=node)
     assert gaps(desc, sources) == ["host_processor_core_count"]
+
+
+def test_a_job_too_short_for_the_plan_is_told_the_whole_sbatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.ops import slurm_checks
+
+    plan = plans.load(QWEN)
+    monkeypatch.setattr(slurm_checks, "job_time_left", lambda env, job: 3600)
+    with pytest.raises(PlanError) as e:
+        slurm_checks._check_job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42")
+    assert "Slurm job 42 has 01:00:00 left, but this plan needs 02:47:00" in str(e.value)
+    assert "--gpus-per-node=4 --mem=0 --exclusive --time=02:47:00 deployments/slurm/podium.sbatch run" in e.value.fix
+    monkeypatch.setattr(slurm_checks, "job_time_left", lambda env, job: None)   # unlimited
+    slurm_checks._check_job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42")
