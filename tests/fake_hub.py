@@ -40,7 +40,7 @@ class FakeHub:
         self.downloads: Counter[str] = Counter()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.hub = self   # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:

@@ -41,8 +41,8 @@ TOKEN_FIX = ("export HF_TOKEN=<a read token of a Hugging Face account that may r
 
 @dataclass(frozen=True)
 class Hub:
-    """How to reach Hugging Face: the endpoint (None: huggingface.co, or HF_ENDPOINT) and the token (None: the
-    stored login)."""
+    """How to reach Hugging Face: the endpoint (None: https://huggingface.co) and the token (None: none is sent; a
+    login stored by `hf auth login` is not used, so what is sent is what HF_TOKEN says)."""
 
     endpoint: str | None = None
     token: str | None = None
@@ -168,7 +168,7 @@ def _listing(item: FetchItem, hub: Hub) -> dict[str, Any]:
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
 
-    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    api = HfApi(endpoint=hub.endpoint, token=hub.token or False)
     src = item.source
     with _hub_errors(item, hub):
         api.repo_info(src.repo, repo_type=src.repo_type, revision=item.revision)   # a wrong commit fails here
@@ -182,7 +182,7 @@ def _download(item: FetchItem, rel: str, dest: Path, hub: Hub) -> None:
     src = item.source
     with _hub_errors(item, hub):
         hf_hub_download(src.repo, rel, repo_type=src.repo_type, revision=item.revision, local_dir=dest,
-                        endpoint=hub.endpoint, token=hub.token)
+                        endpoint=hub.endpoint, token=hub.token or False)
 
 
 @contextlib.contextmanager
