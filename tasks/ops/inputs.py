@@ -16,6 +16,7 @@ from pathlib import Path
 
 from submission.base.errors import PlanError
 from submission.budget import capacity
+from submission.plan.fetch import reads_from
 from submission.plan.model import Plan
 
 CREDENTIALS_FIX = ("export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE naming a profile in "
@@ -37,10 +38,12 @@ def has_credentials() -> bool:
 
 def check_inputs(plan: Plan, source: str = "<plan>") -> None:
     """Raise PlanError for the first missing source or missing storage credentials."""
+    fetched = [item.dest for item in plan.fetches()]
     for field, path in _sources(plan):
         if not path.startswith("s3://") and not Path(path).exists():
             raise PlanError(f"{field}: {path} does not exist", where=source,
-                            fix="build the smoke assets with `make smoke-assets`, or fix the path")
+                            fix=f"fetch it: podium fetch {source}" if any(reads_from(d, [path]) for d in fetched) else
+                            "build the smoke assets with `make smoke-assets`, or fix the path")
     if not plan.storage.embedded and not has_credentials():   # s3:// sources use the same storage's access
         raise PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
                         f"(bucket {plan.storage.bucket!r}) in the environment, a profile or an instance role",

@@ -97,3 +97,13 @@ def test_two_benchmarks_fetching_one_destination_name_one_source() -> None:
     second["fetch"] = {PERF: {"url": "https://example.org/b", "sha256": SHA}}
     data["benchmarks"].append(second)
     assert "fetches another source to the same destination" in _error(data)
+
+
+def test_a_missing_input_the_plan_fetches_names_podium_fetch() -> None:
+    from tasks.ops.inputs import check_inputs
+
+    plan = plans.load(PLANS / "gpt-oss-120b-trtllm-k8s.yaml")
+    with pytest.raises(PlanError) as e:
+        check_inputs(plan, "k8s.yaml")
+    assert f"benchmarks.0.model.source: {MODEL} does not exist" in str(e.value)
+    assert "fetch it: podium fetch k8s.yaml" in str(e.value)
