@@ -23,6 +23,8 @@ from submission.base.schema import Strict
 from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples, smallest_offline_target
 from submission.plan.engine_options import OPTIONS as ENGINE_OPTIONS
 from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
+from submission.plan.fetch import FetchItem, FetchSource, fetch_problems
+from submission.plan.fetch import items as fetch_items
 from submission.plan.serving import serving_problems
 from submission.plan.slurm_options import SlurmSettings
 from submission.plan.slurm_options import settings_problems as slurm_problems
@@ -192,6 +194,11 @@ class BenchmarkSpec(Strict):
     evaluator: str | None = Field(None, description="accuracy evaluator; default: the benchmark's reference one")
     harness: Harness | None = Field(None, description="the measuring client: loadgen or endpoints (the MLCommons "
                                                       "endpoints client); default: the round's for the benchmark")
+    fetch: dict[str, FetchSource] = Field(default_factory=dict, description="where this benchmark's inputs come "
+                                          "from, destination -> source, for `podium fetch PLAN` "
+                                          "(submission/plan/fetch.py), e.g. /mnt/mlperf/models/gpt-oss-120b: {repo: "
+                                          "openai/gpt-oss-120b}; each destination is the model.source, a data set "
+                                          "file or a folder holding one")
 
     @property
     def key(self) -> str:
@@ -372,6 +379,22 @@ class Plan(Strict):
                                      f"data set; name it, e.g. compliance: {{{test}: {bench.dataset.files[test]}}}, "
                                      f"or set compliance.run: never")
         return self
+
+    @model_validator(mode="after")
+    def _fetch_pinned(self) -> Plan:
+        """Every `fetch` destination is read by its benchmark, and every repository is at a commit: the round's pin
+        where the rules hold one, else the plan's own."""
+        pins = load_rules(self.round).hub_pins()
+        problems = [p for i, b in enumerate(self.benchmarks)
+                    for p in fetch_problems(f"benchmarks.{i}", b.fetch, [s for _, _, s in b.sources()], pins)]
+        if problems:
+            raise ValueError("\n  - ".join(problems))
+        fetch_items(self.benchmarks, pins)   # one source per destination
+        return self
+
+    def fetches(self) -> list[FetchItem]:
+        """Every input `podium fetch` brings, once per destination, each hub repository at its commit."""
+        return fetch_items(self.benchmarks, load_rules(self.round).hub_pins())
 
     @model_validator(mode="after")
     def _engine_fits_system(self) -> Plan:

@@ -54,9 +54,16 @@ class Seeds(Strict):
     schedule_rng_seed: int
 
 
+class Checkpoint(Strict):
+    """The reference checkpoint the round names: a Hugging Face model repository at a commit."""
+
+    name: str                        # the repository, e.g. openai/gpt-oss-120b
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
+
+
 class Dataset(Strict):
     name: str
-    revision: str | None = None
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")   # the Hugging Face commit, for a hub data set
     # role (performance, accuracy, TESTxx) -> file name inside the dataset
     files: dict[str, str] = Field(default_factory=dict)
     size: int
@@ -134,6 +141,7 @@ class BenchmarkRules(Strict):
     harness_source: str              # where the round says so
     endpoints_allowed: bool
     accuracy_class: Literal["99", "99.9"]  # the share of the reference's accuracy its targets demand, in %
+    checkpoint: Checkpoint | None = None   # the reference checkpoint, where the round pins one
     dataset: Dataset
     performance_sample_count: int
     required_scenarios: tuple[Scenario, ...]
@@ -265,6 +273,17 @@ class Rules(Strict):
 
     def benchmark(self, name: str) -> BenchmarkRules:
         return _pick("benchmark", name, self.benchmarks, f"round {self.round}")
+
+    def hub_pins(self) -> dict[str, str]:
+        """Hugging Face repository -> the commit the round pins it at: the reference checkpoints and the data sets
+        (each scenario's own too) that the round names with a revision."""
+        pins = {}
+        for bench in self.benchmarks.values():
+            sets = [bench.dataset, *(s.dataset for s in bench.scenarios.values() if s.dataset is not None)]
+            pins.update({d.name: d.revision for d in sets if d.revision})
+            if bench.checkpoint is not None:
+                pins[bench.checkpoint.name] = bench.checkpoint.revision
+        return pins
 
     def audit(self, test: str) -> AuditRules:
         return _pick("compliance test", test, self.audits, f"round {self.round}")

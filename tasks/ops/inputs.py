@@ -17,6 +17,7 @@ from pathlib import Path
 
 from submission.base.errors import PlanError
 from submission.budget import capacity
+from submission.plan.fetch import reads_from
 from submission.plan.model import Plan
 
 CREDENTIALS_FIX = ("export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE naming a profile in "
@@ -38,9 +39,11 @@ def has_credentials() -> bool:
 
 def input_problems(plan: Plan, source: str | None = None) -> list[PlanError]:
     """One PlanError for each missing local source, and one for missing storage credentials."""
+    fetched = [item.dest for item in plan.fetches()]
     problems = [PlanError(f"{field}: {path} does not exist", where=source,
-                          fix="copy it there (docs/operations.md, \"Staging models and data sets\"), or fix the path; "
-                              "the smoke plans' assets: `make smoke-assets`")
+                          fix=f"fetch it: podium fetch {source or 'PLAN'}" if any(reads_from(d, [path]) for d in fetched)
+                          else "copy it there (docs/operations.md, \"Staging models and data sets\"), or fix the path; "
+                               "the smoke plans' assets: `make smoke-assets`")
                 for field, path in _sources(plan) if not path.startswith("s3://") and not Path(path).exists()]
     if not plan.storage.embedded and not has_credentials():   # s3:// sources use the same storage's access
         problems.append(PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "

@@ -5,7 +5,8 @@
 What changes (and `changes` lists it, for every page of the report):
 - the engine: the simulated engine (tasks/engines/simulated), launched locally, answering from the synthetic data
   sets at their real output lengths, sized so that an Offline run lasts just over the round's min duration;
-- the data: the synthetic full-size sets (`tasks.rehearsal.data`) and the byte-level tokenizer in place of the model;
+- the data: the synthetic full-size sets (`tasks.rehearsal.data`) and the byte-level tokenizer in place of the model
+  (the plan's `fetch` sections are dropped: nothing is fetched);
 - the rates (`scenario_rates`): Offline at the lowest the rules allow; Server and Interactive at half the engine's
   Offline rate, never under the lowest the rules allow: their accuracy run and audits issue fixed sample counts
   (4395, 990 and 6396 for gpt-oss-120b), which at the lowest rate (1.22 q/s) would take 3.3 h of the client's clock;
@@ -124,6 +125,7 @@ def rehearsal_plan(plan: dict[str, Any], built: dict[str, Built], *, inference_s
 def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names: dict[str, str]) -> dict[str, Any]:
     out = copy.deepcopy(bench)
     out["system"] = names[bench["system"]]
+    out.pop("fetch", None)   # the rehearsal reads its own synthetic data, nothing fetched
     for field, path in built.plan.items():   # dataset.performance, dataset.compliance.TEST07, model.source ...
         *parents, last = field.split(".")
         node = out

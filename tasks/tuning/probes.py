@@ -132,13 +132,15 @@ class Prober:
 
     @functools.cached_property
     def rows(self) -> int | None:
-        """The staged data set's rows: a pass of the endpoints client (None: loadgen, or no local file)."""
+        """The staged data set's rows (a file, or a folder of parquet shards): a pass of the endpoints client (None:
+        loadgen, or no local data set)."""
         path = Path(self.base.dataset)
-        if self.base.harness != "endpoints" or not path.is_file():
+        if self.base.harness != "endpoints" or not path.exists():
             return None
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(path).metadata.num_rows
+        files = [path] if path.is_file() else sorted(path.rglob("*.parquet"))
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files) or None
 
     def full_seconds(self, qps: float) -> float:
         """How long a full-length run (the plan's own length, performance only) lasts at `qps`

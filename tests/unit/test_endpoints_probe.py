@@ -121,5 +121,11 @@ def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Pat
     base = interactive(144, duration_ms=6000).model_copy(update={"dataset": str(data)})
     prober = Prober(base, SearchSettings(), ProbeCache(tmp_path, base), None, str(tmp_path))
     assert prober.rows == 8 and prober.full_seconds(144) == pytest.approx(952 / 144)   # 950.4 -> 951 -> 119 passes
+    shards = tmp_path / "fetched" / "data"   # a data set as `podium fetch` places it: a folder of parquet shards
+    shards.mkdir(parents=True)
+    for split, n in (("train", 5), ("test", 3)):
+        pq.write_table(pa.table({"product_title": [f"{split}{i}" for i in range(n)]}), shards / f"{split}-0.parquet")
+    folder = base.model_copy(update={"dataset": str(shards.parent)})
+    assert Prober(folder, SearchSettings(), ProbeCache(tmp_path, folder), None, str(tmp_path)).rows == 8
     unstaged = Prober(interactive(144, duration_ms=6000), SearchSettings(), ProbeCache(tmp_path, base), None, "w")
     assert unstaged.full_seconds(144) == pytest.approx(8000 / 144)                        # one pass of the rules' set

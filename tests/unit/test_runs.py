@@ -101,7 +101,7 @@ def test_qwen3_vl_runs_are_measured_by_the_endpoints_client() -> None:
     assert runs[0].model_copy(update={"client": "0" * 40 + "/config-2"}).key() != runs[0].key()
     interactive = [r for r in runs if r.scenario == "Interactive"]
     assert {r.dataset for r in interactive} == {bench.dataset.scenarios["Interactive"]}
-    assert all(r.dataset.endswith("shopify_product_catalogue_8k.parquet") for r in interactive)
+    assert all(r.dataset.endswith("shopify_product_catalogue_8k") for r in interactive)
     assert all(r.dataset == bench.dataset.performance for r in runs if r.scenario != "Interactive")
     # the endpoints client needs no loadgen Interactive model (Qwen3-VL has none): the run's settings are the model's
     assert {(r.loadgen_model, r.loadgen_scenario) for r in interactive} == {("qwen3-vl-235b-a22b", "Server")}

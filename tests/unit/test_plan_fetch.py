@@ -1,0 +1,109 @@
+"""A benchmark's `fetch` section: each destination read by the benchmark, each repository at a commit, the round's
+pins taken from its rules and never written differently by a plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from submission.base.errors import PlanError
+from submission.plan import model as plans
+from submission.rules import load_rules
+
+PLANS = Path(__file__).parents[2] / "deployments" / "plans"
+MODEL = "/mnt/mlperf/models/gpt-oss-120b"
+PERF = "/mnt/mlperf/data/gpt-oss-120b/perf/perf_eval_ref.parquet"
+SHA = "ab" * 32
+
+
+def _k8s() -> dict:
+    return yaml.safe_load((PLANS / "gpt-oss-120b-trtllm-k8s.yaml").read_text())
+
+
+def _error(data: dict) -> str:
+    with pytest.raises(PlanError) as e:
+        plans.parse(data, "plan.yaml")
+    return str(e.value)
+
+
+def test_the_round_pins_the_reference_checkpoint_and_the_qwen_data_sets_by_full_commit() -> None:
+    assert load_rules("v6.1").hub_pins() == {
+        "openai/gpt-oss-120b": "b5c939de8f754692c1647ca79fbf85e8c1e70f8a",
+        "Shopify/product-catalogue": "d5c517c509f5aca99053897ef1de797d6d7e5aa5",
+        "nvidia/Shopify-product-catalogue-8k": "2bc8c6c4b6ebd27b880b0cba519cb45d09867045"}
+
+
+def test_shipped_plans_fetch_what_they_read_at_the_rounds_pins() -> None:
+    pins = load_rules("v6.1").hub_pins()
+    k8s = plans.load(PLANS / "gpt-oss-120b-trtllm-k8s.yaml")
+    [model] = k8s.fetches()
+    assert (model.dest, model.source.repo, model.revision) == (MODEL, "openai/gpt-oss-120b",
+                                                               pins["openai/gpt-oss-120b"])
+    assert model.dest == k8s.benchmarks[0].model.source
+    for name in ("qwen3-vl-dynamo-50-50.yaml", "qwen3-vl-dynamo-75-25.yaml"):
+        plan = plans.load(PLANS / name)
+        fetched = {i.source.repo: i for i in plan.fetches()}
+        assert set(fetched) == {"Shopify/product-catalogue", "nvidia/Shopify-product-catalogue-8k"}
+        assert all(i.source.repo_type == "dataset" and i.revision == pins[r] for r, i in fetched.items())
+        dataset = plan.benchmarks[0].dataset
+        assert fetched["Shopify/product-catalogue"].dest == dataset.performance == dataset.accuracy
+        assert fetched["nvidia/Shopify-product-catalogue-8k"].dest == dataset.scenarios["Interactive"]
+
+
+def test_a_plan_may_not_write_another_commit_for_a_pinned_repository() -> None:
+    data = _k8s()
+    data["benchmarks"][0]["fetch"] = {MODEL: {"repo": "openai/gpt-oss-120b", "revision": "1" * 40}}
+    message = _error(data)
+    assert f"benchmarks.0.fetch.{MODEL}.revision" in message and "b5c939de8f75" in message
+    assert "remove revision" in message
+
+
+def test_an_unpinned_repository_names_its_commit_and_only_a_full_one() -> None:
+    data = _k8s()
+    data["benchmarks"][0]["fetch"] = {MODEL: {"repo": "someone/gpt-oss-120b-fp8"}}
+    assert "the round pins no commit of someone/gpt-oss-120b-fp8" in _error(data)
+    data["benchmarks"][0]["fetch"] = {MODEL: {"repo": "someone/gpt-oss-120b-fp8", "revision": "main"}}
+    assert "not a full commit" in _error(data)
+    data["benchmarks"][0]["fetch"] = {MODEL: {"repo": "someone/gpt-oss-120b-fp8", "revision": "c" * 40}}
+    [item] = plans.parse(data).fetches()
+    assert item.revision == "c" * 40
+
+
+def test_a_destination_no_field_reads_is_refused() -> None:
+    data = _k8s()
+    data["benchmarks"][0]["fetch"] = {"/mnt/elsewhere/gpt-oss-120b": {"repo": "openai/gpt-oss-120b"}}
+    message = _error(data)
+    assert "fetch./mnt/elsewhere/gpt-oss-120b: no field of this benchmark reads from it" in message
+
+
+def test_a_url_needs_its_sha256_and_a_folder_holding_a_data_set_is_a_destination() -> None:
+    data = _k8s()
+    data["benchmarks"][0]["fetch"] = {PERF: {"url": "https://example.org/perf_eval_ref.parquet"}}
+    assert "sha256: a url needs the file's sha256" in _error(data)
+    data["benchmarks"][0]["fetch"] = {PERF: {"url": "https://example.org/p.parquet", "sha256": SHA},
+                                      "/mnt/mlperf/data/gpt-oss-120b/acc": {"repo": "o/acc", "repo_type": "dataset",
+                                                                           "revision": "d" * 40}}
+    assert {i.dest for i in plans.parse(data).fetches()} == {PERF, "/mnt/mlperf/data/gpt-oss-120b/acc"}
+    data["benchmarks"][0]["fetch"] = {PERF: {"url": "https://example.org/p", "repo": "o/p"}}
+    assert "name one source" in _error(data)
+
+
+def test_two_benchmarks_fetching_one_destination_name_one_source() -> None:
+    data = _k8s()
+    second = yaml.safe_load(yaml.safe_dump(data["benchmarks"][0]))
+    data["benchmarks"][0]["fetch"] = {PERF: {"url": "https://example.org/a", "sha256": SHA}}
+    second["fetch"] = {PERF: {"url": "https://example.org/b", "sha256": SHA}}
+    data["benchmarks"].append(second)
+    assert "fetches another source to the same destination" in _error(data)
+
+
+def test_a_missing_input_the_plan_fetches_names_podium_fetch() -> None:
+    from tasks.ops.inputs import check_inputs
+
+    plan = plans.load(PLANS / "gpt-oss-120b-trtllm-k8s.yaml")
+    with pytest.raises(PlanError) as e:
+        check_inputs(plan, "k8s.yaml")
+    assert f"benchmarks.0.model.source: {MODEL} does not exist" in str(e.value)
+    assert "fetch it: podium fetch k8s.yaml" in str(e.value)
