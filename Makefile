@@ -98,11 +98,11 @@ venv-endpoints: $(ENDPOINTS_STAMP)
 engines: install venv-vllm venv-dynamo
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
 
-# One test at a time (TEST_WORKERS=2: two, with pytest-xdist; docs/development.md says when that is safe), and the
-# 20 slowest named at the end.
-TEST_WORKERS ?= 0
+# Three test files at a time (pytest-xdist; most tests wait on services, docs/development.md), the longest files
+# first (tests/durations.json), and the 20 slowest tests named at the end. TEST_WORKERS=0: one test at a time.
+TEST_WORKERS ?= 3
 test: lint system-deps venv-vllm venv-dynamo venv-endpoints
-	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -n $(TEST_WORKERS) --durations=20
+	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 # Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.
 .PHONY: bench bench-staging

@@ -3,6 +3,7 @@ assets, a smoke engine started once, the local Slurm cluster. Session-scoped, so
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -12,6 +13,18 @@ import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+DURATIONS = Path(__file__).with_name("durations.json")   # seconds per test file, measured (tests/durations.py)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest test files first, each file's tests in their order: with workers that take a whole file at a time
+    (`make test`: `--dist loadfile --no-loadscope-reorder`), the last file to start is a short one."""
+    seconds = json.loads(DURATIONS.read_text())
+    root = Path(str(config.rootpath))
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.path, i)
+    items.sort(key=lambda item: (-seconds.get(item.path.relative_to(root).as_posix(), 0.0), first[item.path]))
 
 
 @pytest.fixture(scope="session")

@@ -73,8 +73,9 @@ def test_run_folder_and_tree(smoke: dict) -> None:
     assert (tree / "open" / "Podium" / "systems" / "cpu-smoke.json").is_file()
     check = check_tree(tree, "v6.1")
     assert check.ok and check.profile == "smoke"
+    # latency-limit: Server and Interactive judged by the smoke plan's own TTFT/TPOT bounds
     assert {f.rule for f in check.deviations} == {"min-duration", "performance-sample-count",
-                                                  "offline-samples-per-query", "accuracy-coverage"}
+                                                  "offline-samples-per-query", "accuracy-coverage", "latency-limit"}
 
 
 def test_everything_is_in_object_storage(smoke: dict) -> None:
