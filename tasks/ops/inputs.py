@@ -40,10 +40,11 @@ def has_credentials() -> bool:
 def input_problems(plan: Plan, source: str | None = None) -> list[PlanError]:
     """One PlanError for each missing local source, and one for missing storage credentials."""
     fetched = [item.dest for item in plan.fetches()]
+    copy = ("copy it there (docs/operations.md, \"Staging models and data sets\"), or fix the path; the smoke plans' "
+            "assets: `make smoke-assets`")
     problems = [PlanError(f"{field}: {path} does not exist", where=source,
-                          fix=f"fetch it: podium fetch {source or 'PLAN'}" if any(reads_from(d, [path]) for d in fetched)
-                          else "copy it there (docs/operations.md, \"Staging models and data sets\"), or fix the path; "
-                               "the smoke plans' assets: `make smoke-assets`")
+                          fix=f"fetch it: podium fetch {source or 'PLAN'}"
+                          if any(reads_from(d, [path]) for d in fetched) else copy)
                 for field, path in _sources(plan) if not path.startswith("s3://") and not Path(path).exists()]
     if not plan.storage.embedded and not has_credentials():   # s3:// sources use the same storage's access
         problems.append(PlanError(f"storage: no credentials for {plan.storage.endpoint_url or 'AWS S3'} "
