@@ -69,6 +69,7 @@ def ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     vlm = yaml.safe_load((PLANS / "qwen3-vl-dynamo-50-50.yaml").read_text())
     first, second = gpt["benchmarks"][0], vlm["benchmarks"][0]
     first["model"]["source"] = second["model"]["source"] = str(store / "model")
+    first.pop("fetch", None), second.pop("fetch", None)   # the sources are here already (fetching: test_fetch.py)
     first["dataset"] = {"performance": str(data), "accuracy": str(data), "compliance": {"TEST07": str(data)},
                         "lcb_tests": str(store / "lcb.jsonl")}
     second["dataset"] = {"performance": str(data), "accuracy": str(data), "scenarios": {"Interactive": str(data)}}
