@@ -43,6 +43,8 @@ OFFICIAL_MESSAGES = {
     "Required minimum Query Count not met": "min-queries",  # performance_check.py
     "does not have all required scenarios": "required-scenarios",  # performance_check.py
     "accurcy run does not cover all dataset": "accuracy-coverage",  # accuracy_check.py
+    "Latency constraint not met": "latency-limit",  # performance_check.py (p99 over the folder's constraint)
+    "Failed extra check for TTFT and TPOT": "latency-limit",  # performance_check.py (LLM token latencies)
 }
 _AGGREGATE = ("Some ", "NoResults ", "SUMMARY:")  # base.py "Some %s Checks failed for", main.py: follow from others
 _NO_RESULTS = re.compile(r"NoResults (?P<path>\S+)")
