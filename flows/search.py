@@ -33,7 +33,7 @@ from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, owner, where
 from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
-from tasks.tuning import splits
+from tasks.tuning import spend, splits
 from tasks.tuning.bisection import Probe, SearchResult, SearchSettings, search
 from tasks.tuning.probes import ProbeCache, Prober, deployment_key
 from tasks.workspace import Workspace
@@ -66,14 +66,17 @@ def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
 
 
 def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
-    """One row per run: its verdict, p99s and margin, the overload signals (served vs offered, backlog) and why it
+    """One row per run: its verdict, p99s and margin, the overload signals (served vs offered, backlog), what it cost
+    (wall seconds; samples issued and seconds measured as its client's report says; samples planned) and why it
     passed or failed."""
     return [{"step": i, "stage": p.stage, "target_qps": p.qps, "verdict": p.verdict, "valid": p.valid,
              "ttft_p99_ms": p.ttft_p99_ms, "tpot_p99_ms": p.tpot_p99_ms, "latency_p99_ms": p.latency_p99_ms,
              "margin": p.margin, "metric": p.metric,
              "served_qps": p.signals.served_qps if p.signals else None,
              "backlog": p.signals.backlog if p.signals else None,
-             "seconds": p.duration_s, "cached": p.cached, "reason": "; ".join(p.reasons)[:160], "why": p.why}
+             "seconds": p.duration_s, "samples": p.samples, "measured_s": p.measured_s,
+             "planned_samples": p.planned_samples, "cached": p.cached, "reason": "; ".join(p.reasons)[:160],
+             "why": p.why}
             for i, p in enumerate(result.trace, 1)]
 
 
@@ -171,17 +174,20 @@ def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec
                 f"({confirmed.metric if confirmed else '-'} {unit})")
     else:
         line = f"peak {what}: not confirmed ({result.message})"
+    spent = spend.spend(result.trace, cfg)
     summary = "\n".join([line, f"start {result.start_qps:g} q/s, bracket {result.bracket}, "
                          f"precision {cfg.precision:g}; {result.runs} run(s) made now ({result.run_seconds:g} s), "
                          f"{len(result.trace) - result.runs} recalled from the probe cache; engine launched "
-                         f"{launches} time(s)", cost.describe(used) if used else "", result.message])
+                         f"{launches} time(s)", spend.describe(spent), cost.describe(used) if used else "",
+                         result.message])
     return {"benchmark": bench.key, "scenario": scenario, "label": label, "qps": result.qps,
             "confirmed": result.confirmed, "metric": confirmed.metric if confirmed else None,
             "offline_qps": offline_probe.completed_qps if offline_probe else None,
             "offline_metric": offline_probe.metric if offline_probe else None, "server_offline_ratio": ratio,
             "bracket": list(result.bracket), "runs": ran, "run_seconds": result.run_seconds,
             "engine_launches": launches, "engine": bench.engine.name, "options": options.as_plan(),
-            "engine_time": used, "summary": "\n".join(line for line in summary.splitlines() if line).strip()}
+            "engine_time": used, "spend": spent,
+            "summary": "\n".join(line for line in summary.splitlines() if line).strip()}
 
 
 @flow(name="sweep-prefill-decode", flow_run_name="sweep[{scenario} on {gpus} GPUs]")

@@ -29,7 +29,7 @@ from tasks.ops import notifications
 from tasks.ops.preflight import preflight
 from tasks.reporting import artifacts as reporting
 from tasks.reporting import expectations as validation
-from tasks.reporting import progress
+from tasks.reporting import gpu_time, progress
 from tasks.reporting.expectations import validate_results
 from tasks.reporting.gate_inputs import acceptance_gates
 from tasks.storage import links as storage_links
@@ -135,7 +135,8 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
         line = f"DRESS REHEARSAL (not a submission): {line}"
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
                               folder=str(folder), tree=done.tree, s3=s3, link=link,
-                              warnings=[w for r in done.records for w in r.warnings])
+                              warnings=[w for r in done.records for w in r.warnings],
+                              gpu_time=gpu_time.rows(done.records, gpu_time.predicted(plan)))
     if rehearsal_marker.is_rehearsal(plan.name):
         text = rehearsal_banner() + text
     text += (reporting.plots_markdown([f"plots/{p.name}" for p in plots]) + "\n" + data_checks["markdown"] + "\n"

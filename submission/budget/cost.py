@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from submission.budget import run_length
-from submission.plan.model import Plan
+from submission.plan.model import BenchmarkSpec, Plan
 from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
 
@@ -47,6 +47,29 @@ def gpus(options: Any) -> int:
         return nodes * per_node
     workers = options.workers() if hasattr(options, "workers") else ()
     return sum(w.count * w.tp * w.pp for w in workers if w.on_gpu)
+
+
+def benchmark_gpus(bench: BenchmarkSpec) -> int:
+    """The GPUs a benchmark's engine holds (`gpus` of its engine options; 0: a CPU engine): what the dry run's
+    predicted GPU-hours and the run summary's measured ones both count."""
+    return gpus(bench.engine.config())
+
+
+def floor_seconds(plan: Plan) -> float:
+    """A loadgen run's floor where its user.conf sets none: the round's min duration in a submission, none else."""
+    return load_rules(plan.round).min_duration_ms / 1000 if plan.profile == "submission" else 0.0
+
+
+def predicted_runs(plan: Plan, bench: BenchmarkSpec) -> list[tuple[RunSpec, run_length.RunLength]]:
+    """Each run the plan makes of `bench` and its predicted length (submission.budget.run_length, an Offline run at
+    its scenario's expected_qps): what `podium launch --dry-run` states and the run summary sets beside the
+    measured time."""
+    rules = load_rules(plan.round)
+    sources = {path for _, kind, path in bench.sources() if kind == "datasets"}
+    specs = plan_runs(plan, bench, rules, model_sha256="-", engine=bench.engine.name,
+                      dataset_sha256=dict.fromkeys(sources, "-"))
+    return [(s, run_length.run_length(s, rules, rate=bench.scenarios[s.scenario].expected_qps,
+                                      floor_s=floor_seconds(plan))) for s in specs]
 
 
 def gpu_hours(seconds: float, gpu_count: int) -> float:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from submission.budget import cost, run_length
 from submission.plan.model import BenchmarkSpec, Plan
-from submission.results.runs import RunSpec, plan_runs
+from submission.results.runs import RunSpec
 from submission.rules import load_rules
 
 # A run lasts longer than its floor: loadgen issues until both min_duration and min_query_count are met, the engine
@@ -107,18 +107,12 @@ class TimeNeed:
 
 def need(plan: Plan, bench: BenchmarkSpec) -> TimeNeed:
     """The time one benchmark's engine allocation and its share of the flow's job need (module docstring)."""
-    rules = load_rules(plan.round)
-    brules = rules.benchmark(bench.benchmark)
-    sources = {path for _, kind, path in bench.sources() if kind == "datasets"}
-    specs = plan_runs(plan, bench, rules, model_sha256="-", engine=bench.engine.name,
-                      dataset_sha256=dict.fromkeys(sources, "-"))
-    floor_s = rules.min_duration_ms / 1000 if plan.profile == "submission" else 0.0
-    count = cost.gpus(bench.engine.config())
-    per_run = []
-    for s in specs:
-        length = run_length.run_length(s, rules, rate=bench.scenarios[s.scenario].expected_qps, floor_s=floor_s)
-        label = f"{s.scenario}/{s.mode}" + (" with accuracy" if s.with_accuracy else "")
-        per_run.append(RunNeed(label, length, cost.gpu_hours(length.seconds, count)))
+    brules = load_rules(plan.round).benchmark(bench.benchmark)
+    floor_s, count = cost.floor_seconds(plan), cost.benchmark_gpus(bench)
+    predicted = cost.predicted_runs(plan, bench)
+    specs = [s for s, _ in predicted]
+    per_run = [RunNeed(f"{s.scenario}/{s.mode}" + (" with accuracy" if s.with_accuracy else ""), length,
+                       cost.gpu_hours(length.seconds, count)) for s, length in predicted]
     lengths = [r.length.seconds for r in per_run]
     audits = len(brules.compliance_tests) * len(bench.scenarios) if plan.audits_enabled else 0
     perf = [length for s, length in zip(specs, lengths, strict=True) if s.mode == "performance"]

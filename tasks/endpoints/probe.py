@@ -28,9 +28,9 @@ from submission.plan import client_length
 from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks.endpoints import runner
-from tasks.endpoints.config import min_duration_ms
+from tasks.endpoints.config import REPORT, min_duration_ms
 from tasks.endpoints.measure import invalid_reasons
-from tasks.endpoints.results import ClientResult, query_times
+from tasks.endpoints.results import ClientResult, issued, query_times
 from tasks.measuring import Engine, set_aside
 from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
@@ -64,6 +64,7 @@ def judge(spec: RunSpec, stage: Stage, qps: float, result: ClientResult, *, dura
                  tpot_p99_ms=result.tpot_p99_ms, latency_p99_ms=result.latency_p99_ms,
                  margin=margin(scenario, result.ttft_p99_ms, result.tpot_p99_ms, result.latency_p99_ms),
                  metric=result.qps, completed_qps=result.qps, duration_s=round(duration_s, 3), run_dir=run_dir,
+                 samples=result.issued, measured_s=round(result.duration_s, 3),
                  signals=None if times is None else overload.measure(overload.QueryTimes.of(**times)))
 
 
@@ -90,6 +91,8 @@ def probe(spec: RunSpec, stage: Stage, qps: float, engine: Engine, work_dir: str
                                                "engine") from None
         if isinstance(error, CommandError):
             raise
+        samples, seconds = issued(run_dir / REPORT) or (None, None)   # what the failed run cost, as its report says
         return Probe(qps=qps, stage=stage, valid=False, reasons=(str(error).splitlines()[0],),
-                     duration_s=round(time.monotonic() - started, 3), run_dir=str(run_dir))
+                     duration_s=round(time.monotonic() - started, 3), run_dir=str(run_dir), samples=samples,
+                     measured_s=None if seconds is None else round(seconds, 3))
     return judge(spec, stage, qps, result, duration_s=time.monotonic() - started, run_dir=str(run_dir))

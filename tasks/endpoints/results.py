@@ -92,6 +92,18 @@ def query_times(report_dir: Path) -> dict[str, list] | None:
             "first": [r["first"] - t0 if "first" in r else float("nan") for r in rows]}
 
 
+def issued(report_dir: Path) -> tuple[int, float] | None:
+    """(samples issued, seconds on the client's clock) of a run as its report says, whatever its verdict: what the
+    run cost (the search counts its spend by it); None when it left no readable summary."""
+    try:
+        summary = json.loads((Path(report_dir) / SUMMARY).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict):
+        return None
+    return int(summary.get("n_samples_issued") or 0), (summary.get("duration_ns") or 0) / 1e9
+
+
 def read_result(report_dir: Path, *, accuracy: bool, log: Path) -> ClientResult:
     """The run's result; RunFailed when samples failed (with the client's reasons), the run did not complete, or an
     accuracy run has no score."""

@@ -50,7 +50,9 @@ def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
                  reasons=tuple(reasons), ttft_p99_ms=ttft, tpot_p99_ms=tpot, latency_p99_ms=latency,
                  margin=margin(scenario, ttft, tpot, latency), metric=run.result(scenario.result_field),
                  completed_qps=run.completed_samples_per_second or run.samples_per_second,
-                 duration_s=round(duration, 3), run_dir=str(run_dir), signals=signals(run_dir))
+                 duration_s=round(duration, 3), run_dir=str(run_dir), signals=signals(run_dir),
+                 samples=None if run.generated_query_count is None
+                 else run.generated_query_count * (run.generated_samples_per_query or 1))
 
 
 def signals(run_dir: Path) -> overload.Signals | None:

@@ -17,6 +17,7 @@ from submission.base import markdown as md
 from submission.base.files import write_atomic
 from submission.checks.checker import CheckReport
 from submission.results.runs import AuditRecord, Planned, RunRecord
+from tasks.reporting.gpu_time import markdown as gpu_markdown
 from tasks.reporting.plots import plot_latency as plot_latency  # the PNG plots, re-exported (tasks/reporting/plots.py)
 from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
@@ -83,7 +84,9 @@ def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
 def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, objects: dict[str, str],
              failures: list[str], audits: Sequence[AuditRecord] = (), *, folder: str | None = None,
              tree: str | None = None, s3: str | None = None, link: LinkCommand | None = None,
-             warnings: Sequence[str] = ()) -> str:
+             warnings: Sequence[str] = (), gpu_time: Sequence[dict] = ()) -> str:
+    """report.md: the results table, the audits, `gpu_time` (tasks.reporting.gpu_time: each run's GPU-hours beside
+    the prediction), failed steps, warnings, the checker's findings and where everything went."""
     lines = [f"# Podium run of `{plan_name}`", ""]
     if profile == "smoke":
         lines += ["> **SMOKE RUN**: a CPU run of a tiny model with shortened durations. Its tree is not, and does not",
@@ -91,6 +94,8 @@ def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport 
     lines += md.table(COLUMNS, rows)
     if audits:
         lines += ["", "## Compliance", "", *md.table(AUDIT_COLUMNS, compliance_rows(audits))]
+    if gpu_time:
+        lines += gpu_markdown(list(gpu_time))
     if failures:
         lines += ["", "## Failed steps", ""] + [f"- {f}" for f in failures]
     if warnings:

@@ -72,6 +72,11 @@ class Probe(Strict):
     completed_qps: float | None = None          # completed samples per second (loadgen's, or the client's qps)
     margin: float | None = None                 # the worst p99 over its limit (TTFT, TPOT or latency); < 1 is under
     duration_s: float = 0.0                     # wall seconds the run took (when it ran)
+    samples: int | None = None                  # samples the client issued, from its report (the endpoints client's
+                                                # n_samples_issued); None: no report says
+    measured_s: float | None = None             # the run's length on the client's clock, from its report (duration_ns)
+    planned_samples: int | None = None          # what the one model of a run's length says it issues (endpoints:
+                                                # the client's own arithmetic, submission.budget.run_length)
     cached: bool = False                        # recalled from the probe cache, not run now
     run_dir: str | None = None
     signals: Signals | None = None              # served vs offered, latency trend, backlog (tasks.tuning.overload)

@@ -23,7 +23,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from submission.base.files import write_atomic
-from submission.budget import cost
+from submission.budget import cost, run_length
 from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks.clients import client
@@ -147,6 +147,13 @@ class Prober:
         (submission.budget.run_length, through cost)."""
         return cost.spec_seconds(self.base, qps, rows=self.rows)
 
+    def planned_samples(self, spec: RunSpec) -> int | None:
+        """The samples a run of `spec` issues by the one model of a run's length (submission.budget.run_length), for
+        the endpoints client, which issues exactly its count; None for loadgen, whose count follows its schedule."""
+        if spec.harness != "endpoints":
+            return None
+        return run_length.run_length(spec, load_rules(spec.round), rows=self.rows).samples
+
     def __call__(self, qps: float, stage: Stage) -> Probe:
         """The verdict at `qps`: the checker's, and for a short probe also its overload signals' (a probe whose
         backlog would push a full-length run over a limit fails)."""
@@ -164,6 +171,7 @@ class Prober:
             probe = probe.model_copy(update={"stage": stage})
         else:
             probe = self.run(spec, stage, target_qps(spec), self.engine, self.work_dir)
+            probe = probe.model_copy(update={"planned_samples": self.planned_samples(spec)})
             self.cache.put(spec, probe)
             self.ran += 1
         progress.finished(f"{spec.label} {stage} at {target_qps(spec):g} q/s: {probe.verdict}"

@@ -73,6 +73,16 @@ def test_the_search_through_the_client_returns_a_rate_the_checker_passes_and_not
     runs = sorted((tmp_path / "ws" / "work" / "search-runs").iterdir())
     assert len(runs) == out["runs"] and all((r / "report" / "performance" / "result_summary.json").is_file()
                                             for r in runs)                  # each run was the client's
+    # What the search spent, counted from every client report it produced, is what its trace says, within its limits
+    reports = [json.loads((r / "report" / "performance" / "result_summary.json").read_text()) for r in runs]
+    spent, made = out["spend"], [r for r in trace if not r["cached"]]
+    assert spent["within"] and spent["problems"] == [], spent
+    assert spent["total"]["runs"] == len(reports) == len(made)
+    assert spent["total"]["samples"] == sum(r["n_samples_issued"] for r in reports) == sum(r["samples"] for r in made)
+    assert spent["total"]["seconds"] == pytest.approx(sum(r["duration_ns"] for r in reports) / 1e9, abs=0.01)
+    assert all(r["samples"] == r["planned_samples"] for r in made), made     # each run issued what the model planned
+    assert all(spent[stage]["runs"] <= most for stage, most in spent["limit"].items())
+    assert spent["limit"] == {"offline": 1, "probe": SETTINGS["max_probes"], "confirm": SETTINGS["max_confirmations"]}
     rate = out["qps"]
 
     # Apart from the search: the plan's own Interactive run at the rate, and at 1.06x it, on a fresh engine

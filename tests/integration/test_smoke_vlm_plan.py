@@ -55,7 +55,12 @@ def test_the_run_measures_every_scenario_through_the_client(smoke_vlm_run: dict)
     # one client run (`--mode both`) per scenario: its performance and accuracy rows come from the one report
     assert {r["scenario"]: r["run_dir"] for r in records if r["mode"] == "accuracy"} == \
         {r["scenario"]: r["run_dir"] for r in records if r["mode"] == "performance"}
-    assert "(not judged)" in (smoke_vlm_run["folder"] / "report.md").read_text()   # as the summary line says
+    report_md = (smoke_vlm_run["folder"] / "report.md").read_text()
+    assert "(not judged)" in report_md   # as the summary line says
+    # GPU time: one row per client run (not per results row), the CPU engine holding no GPU, and the total
+    gpu = report_md.split("## GPU time", 1)[1].split("\n## ", 1)[0]
+    assert sum(f"/{s}/performance |" in gpu for s in ("Offline", "Server", "Interactive")) == 3, gpu
+    assert "/accuracy |" not in gpu and "| total |" in gpu and "No run held a GPU (a CPU engine)" in gpu, gpu
     for r in records:   # every row is the client's own numbers, read from its report
         assert r["harness"] == "endpoints", r
         report = Path(r["run_dir"]) / "report"

@@ -53,6 +53,7 @@ def test_a_probe_is_judged_by_the_early_stopping_p99_not_the_plain_one(tmp_path:
     assert probe.reasons == ("p99 latency (early stopping) 1516 ms exceeds 1500 ms",)
     assert probe.latency_p99_ms == 1516 and probe.margin == round(1516 / 1500, 4) > 1
     assert probe.completed_qps == probe.metric == 43
+    assert (probe.samples, probe.measured_s) == (27_000, round(27_000 / 43, 3))   # its cost, from its report
     at_40 = read_result(report(tmp_path / "40", 40, plain_ms=1487, early_stopping_ms=1487), accuracy=False,
                         log=tmp_path / "client.log")
     passed = judge(interactive(40), "confirm", 40, at_40)
@@ -129,3 +130,4 @@ def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Pat
     assert Prober(folder, SearchSettings(), ProbeCache(tmp_path, folder), None, str(tmp_path)).rows == 8
     unstaged = Prober(interactive(144, duration_ms=6000), SearchSettings(), ProbeCache(tmp_path, base), None, "w")
     assert unstaged.full_seconds(144) == pytest.approx(8000 / 144)                        # one pass of the rules' set
+    assert prober.planned_samples(base) == 952 and unstaged.planned_samples(unstaged.base) == 8000   # what it issues

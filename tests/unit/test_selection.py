@@ -82,3 +82,22 @@ def test_a_fresh_run_drops_its_entry_and_sets_the_old_run_folder_aside(tmp_path:
     assert not entry.exists() and not old.exists()
     (aside,) = (tmp_path / "work" / "runs").iterdir()
     assert aside.name.startswith("k1.replaced-") and (aside / "mlperf_log_summary.txt").is_file()
+
+
+def test_a_part_of_a_scenario_alone_is_refused_with_the_reason_and_the_whole_scenario_as_the_fix() -> None:
+    """An endpoints scenario's accuracy is one `--mode both` run with its performance (one client report per scenario
+    folder); a loadgen scenario is measured in one sitting. Either way the fix names the scenario."""
+    vlm = plans.load(SMOKE.with_name("smoke-vlm.yaml"))
+    [scenario, *_] = selection.scenario_keys(vlm)
+    with pytest.raises(PlanError) as caught:
+        selection.resolve(vlm, [f"{scenario}/accuracy"], where="p.yaml")
+    text = str(caught.value)
+    assert caught.value.exit_code == 2 and text.startswith(f"p.yaml: --only '{scenario}/accuracy': the endpoints "
+                                                           f"client measures {scenario}'s performance and accuracy")
+    assert "--mode acc" in text and f"--only {scenario} measures the whole scenario again" in text
+    smoke = plans.load(SMOKE)
+    with pytest.raises(PlanError, match="--only selects whole scenarios: cpu-smoke/gpt-oss-120b/Server's"):
+        selection.resolve(smoke, ["cpu-smoke/gpt-oss-120b/Server/accuracy"])
+    with pytest.raises(PlanError, match="no such scenario"):   # a part of a scenario the plan lacks: as any name
+        selection.resolve(smoke, ["cpu-smoke/gpt-oss-120b/SingleStream/accuracy"])
+    assert selection.part_refusal(smoke, "cpu-smoke/gpt-oss-120b/Server/audit", selection.scenario_keys(smoke)) is None
