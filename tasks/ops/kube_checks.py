@@ -122,7 +122,7 @@ def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = N
         problems.append(PlanError(
             f"{bench.system}: the Kubernetes account may not "
             + ", ".join(f"{v} {r}" + (f" ({g})" if g else "") for v, g, r in refused)
-            + f" in namespace {ns}, and the engine's launch or preflight does", fix=RBAC_FIX, where=where))
+            + f" in namespace {ns}, calls the engine's launch or preflight makes", fix=RBAC_FIX, where=where))
     if claim and CLAIM not in refused:
         try:
             client.CoreV1Api(api).read_namespaced_persistent_volume_claim(claim, ns)
@@ -138,7 +138,8 @@ def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = N
 
 
 def plan_access_problems(plan: Plan, state_dir: Path | None = None) -> list[PodiumError]:
-    """`access_problems` of each Kubernetes engine of the plan (one per distinct namespace, account and claim)."""
+    """`access_problems` of each Kubernetes engine of the plan (once for benchmarks with the same engine and
+    `engine.kubernetes`)."""
     problems: list[PodiumError] = []
     seen: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="podium-preflight-") as tmp:
