@@ -11,6 +11,9 @@ labels, `owner_labels`) are deleted and waited for until gone, so the new ones n
 another benchmark made under the same prefix are left alone, and the launch says whose they are.
 `run_pod` runs one short-lived pod to its end and returns its node and log (preflight's description of the engine's
 node, tasks/ops/kube_checks.py); it deletes the pod however it ends.
+`ACCESS` (and `GRAPH_ACCESS` for a Dynamo graph) is every Kubernetes API call the launcher and preflight make, as
+RBAC names it: deployments/kubernetes/rbac.yaml's Role grants exactly these (tests/integration/test_kubernetes.py),
+and preflight asks the API server whether the plan's account may make each (tasks/ops/kube_checks.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,15 @@ BAD_WAITING = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateCo
                "CreateContainerError", "InvalidImageName", "RunContainerError"}
 TAIL_LINES = 30
 POLL_S = 2.0
+# (verb, API group, resource[/subresource]) in the engine's namespace
+ACCESS = tuple((verb, group, resource) for group, resources, verbs in (
+    ("", ("configmaps", "services", "pods"), ("list", "create", "delete")),   # the engine's objects, preflight's pod
+    ("apps", ("deployments",), ("list", "create", "delete")),
+    ("", ("services/proxy",), ("get", "create")),            # readiness probes through the API server's proxy
+    ("", ("pods/log",), ("get",)),                            # a failing pod's log; preflight's pod's output
+    ("", ("persistentvolumeclaims",), ("get",)),              # preflight: the model's claim exists
+) for resource in resources for verb in verbs)
+GRAPH_ACCESS = tuple((verb, DGD[0], DGD[2]) for verb in ("list", "create", "delete"))   # a DynamoGraphDeployment
 GONE_TIMEOUT_S = 300.0   # a replaced Deployment is deleted in the foreground: gone once its pods have terminated
 
 
@@ -56,7 +68,7 @@ class KubernetesDeployment:
     created: list[tuple[str, str]] = field(default_factory=list)   # (kind, name) in creation order
 
 
-def _api_error(e: Exception, what: str) -> LaunchError:
+def api_error(e: Exception, what: str) -> LaunchError:
     status, reason, body = getattr(e, "status", "?"), getattr(e, "reason", ""), getattr(e, "body", "") or ""
     try:
         message = json.loads(body).get("message", body)
@@ -130,7 +142,7 @@ class KubernetesLauncher(Launcher):
         try:
             return fn(*args, **kwargs)
         except ApiException as e:
-            raise _api_error(e, what) from None
+            raise api_error(e, what) from None
 
     def _create(self, obj: dict) -> None:
         from kubernetes import client
@@ -151,7 +163,7 @@ class KubernetesLauncher(Launcher):
                 raise LaunchError(f"{kind} {name} already exists in namespace {ns} and this workspace did not "
                                   f"create it", fix="delete it, or set engine.kubernetes.name to another prefix") \
                     from None
-            raise _api_error(e, f"creating {kind} {name}") from None
+            raise api_error(e, f"creating {kind} {name}") from None
 
     def _delete(self, kind: str, name: str) -> None:
         from kubernetes import client
@@ -170,7 +182,7 @@ class KubernetesLauncher(Launcher):
             delete[kind]()
         except ApiException as e:
             if e.status != 404:
-                raise _api_error(e, f"deleting {kind} {name}") from None
+                raise api_error(e, f"deleting {kind} {name}") from None
 
     @property
     def _record(self) -> Path:

@@ -13,6 +13,12 @@ node_selector` with those GPUs free. It is the engine's node when the selector n
 What it costs: the seconds the pod runs, holding the engine's GPUs, plus the image pull on a node that lacks the
 image (which the engine's pod then finds there). What it may do (deployments/kubernetes/rbac.yaml): create and
 delete pods, list them, read their logs, in the plan's namespace; the pod itself gets no API token.
+
+Before that pod, and before anything is created, `access_problems` asks the API server (SelfSubjectAccessReview,
+which every authenticated account may make) whether the plan's account may make each call the launcher and
+preflight make in the engine's namespace (tasks/launchers/kubernetes.py `ACCESS`), and reads the PersistentVolumeClaim
+the engine mounts its model from (`engine.kubernetes.model_claim`): each verb refused and a missing claim is a problem
+naming its fix.
 """
 
 from __future__ import annotations
@@ -22,13 +28,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from submission.base.errors import LaunchError
+from submission.base.errors import LaunchError, PlanError, PodiumError
 from submission.plan.model import BenchmarkSpec, Plan
 from submission.tree import host_facts
 from tasks.engines import backend
+from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS
 from tasks.launchers.kubernetes_manifests import describe_pod
 
 PYTHON = "python3"   # in every engine image Podium launches (TensorRT-LLM's, vLLM's, Dynamo's)
+RBAC_FIX = "kubectl apply -f deployments/kubernetes/rbac.yaml (its Role grants each, in its namespace: change every " \
+           "`namespace:` there to the engine's)"
+CLAIM = ("get", "", "persistentvolumeclaims")
 
 
 def engine_gpus(bench: BenchmarkSpec, state_dir: Path) -> int:
@@ -77,3 +87,66 @@ def describe_engine_nodes(plan: Plan, state_dir: Path | None = None,
             if bench.engine.launcher == "kubernetes" and bench.system not in facts:
                 facts[bench.system] = describe_engine_node(bench, state_dir or Path(tmp), log)
     return facts
+
+
+def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = None) -> list[PodiumError]:
+    """What keeps `bench`'s Kubernetes engine from starting, asked of the API server before anything is created:
+    each call of `ACCESS` (`GRAPH_ACCESS` too for a Dynamo graph) the account may not make in the engine's namespace,
+    and its model's PersistentVolumeClaim missing. Creates nothing."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from tasks.launchers.kubernetes import api_error
+    from tasks.serving.launch import make_launcher
+
+    try:
+        launcher: Any = make_launcher(bench.engine, state_dir)   # a KubernetesLauncher
+        api = launcher.api
+        ns, claim = launcher.settings.namespace, launcher.settings.model_claim
+        refused = []
+        for verb, group, resource in ACCESS + (GRAPH_ACCESS if launcher.graph else ()):
+            name, _, sub = resource.partition("/")
+            review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(namespace=ns, verb=verb, group=group, resource=name,
+                                                                subresource=sub or None)))
+            try:
+                answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+            except ApiException as e:
+                raise api_error(e, f"asking whether it may {verb} {resource}") from None
+            if not answer.status.allowed:
+                refused.append((verb, group, resource))
+    except PodiumError as e:
+        return [PlanError(f"{bench.system}: {e.message}", fix=e.fix, where=where)]
+    problems: list[PodiumError] = []
+    if refused:
+        problems.append(PlanError(
+            f"{bench.system}: the Kubernetes account may not "
+            + ", ".join(f"{v} {r}" + (f" ({g})" if g else "") for v, g, r in refused)
+            + f" in namespace {ns}, calls the engine's launch or preflight makes", fix=RBAC_FIX, where=where))
+    if claim and CLAIM not in refused:
+        try:
+            client.CoreV1Api(api).read_namespaced_persistent_volume_claim(claim, ns)
+        except ApiException as e:
+            problems.append(PlanError(f"{bench.system}: the model's PersistentVolumeClaim {claim} is not in "
+                                      f"namespace {ns}",
+                                      fix=f"create a PersistentVolumeClaim {claim} in namespace {ns} (`kubectl -n "
+                                          f"{ns} apply -f` its YAML) and stage the model on it, or set "
+                                          "engine.kubernetes.model_claim to the claim that holds it",
+                                      where=f"{where}.kubernetes.model_claim" if where else None)
+                            if e.status == 404 else api_error(e, f"reading PersistentVolumeClaim {claim}"))
+    return problems
+
+
+def plan_access_problems(plan: Plan, state_dir: Path | None = None) -> list[PodiumError]:
+    """`access_problems` of each Kubernetes engine of the plan (once for benchmarks with the same engine and
+    `engine.kubernetes`)."""
+    problems: list[PodiumError] = []
+    seen: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="podium-preflight-") as tmp:
+        for i, bench in enumerate(plan.benchmarks):
+            k8s = bench.engine.kubernetes
+            key = bench.engine.name + (k8s.model_dump_json() if k8s else "")
+            if bench.engine.launcher == "kubernetes" and key not in seen:
+                seen.add(key)
+                problems += access_problems(bench, state_dir or Path(tmp), f"benchmarks.{i}.engine")
+    return problems

@@ -19,7 +19,9 @@ is allocated, every problem reported at once:
 Each check returns its problems (PodiumErrors naming the plan field or the missing piece, and the command that fixes
 it); `Findings.require` raises them as one PlanError (exit 2).
 
-`on_nodes`: then, on the engines' nodes, each system described from the node that runs its engine: node 0 of its
+`on_nodes`: then, for each Kubernetes engine, before anything is allocated or created, that its account may make
+every call the launcher makes in its namespace and that its model's claim exists (tasks/ops/kube_checks.py
+`access_problems`); on the engines' nodes, each system described from the node that runs its engine: node 0 of its
 Slurm allocation, by a Slurm step (tasks/ops/slurm_checks.py); under Kubernetes, the node a short-lived pod shaped
 like the engine's lands on (tasks/ops/kube_checks.py); a local engine's system from this host. A closed submission
 takes no field that holds no fact (`unknown`, or a guessed default)."""
@@ -111,15 +113,21 @@ def host_checks(plan: Plan, source: str | None = None, *, capacity: bool = True)
 
 
 def on_nodes(plan: Plan, root: Path | None, log: Callable[[str], object]) -> dict[str, dict[str, str]]:
-    """After `host_checks`: the nodes of each Slurm engine (tasks/ops/slurm_checks.py: its interpreter's
-    architecture, the commands it starts, the job's time) and a pod like each Kubernetes engine's
+    """After `host_checks`: each Kubernetes engine's access and model claim, every problem in one report; then the
+    nodes of each Slurm engine (tasks/ops/slurm_checks.py: its interpreter's architecture, the commands it starts,
+    the job's time) and a pod like each Kubernetes engine's
     (tasks/ops/kube_checks.py) describe its system; every description complete; every engine fitting the GPUs the
     descriptions give. Takes a Slurm allocation for seconds where none is held, or starts one short-lived pod.
     Returns the descriptions (`root`: the workspace, for the launchers' state)."""
-    from tasks.ops.kube_checks import describe_engine_nodes
+    from tasks.ops.kube_checks import describe_engine_nodes, plan_access_problems
     from tasks.ops.slurm_checks import node_checks
 
     pids = root / "pids" if root else None
+    refused = plan_access_problems(plan, pids)                   # before any allocation or pod
+    if refused:
+        raise one_error(refused, fix=FIX)
+    if any(b.engine.launcher == "kubernetes" for b in plan.benchmarks):
+        log("the Kubernetes engines' account may make every call they need; their model claims exist")
     nodes = node_checks(plan, pids, str(root or "/"), log)       # on each Slurm engine's nodes
     nodes |= describe_engine_nodes(plan, pids, log)              # a pod like each k8s engine's
     systems = describe_systems(plan, nodes)

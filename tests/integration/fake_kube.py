@@ -3,7 +3,9 @@ was given, reports a pod per Deployment in the state the test chooses, and forwa
 (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/PATH`) to a real local server the test names for that Service.
 It authorises as the API server's RBAC does, in part: the admin token may do anything; a ServiceAccount's token
 (`sa_token`) may do what the Roles bound to that account grant in the request's namespace, else 403. Each request's
-attributes (verb, API group, resource, namespace) are worked out as the API server's RequestInfo does.
+attributes (verb, API group, resource, namespace) are worked out as the API server's RequestInfo does. A
+SelfSubjectAccessReview (which every authenticated account may make) answers allowed as that authorisation would,
+less the (verb, resource) pairs in `denied`. An object is read by name (404 when absent).
 It is no cluster: nothing schedules or pulls, and the only thing it runs is a bare Pod's command (not a Deployment's),
 on this host as a node without a container would, once, when the pod is created: the pod then reports node
 `fake-node-0`, phase Succeeded or Failed by the exit code, and the output as its log (`schedulable=False`: it stays
@@ -67,6 +69,7 @@ def allowed(rules: list[dict], what: Attributes) -> bool:
     return any((what.group in r.get("apiGroups", []) or "*" in r.get("apiGroups", []))
                and (what.resource in r.get("resources", []) or "*" in r.get("resources", []))
                and (what.verb in r.get("verbs", []) or "*" in r.get("verbs", [])) for r in rules)
+SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy(/.*)$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
@@ -84,6 +87,7 @@ class FakeCluster:
     pod_logs: dict[str, str] = field(default_factory=dict)   # a bare pod's output, by name
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)   # token -> ServiceAccount (namespace, name)
     rbac: dict[tuple[str, str, str], dict] = field(default_factory=dict)   # (kind, namespace, name) -> Role/Binding
+    denied: set[tuple[str, str]] = field(default_factory=set)   # (verb, resource): SelfSubjectAccessReview refuses
     linger_lists: int = 0                 # a deleted object is still listed (terminating) this many more times
     terminating: dict[tuple[str, str], list] = field(default_factory=dict)   # (plural, name) -> [object, lists left]
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -94,7 +98,7 @@ class FakeCluster:
         return token
 
     def authorize(self, token: str | None, what: Attributes) -> bool:
-        if token == TOKEN:
+        if token == TOKEN or what.resource == "selfsubjectaccessreviews":   # system:basic-user's, for everyone
             return True
         account = self.tokens.get(token or "")
         if account is None:
@@ -109,6 +113,15 @@ class FakeCluster:
             if role and allowed(role.get("rules", []), what):
                 return True
         return False
+
+    def review(self, token: str, body: dict) -> dict:
+        """A SelfSubjectAccessReview answered: allowed as `authorize` would, unless (verb, resource) is `denied`."""
+        asked = body["spec"]["resourceAttributes"]
+        resource = asked["resource"] + (f"/{asked['subresource']}" if asked.get("subresource") else "")
+        may = self.authorize(token, Attributes(asked["verb"], asked.get("group") or "", resource,
+                                               asked.get("namespace") or "")) \
+            and (asked["verb"], resource) not in self.denied
+        return {**body, "status": {"allowed": may}}
 
     def run(self, pod: dict) -> None:
         """A bare pod, created: its command run here once (or left Pending when nothing is schedulable)."""
@@ -175,15 +188,19 @@ class Handler(BaseHTTPRequestHandler):
         self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
                           "message": message, "code": code})
 
-    def _handle(self, method: str) -> None:
-        url = urlsplit(self.path)
-        path = unquote(url.path)
+    def _read(self) -> tuple[bytes, Any]:
+        """The request's body, raw and as JSON (None when it is none)."""
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:   # the client sends JSON bodies without a Content-Type
-            body = json.loads(raw) if raw else None
+            return raw, json.loads(raw) if raw else None
         except ValueError:
-            body = None
+            return raw, None
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        raw, body = self._read()
         c = self.cluster
         with c.lock:
             c.requests.append({"method": method, "path": path, "query": parse_qs(url.query), "body": body,
@@ -202,6 +219,8 @@ class Handler(BaseHTTPRequestHandler):
             with c.lock:
                 c.objects[("namespaces", body["metadata"]["name"])] = body
             return self._send(201, body)
+        if path == SSAR and method == "POST":
+            return self._send(201, c.review(token, body))
         if m := PROXY.match(path):
             return self._proxy(method, m.group(2), m.group(4), raw)
         if (m := PODS.match(path)) and method == "GET":
@@ -212,6 +231,10 @@ class Handler(BaseHTTPRequestHandler):
         if m := OBJECT.match(path):
             plural, name = m.group(2), m.group(3)
             with c.lock:
+                if name is not None and (plural, name) not in c.objects:
+                    return self._status(404, "NotFound", f"{plural} \"{name}\" not found")
+                if method == "GET" and name is not None:
+                    return self._send(200, c.objects[(plural, name)])
                 if method == "GET" and name is None:
                     selector = parse_qs(url.query).get("labelSelector", [""])[0]
                     return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {},
@@ -227,9 +250,7 @@ class Handler(BaseHTTPRequestHandler):
                         c.rbac[(body["kind"], m.group(1), key[1])] = body
                     return self._send(201, body)
                 if method == "DELETE" and name is not None:
-                    gone = c.objects.pop((plural, name), None)
-                    if gone is None:
-                        return self._status(404, "NotFound", f"{plural} \"{name}\" not found")
+                    gone = c.objects.pop((plural, name))
                     if c.linger_lists:
                         gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
                         c.terminating[(plural, name)] = [gone, c.linger_lists]

@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client as k8s
+from typer.testing import CliRunner
 
+from flows.cli import app
 from submission.base.errors import LaunchError
 from submission.plan import model as plans
 from submission.plan.engine_options import KubernetesSettings
 from submission.tree import host_facts
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
-from tasks.launchers.kubernetes import KubernetesLauncher
-from tasks.ops.kube_checks import describe_engine_node
+from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS, KubernetesLauncher
+from tasks.ops.kube_checks import access_problems, describe_engine_node
 from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant
 
 pytestmark = pytest.mark.integration
@@ -31,6 +33,7 @@ LOG = logging.getLogger("test.k8s")
 NS = "podium-test"
 RBAC = Path(__file__).parents[2] / "deployments" / "kubernetes" / "rbac.yaml"
 K8S_PLAN = Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
+SMOKE_PLAN = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 
 
 def rbac() -> list[dict]:
@@ -241,13 +244,17 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
     trtllm.stop(trtllm.start(backend("trtllm").processes(options, Path("/models/m"), trtllm.placement(1)),
                              tmp_path / "logs", LOG))
     describe_engine_node(_k8s_bench(api, tmp_path), tmp_path / "state", LOG.info)   # preflight's pod
-    calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests]
+    api.cluster.objects[("persistentvolumeclaims", "mlperf-models")] = {"metadata": {"name": "mlperf-models"}}
+    assert access_problems(_k8s_bench(api, tmp_path), tmp_path / "state") == []      # preflight's access check
+    calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests
+             if not r["path"].endswith("/selfsubjectaccessreviews")]   # every account's (system:basic-user)
     refused = [c for c in calls if not api.cluster.authorize(api.cluster.sa_token("mlperf", "podium"), c)]
     assert calls and refused == []
     assert {c.namespace for c in calls} == {NS}
     used = {(c.verb, c.group, c.resource) for c in calls}
     grants = granted(rbac())
     assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
+    assert used == set(ACCESS + GRAPH_ACCESS)   # what preflight asks the API server for
     assert Attributes("create", "", "services/proxy", NS) in calls   # the one-token probe: a POST through the proxy
 
 
@@ -289,6 +296,36 @@ def test_a_describe_pod_that_cannot_be_scheduled_names_why(api: FakeApiServer, t
                                           r"available: 3 Insufficient nvidia.com/gpu.\).*free the GPUs"):
         describe_engine_node(bench, tmp_path / "state", LOG.info)
     assert not [k for k in api.cluster.objects if k[0] == "pods"]   # deleted all the same
+
+
+def test_preflight_reports_a_refused_verb_and_a_missing_claim_at_once_and_creates_nothing(
+        api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
+    """`podium preflight PLAN --nodes` with a Kubernetes engine whose account may not delete pods and whose model
+    claim is missing: one report naming both with their fixes, exit 2, and nothing created (no pod, no Deployment)."""
+    token = grant(api.cluster, rbac(), namespace=NS)
+    api.cluster.denied = {("delete", "pods")}
+    plan = yaml.safe_load(SMOKE_PLAN.read_text().replace(".podium/store", str(smoke_store)))
+    for bench in plan["benchmarks"]:
+        bench["engine"] |= {"launcher": "kubernetes", "kubernetes": {
+            "image": "registry.example/podium-smoke:1", "namespace": NS, "model_claim": "mlperf-models",
+            "kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token))}}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    result = CliRunner().invoke(app, ["preflight", str(tmp_path / "plan.yaml"), "--nodes",
+                                      "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "2 problems:" in out, out
+    assert f"the Kubernetes account may not delete pods in namespace {NS}" in out
+    assert "kubectl apply -f deployments/kubernetes/rbac.yaml" in out
+    assert f"the model's PersistentVolumeClaim mlperf-models is not in namespace {NS}" in out
+    assert "benchmarks.0.engine.kubernetes.model_claim" in out and f"kubectl -n {NS} apply -f" in out
+    asked = [r["body"]["spec"]["resourceAttributes"] for r in api.cluster.requests
+             if r["path"].endswith("/selfsubjectaccessreviews")]
+    assert {(a["verb"], a["resource"] + (f"/{a['subresource']}" if a.get("subresource") else "")) for a in asked} \
+        == {(v, r) for v, _, r in ACCESS}   # the smoke engine: no Dynamo graph
+    assert [(r["method"], r["path"]) for r in api.cluster.requests
+            if r["method"] != "GET" and not r["path"].endswith("/selfsubjectaccessreviews")] == []
+    assert api.cluster.objects == {}
 
 
 def test_the_fake_refuses_what_the_role_does_not_grant(api: FakeApiServer, tmp_path: Path) -> None:
