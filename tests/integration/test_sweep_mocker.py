@@ -68,7 +68,11 @@ def test_sweep_over_the_dynamo_mocker_through_the_endpoints_client(smoke_store: 
     runs = list((tmp_path / "ws" / "work" / "search-runs").iterdir())
     assert runs and all((r / "report" / "performance" / "result_summary.json").is_file() for r in runs)   # the client's
     searched = [json.loads(f.read_text()) for f in (tmp_path / "ws" / "search").glob("*.result.json")]
-    assert len(searched) == 2 and all(t["latency_p99_ms"] for s in searched for t in s["trace"][1:])
+    # the client's early-stopping p99 of every run long enough for one (662 samples: every probe; a confirmation at a
+    # low rate after a failed one may issue fewer, 168 and 408 measured on a busy machine, and has none)
+    assert len(searched) == 2 and all(t["latency_p99_ms"] for s in searched for t in s["trace"][1:]
+                                      if t["samples"] >= 662)
+    assert all(t["samples"] >= 662 for s in searched for t in s["trace"] if t["stage"] == "probe")
     fragment = yaml.safe_load(Path(result["fragment"]).read_text())["benchmarks"][0]
     assert fragment["engine"]["name"] == "dynamo"
     parse_options("dynamo", fragment["engine"]["options"])          # the winner is a valid Dynamo topology
