@@ -135,9 +135,8 @@ def fetch_problems(where: str, fetch: dict[str, FetchSource], paths: list[str] |
             problems.append(f"{field}: no field of this benchmark reads from it; make it the model.source, a data "
                             "set file, dataset.lcb_tests or a folder that holds one")
         problems += _pin_problems(field, src, rules)
-        inference = rules.inference_sources.github
-        if paths is None and inference_src and src.github == inference and dest.rstrip("/") != inference_src.rstrip(
-                "/"):
+        checker = paths is None and src.github is not None and src.github == rules.inference_sources.github
+        if checker and inference_src and dest.rstrip("/") != inference_src.rstrip("/"):
             problems.append(f"{field}: inference_src is {inference_src}, not this destination; make them one folder")
     return problems
 

@@ -386,7 +386,8 @@ class Plan(Strict):
 
     @model_validator(mode="after")
     def _fetch_pinned(self) -> Plan:
-        """Every `fetch` destination is read by its benchmark, and every repository is at a commit: the round's pin
+        """Every destination of a benchmark's `fetch` is read by it, the plan's own `fetch` holds source archives
+        (mlcommons/inference where inference_src reads it), and every repository is at a commit: the round's pin
         where the rules hold one, else the plan's own."""
         rules = load_rules(self.round)
         problems = fetch_problems("", self.fetch, None, rules, self.inference_src) + [

@@ -130,8 +130,7 @@ def problem(row: Any, where: str) -> Problem:
         raise PlanError(f"{where}: no question_id key", fix=FIX)
     tests = decode_cases(row.get("public_test_cases"), where) + decode_cases(row.get("private_test_cases"), where)
     for case in tests:
-        if not isinstance(case, dict) or not isinstance(case.get("input"), str) or not isinstance(
-                case.get("output"), str):
+        if not (isinstance(case, dict) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
             raise PlanError(f"{where}: a test case lacks its input or output text", fix=FIX)
     metadata = row.get("metadata") or {}
     metadata = json.loads(metadata) if isinstance(metadata, str) and metadata else metadata

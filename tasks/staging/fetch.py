@@ -36,7 +36,6 @@ from tasks.staging.fetch_http import FETCHED, GITHUB, fetch_archive, fetch_url, 
 from tasks.staging.sources import MANIFEST, Manifest, manifest_digest
 from tasks.staging.transfer import ChecksumMismatch
 
-HF_CACHE = ".cache"                       # huggingface_hub's download metadata inside a local_dir
 SOURCE = ".source"                        # <file>.source/: the release files a converted file is made from
 SECRET = "hf-token"                       # the Prefect Secret block read for the hub's token when HF_TOKEN is unset
 SHARE = 1000                              # one item's share of the whole fetch, in the progress reported

@@ -62,7 +62,7 @@ def fetch_archive(item: FetchItem, dest: Path, say: Say, meter: Bytes, github: s
     src = item.source
     url = src.archive or f"{github.rstrip('/')}/{src.github}/archive/{item.revision}.tar.gz"
     archive = dest.with_name(dest.name + ARCHIVE)
-    want = identity(item)
+    want = _identity(item)
     record = read_json(dest / FETCHED) or {}
     matches = {k: record.get(k) for k in want} == want
     files = read_json(dest / MANIFEST) if matches else None
@@ -95,7 +95,7 @@ def fetch_archive(item: FetchItem, dest: Path, say: Say, meter: Bytes, github: s
     return fetched + len(files), len(files), _size(files)
 
 
-def identity(item: FetchItem) -> dict[str, Any]:
+def _identity(item: FetchItem) -> dict[str, Any]:
     """What an archive's record must say for it to be this item's: its source, commit and the plan's sha256."""
     src = item.source
     return {"archive": src.archive, "github": src.github, "revision": item.revision, "sha256": src.sha256}
