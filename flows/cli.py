@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import curation_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli
+from flows import curation_cli, fetch_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli
 from flows.cli_common import Workspace, end_with, exits_on_error, prefect_env, prefect_server
 from submission.base.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
@@ -336,33 +336,6 @@ def stage(source: Annotated[str, typer.Argument(help="a local file or folder, or
 
 @app.command()
 @exits_on_error
-def fetch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
-          dest: Annotated[Path | None, typer.Option(
-              help="fetch under this folder instead (an absolute destination keeps its whole path there)")] = None,
-          ) -> None:
-    """Fetch what the plan's `fetch` sections name (checkpoints, data sets) to their destinations, each at its pinned
-    commit or sha256 and verified; a second call verifies and fetches nothing (docs/operations.md, "Fetching the
-    inputs"). HF_TOKEN: the Hugging Face token; HF_ENDPOINT: another hub (a mirror)."""
-    import os
-
-    from submission.base.errors import PlanError
-    from submission.plan import model as plans
-    from tasks.staging.fetch import Hub, fetch_all
-
-    items = plans.load(plan).fetches()
-    if not items:
-        raise PlanError("the plan names nothing to fetch", where=str(plan),
-                        fix="add a fetch section to its benchmarks, e.g. fetch: {/mnt/mlperf/models/gpt-oss-120b: "
-                            "{repo: openai/gpt-oss-120b}} (deployments/plans/gpt-oss-120b-trtllm-k8s.yaml)")
-    hub = Hub(endpoint=os.environ.get("HF_ENDPOINT") or None, token=os.environ.get("HF_TOKEN") or None)
-    for done in fetch_all(items, root=dest, hub=hub, say=lambda line: typer.echo(line, err=True)):
-        pin = f"@{done.revision[:12]}" if done.revision else ""
-        typer.echo(f"{done.dest}: {done.source}{pin}, {done.files} file(s), {done.bytes:,} bytes, "
-                   f"{done.fetched} fetched, {done.kept} verified in place")
-
-
-@app.command()
-@exits_on_error
 def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
            benchmark: Annotated[str | None, typer.Option("--benchmark", "-b", help="system/benchmark key "
                                                          "(required when the plan has several)")] = None,
@@ -397,6 +370,7 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
 
 for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
                 curation_cli.assemble,                                   # curation
+                fetch_cli.fetch,                                         # a plan's inputs, at their pins
                 inference_cli.fetch_inference,                           # the official tools' sources
                 link_cli.link,                                           # download links
                 published_cli.published,                                 # the round's published results

@@ -8,17 +8,22 @@ for URL fetches.
   file, its sha256 (`lfs.oid`), one page;
 - `HEAD|GET /[datasets/]{repo}/resolve/{rev}/{path}`: the file with X-Repo-Commit, ETag (X-Linked-Etag and
   X-Linked-Size for an LFS file) and Content-Length; a GET honours a Range;
-- `GET /files/{name}`: a plain file, with Range.
+- `GET /files/{name}`: a plain file, with Range; GitHub's archives of commits under `/files/github/`
+  (`github_url` stands for https://github.com: `{github_url}/{owner}/{name}/archive/{commit}.tar.gz`).
 
 `token`: when set, every request without `Authorization: Bearer <token>` gets 401. `downloads` counts the GETs of
-each file's bytes (`resolve` and `files`); `corrupt` names files served with one byte flipped.
+each file's bytes (`resolve` and `files`); `corrupt` names files served with one byte flipped. `commit_archive`
+builds a tar.gz as `git archive` does (GitHub's archives are its output): one top folder, the commit in the pax
+global header's comment.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
+import tarfile
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,8 +51,18 @@ class FakeHub:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    @property
+    def github_url(self) -> str:
+        return f"{self.url}/files/github"
+
     def add(self, repo: str, commit: str, files: dict[str, bytes], repo_type: str = "model") -> None:
         self.repos.setdefault((repo_type, repo), {})[commit] = files
+
+    def github(self, repo: str, commit: str, archive: bytes) -> str:
+        """Serve `archive` as GitHub's archive of `repo` (owner/name) at `commit`; the key `downloads` counts."""
+        key = f"github/{repo}/archive/{commit}.tar.gz"
+        self.files[key] = archive
+        return key
 
     def start(self) -> FakeHub:
         self.thread.start()
@@ -158,3 +173,17 @@ class Handler(BaseHTTPRequestHandler):
 def _parents(name: str) -> list[str]:
     parts = name.split("/")[:-1]
     return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def commit_archive(commit: str, files: dict[str, bytes], top: str = "repo") -> bytes:
+    """A tar.gz shaped like `git archive --prefix=<top>-<commit>/ <commit>`'s output."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT, pax_headers={"comment": commit}) as tar:
+        folder = tarfile.TarInfo(f"{top}-{commit}")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for name, data in sorted(files.items()):
+            entry = tarfile.TarInfo(f"{top}-{commit}/{name}")
+            entry.size = len(data)
+            tar.addfile(entry, io.BytesIO(data))
+    return out.getvalue()

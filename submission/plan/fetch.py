@@ -1,11 +1,20 @@
-"""Where a benchmark's inputs come from: the `fetch` section of a benchmark, destination -> source, what
-`podium fetch PLAN` brings onto the cluster's storage before anything is allocated (tasks/staging/fetch.py).
+"""Where a plan's inputs come from: the `fetch` section of a benchmark (and of the plan itself), destination ->
+source, what `podium fetch PLAN` brings onto the cluster's storage before anything is allocated
+(tasks/staging/fetch.py).
 
-A source is a Hugging Face repository (`repo`, a model or a data set, at a commit) or a plain URL with its sha256.
-A repository the round's rules pin (the reference checkpoint, the data sets: `Rules.hub_pins`) takes the round's
-commit, and a plan that writes another is refused; any other repository (an NVFP4 checkpoint of the plan's choice)
-names its own commit. Every destination is one the benchmark reads: its model.source, a data set file, or a folder
-that holds one.
+A source is one of five kinds:
+- `repo`: a Hugging Face repository (a model or a data set) at a commit, landing whole in the destination folder;
+- `url`: one file, with its sha256;
+- `archive`: a tar archive at a URL, with its sha256, unpacked into the destination folder;
+- `github`: a GitHub repository's archive of a commit, unpacked into the destination folder;
+- `livecodebench`: a LiveCodeBench release's tests, converted into the JSON lines Podium's evaluator reads.
+
+A repository the round's rules pin (the reference checkpoint, the data sets: `Rules.hub_pins`; mlcommons/inference
+and the endpoints client: `Rules.source_pins`) takes the round's commit, and a plan that writes another is refused;
+any other repository names its own commit. A LiveCodeBench release is one the rules name (`Rules.livecodebench`), at
+their commit. Every destination of a benchmark is one the benchmark reads: its model.source, a data set file, the
+LiveCodeBench tests or a folder that holds one. The plan's own section holds the source archives of the round's
+tools (mlcommons/inference for `inference_src`, the endpoints client's source), which no benchmark reads.
 """
 
 from __future__ import annotations
@@ -17,49 +26,77 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from submission.base.schema import Strict
+from submission.rules import Rules
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+KINDS = ("repo", "url", "archive", "github", "livecodebench")
+TOOL_KINDS = ("archive", "github")   # what the plan's own section may fetch
 
 
 class FetchSource(Strict):
-    """One input's source: a Hugging Face repository (`repo`) or a URL (`url` with its `sha256`)."""
+    """One input's source: name exactly one of `repo`, `url`, `archive`, `github`, `livecodebench`."""
 
     hub: Literal["huggingface"] = Field("huggingface", description="the hub `repo` is on (Hugging Face; its "
-                                        "endpoint from HF_ENDPOINT, its token from HF_TOKEN)")
+                                        "endpoint from HF_ENDPOINT, its token from HF_TOKEN or a Prefect Secret)")
     repo: str | None = Field(None, description="the repository, e.g. openai/gpt-oss-120b; the whole repository at "
                              "`revision` lands in the destination folder")
     repo_type: Literal["model", "dataset"] = Field("model", description="model or dataset (a Hugging Face data set, "
                                                    "e.g. Shopify/product-catalogue)")
-    revision: str | None = Field(None, description="the full 40-hex commit; default: the commit the round's rules "
-                                 "pin for `repo` (submission/rules/<round>.yaml), which a plan may not change")
+    revision: str | None = Field(None, description="the full 40-hex commit of `repo`, `github` or the LiveCodeBench "
+                                 "data set; default: the commit the round's rules pin (submission/rules/<round>.yaml), "
+                                 "which a plan may not change")
     url: str | None = Field(None, description="an http(s) URL of one file, fetched to the destination file")
-    sha256: str | None = Field(None, description="the sha256 of the file at `url`; a download that differs is "
-                               "refused")
+    archive: str | None = Field(None, description="an http(s) URL of a tar archive (.tar, .tar.gz, ...), unpacked "
+                                "into the destination folder and kept beside it as <destination>.tar.gz")
+    github: str | None = Field(None, description="a GitHub repository, owner/name: its archive of `revision` (GitHub's "
+                               "/archive/<commit>.tar.gz), unpacked into the destination folder and kept beside it as "
+                               "<destination>.tar.gz, e.g. mlcommons/inference")
+    livecodebench: str | None = Field(None, description="a LiveCodeBench release the round names (release_v6): its "
+                                      "tests fetched from the hub and converted into the JSON lines file the "
+                                      "evaluator reads (dataset.lcb_tests)")
+    sha256: str | None = Field(None, description="the sha256 of the file at `url` or of the `archive`; a download "
+                               "that differs is refused (optional for `github`: the archive must name its commit)")
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in KINDS if getattr(self, k) is not None)
 
     @model_validator(mode="after")
     def _one_source(self) -> FetchSource:
-        if (self.repo is None) == (self.url is None):
-            raise ValueError("name one source: repo (a Hugging Face repository) or url (one file, with its sha256)")
-        if self.url is not None:
-            if not self.url.startswith(("http://", "https://")):
-                raise ValueError(f"url: {self.url!r} is not an http(s) URL")
-            if self.sha256 is None or not SHA256.fullmatch(self.sha256):
-                raise ValueError("sha256: a url needs the file's sha256 (64 lowercase hex digits) to be verified")
+        named = [k for k in KINDS if getattr(self, k) is not None]
+        if len(named) != 1:
+            raise ValueError("name one source: repo (a Hugging Face repository), url (one file, with its sha256), "
+                             "archive (a tar archive, with its sha256), github (owner/name at a commit) or "
+                             "livecodebench (a release, e.g. release_v6)" + (f"; not {' and '.join(named)}"
+                                                                             if named else ""))
+        kind = named[0]
+        if kind in ("url", "archive"):
+            link = getattr(self, kind)
+            if not link.startswith(("http://", "https://")):
+                raise ValueError(f"{kind}: {link!r} is not an http(s) URL")
+            if self.sha256 is None:
+                raise ValueError(f"sha256: {'a url' if kind == 'url' else 'an archive'} needs the file's sha256 (64 "
+                                 "lowercase hex digits) to be verified")
             if self.revision is not None:
-                raise ValueError("revision: only a repo has one; remove it")
-        else:
-            if self.sha256 is not None:
-                raise ValueError("sha256: a repo is verified file by file against the hub's listing; remove it")
-            if "/" not in self.repo.strip("/"):
-                raise ValueError(f"repo: {self.repo!r} is not owner/name, e.g. openai/gpt-oss-120b")
-            if self.revision is not None and not COMMIT.fullmatch(self.revision):
-                raise ValueError(f"revision: {self.revision!r} is not a full commit (40 hex digits); a branch or a "
-                                 "short hash can move or clash: pin the commit, e.g. from the repository's history")
+                raise ValueError("revision: only a repo, github or livecodebench source has one; remove it")
+        if self.sha256 is not None and not SHA256.fullmatch(self.sha256):
+            raise ValueError(f"sha256: {self.sha256!r} is not 64 lowercase hex digits")
+        if self.sha256 is not None and kind in ("repo", "livecodebench"):
+            raise ValueError(f"sha256: a {kind} source is verified file by file against the hub's listing; remove it")
+        if kind in ("repo", "github") and "/" not in getattr(self, kind).strip("/"):
+            example = "openai/gpt-oss-120b" if kind == "repo" else "mlcommons/inference"
+            raise ValueError(f"{kind}: {getattr(self, kind)!r} is not owner/name, e.g. {example}")
+        if self.revision is not None and not COMMIT.fullmatch(self.revision):
+            raise ValueError(f"revision: {self.revision!r} is not a full commit (40 hex digits); a branch or a "
+                             "short hash can move or clash: pin the commit, e.g. from the repository's history")
         return self
 
     def describe(self) -> str:
-        return self.url if self.url is not None else f"{self.hub}:{self.repo}"
+        kind = self.kind
+        if kind in ("url", "archive"):
+            return str(getattr(self, kind))
+        return f"{self.hub}:{self.repo}" if kind == "repo" else f"{kind}:{getattr(self, kind)}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +106,9 @@ class FetchItem:
     field: str            # the plan field, e.g. benchmarks.0.fetch./mnt/mlperf/models/gpt-oss-120b
     dest: str             # as the plan writes it
     source: FetchSource
-    revision: str | None  # the commit (hub items), the plan's or the round's
+    revision: str | None  # the commit (repo, github, livecodebench items), the plan's or the round's
+    repo: str | None = None          # the hub repository (repo, livecodebench) or owner/name (github)
+    files: tuple[str, ...] = ()      # a livecodebench item: the release's files in the repository
 
 
 def reads_from(dest: str, paths: list[str]) -> bool:
@@ -78,36 +117,71 @@ def reads_from(dest: str, paths: list[str]) -> bool:
     return any(p.rstrip("/") == root or p.startswith(root + "/") for p in paths)
 
 
-def fetch_problems(where: str, fetch: dict[str, FetchSource], paths: list[str], pins: dict[str, str]) -> list[str]:
-    """What is wrong with one benchmark's `fetch` section: a destination no field reads, an unpinned repository, a
-    pin the round already holds written differently."""
+def fetch_problems(where: str, fetch: dict[str, FetchSource], paths: list[str] | None, rules: Rules,
+                   inference_src: str | None = None) -> list[str]:
+    """What is wrong with one `fetch` section: a benchmark's (`where` benchmarks.<i>, `paths` what it reads) or the
+    plan's own (`where` empty, `paths` None: source archives only, mlcommons/inference where `inference_src` reads
+    it); a destination no field reads, an unpinned repository, a pin the round already holds written differently."""
     problems = []
     for dest, src in fetch.items():
-        field = f"{where}.fetch.{dest}"
+        field = f"{where}.fetch.{dest}" if where else f"fetch.{dest}"
         if dest.startswith("s3://"):
             problems.append(f"{field}: fetch writes to a filesystem path (a local or shared folder); fetch there, "
                             "then upload it or stage from it")
-        elif not reads_from(dest, paths):
+        elif paths is None and src.kind not in TOOL_KINDS:
+            problems.append(f"{field}: the plan's own fetch section holds source archives (github, archive); move a "
+                            f"{src.kind} source to the fetch section of the benchmark that reads it")
+        elif paths is not None and not reads_from(dest, paths):
             problems.append(f"{field}: no field of this benchmark reads from it; make it the model.source, a data "
-                            "set file or a folder that holds one")
-        if src.repo is None:
-            continue
-        pin = pins.get(src.repo)
-        if pin is not None and src.revision not in (None, pin):
-            problems.append(f"{field}.revision: the round pins {src.repo} at {pin}; remove revision")
-        elif pin is None and src.revision is None:
-            problems.append(f"{field}.revision: the round pins no commit of {src.repo}; name it, e.g. revision: "
-                            "<the 40-hex commit>")
+                            "set file, dataset.lcb_tests or a folder that holds one")
+        problems += _pin_problems(field, src, rules)
+        checker = paths is None and src.github is not None and src.github == rules.inference_sources.github
+        if checker and inference_src and dest.rstrip("/") != inference_src.rstrip("/"):
+            problems.append(f"{field}: inference_src is {inference_src}, not this destination; make them one folder")
     return problems
 
 
-def items(benchmarks: list, pins: dict[str, str]) -> list[FetchItem]:
-    """Every fetch of the plan's benchmarks, once per destination (benchmarks that share one name one source)."""
+def _pin_problems(field: str, src: FetchSource, rules: Rules) -> list[str]:
+    if src.kind == "livecodebench":
+        release = rules.livecodebench.get(src.livecodebench)
+        if release is None:
+            known = ", ".join(rules.livecodebench) or "none"
+            return [f"{field}.livecodebench: round {rules.round} names no LiveCodeBench release "
+                    f"{src.livecodebench!r} (it names: {known})"]
+        if src.revision not in (None, release.revision):
+            return [f"{field}.revision: the round pins {release.repo} at {release.revision}; remove revision"]
+        return []
+    if src.kind not in ("repo", "github"):
+        return []
+    name = getattr(src, src.kind)
+    pin = (rules.hub_pins() if src.kind == "repo" else rules.source_pins()).get(name)
+    if pin is not None and src.revision not in (None, pin):
+        return [f"{field}.revision: the round pins {name} at {pin}; remove revision"]
+    if pin is None and src.revision is None:
+        return [f"{field}.revision: the round pins no commit of {name}; name it, e.g. revision: <the 40-hex commit>"]
+    return []
+
+
+def resolve(field: str, dest: str, src: FetchSource, rules: Rules) -> FetchItem:
+    """The item `src` names, with the commit the plan or the round gives it."""
+    if src.kind == "livecodebench":
+        release = rules.livecodebench[src.livecodebench]
+        return FetchItem(field, dest, src, release.revision, release.repo, release.files)
+    if src.kind == "repo":
+        return FetchItem(field, dest, src, src.revision or rules.hub_pins().get(src.repo), src.repo)
+    if src.kind == "github":
+        return FetchItem(field, dest, src, src.revision or rules.source_pins().get(src.github), src.github)
+    return FetchItem(field, dest, src, None)
+
+
+def items(benchmarks: list, rules: Rules, own: dict[str, FetchSource] | None = None) -> list[FetchItem]:
+    """Every fetch of the plan (its own section first, then its benchmarks'), once per destination (benchmarks that
+    share one name one source)."""
+    sections = [("", own or {}), *((f"benchmarks.{i}.", b.fetch) for i, b in enumerate(benchmarks))]
     found: dict[str, FetchItem] = {}
-    for i, b in enumerate(benchmarks):
-        for dest, src in b.fetch.items():
-            item = FetchItem(f"benchmarks.{i}.fetch.{dest}", dest, src,
-                             (src.revision or pins.get(src.repo)) if src.repo else None)
+    for prefix, fetch in sections:
+        for dest, src in fetch.items():
+            item = resolve(f"{prefix}fetch.{dest}", dest, src, rules)
             seen = found.get(dest)
             if seen is not None and (seen.source, seen.revision) != (item.source, item.revision):
                 raise ValueError(f"{item.field}: {seen.field} fetches another source to the same destination; "

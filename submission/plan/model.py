@@ -198,7 +198,7 @@ class BenchmarkSpec(Strict):
                                           "from, destination -> source, for `podium fetch PLAN` "
                                           "(submission/plan/fetch.py), e.g. /mnt/mlperf/models/gpt-oss-120b: {repo: "
                                           "openai/gpt-oss-120b}; each destination is the model.source, a data set "
-                                          "file or a folder holding one")
+                                          "file, dataset.lcb_tests or a folder holding one")
 
     @property
     def key(self) -> str:
@@ -297,6 +297,10 @@ class Plan(Strict):
     inference_src: str | None = Field(None, description="mlcommons/inference, the folder `podium fetch-inference` "
                                                         "prints: its official compliance/TESTxx/run_verification.py "
                                                         "scripts and its submission checker run too")
+    fetch: dict[str, FetchSource] = Field(default_factory=dict, description="the source archives of the round's "
+                                          "tools that `podium fetch PLAN` brings, destination -> source, e.g. "
+                                          "/mnt/mlperf/src/inference: {github: mlcommons/inference} (at the round's "
+                                          "commit; inference_src reads it) or the endpoints client's source")
 
 
     @field_validator("round")
@@ -382,19 +386,21 @@ class Plan(Strict):
 
     @model_validator(mode="after")
     def _fetch_pinned(self) -> Plan:
-        """Every `fetch` destination is read by its benchmark, and every repository is at a commit: the round's pin
+        """Every destination of a benchmark's `fetch` is read by it, the plan's own `fetch` holds source archives
+        (mlcommons/inference where inference_src reads it), and every repository is at a commit: the round's pin
         where the rules hold one, else the plan's own."""
-        pins = load_rules(self.round).hub_pins()
-        problems = [p for i, b in enumerate(self.benchmarks)
-                    for p in fetch_problems(f"benchmarks.{i}", b.fetch, [s for _, _, s in b.sources()], pins)]
+        rules = load_rules(self.round)
+        problems = fetch_problems("", self.fetch, None, rules, self.inference_src) + [
+            p for i, b in enumerate(self.benchmarks)
+            for p in fetch_problems(f"benchmarks.{i}", b.fetch, [s for _, _, s in b.sources()], rules)]
         if problems:
             raise ValueError("\n  - ".join(problems))
-        fetch_items(self.benchmarks, pins)   # one source per destination
+        fetch_items(self.benchmarks, rules, self.fetch)   # one source per destination
         return self
 
     def fetches(self) -> list[FetchItem]:
-        """Every input `podium fetch` brings, once per destination, each hub repository at its commit."""
-        return fetch_items(self.benchmarks, load_rules(self.round).hub_pins())
+        """Every input `podium fetch` brings, once per destination, each repository at its commit."""
+        return fetch_items(self.benchmarks, load_rules(self.round), self.fetch)
 
     @model_validator(mode="after")
     def _engine_fits_system(self) -> Plan:

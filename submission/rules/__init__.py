@@ -244,12 +244,27 @@ class SourcePin(Strict):
     repository: str
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
 
+    @property
+    def github(self) -> str | None:
+        """owner/name when the repository is on GitHub (its archives: github.com/<owner>/<name>/archive/...)."""
+        found = re.fullmatch(r"https://github\.com/([^/]+/[^/]+?)(?:\.git)?/?", self.repository)
+        return found.group(1) if found else None
+
+
+class LiveCodeBenchRelease(Strict):
+    """A LiveCodeBench release as an accuracy score runs its tests: the Hugging Face data set's files at a commit."""
+
+    repo: str                        # livecodebench/code_generation_lite
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
+    files: tuple[str, ...] = Field(min_length=1)   # the release's JSON-lines files, in the order the reference reads
+
 
 class Rules(Strict):
     round: str
     seeds: Seeds
     inference_sources: SourcePin   # mlcommons/inference: the checker, audits and references every value cites
     endpoints_client: SourcePin | None = None   # None: the round has no endpoints (loadgen-less) results
+    livecodebench: dict[str, LiveCodeBenchRelease] = Field(default_factory=dict)   # release -> its files
     min_duration_ms: int
     max_accuracy_log_bytes: int
     system_fields: SystemFields
@@ -276,14 +291,20 @@ class Rules(Strict):
 
     def hub_pins(self) -> dict[str, str]:
         """Hugging Face repository -> the commit the round pins it at: the reference checkpoints and the data sets
-        (each scenario's own too) that the round names with a revision."""
+        (each scenario's own too) that the round names with a revision, and the LiveCodeBench releases' data set."""
         pins = {}
         for bench in self.benchmarks.values():
             sets = [bench.dataset, *(s.dataset for s in bench.scenarios.values() if s.dataset is not None)]
             pins.update({d.name: d.revision for d in sets if d.revision})
             if bench.checkpoint is not None:
                 pins[bench.checkpoint.name] = bench.checkpoint.revision
+        pins.update({release.repo: release.revision for release in self.livecodebench.values()})
         return pins
+
+    def source_pins(self) -> dict[str, str]:
+        """GitHub owner/name -> the commit the round pins it at: the official sources and the endpoints client."""
+        pins = (self.inference_sources, self.endpoints_client)
+        return {pin.github: pin.commit for pin in pins if pin is not None and pin.github is not None}
 
     def audit(self, test: str) -> AuditRules:
         return _pick("compliance test", test, self.audits, f"round {self.round}")

@@ -3,9 +3,14 @@
 The tests are not in the MLCommons parquet (its `ground_truth` for LiveCodeBench rows is the `question_id`); the
 reference loads them from LiveCodeBench `release_v6` (Hugging Face `livecodebench/code_generation_lite`). Podium
 reads that data set's rows from a JSON list or JSON-lines file (`read_problems`): `question_id`,
-`public_test_cases` and `private_test_cases` (JSON text, or the data set's compressed form: base64 of zlib of a
-pickled JSON string, read with an unpickler that admits plain strings only), and `metadata` (JSON text with
-`func_name` for call-based problems).
+`public_test_cases` and `private_test_cases` (JSON text or lists, or the data set's compressed form: base64 of zlib
+of a pickled JSON string, `decode_cases`), and `metadata` (JSON text or an object, with `func_name` for call-based
+problems). `podium fetch` writes that file from the release itself (tasks/accuracy/lcb_convert.py).
+
+The compressed form is a pickle from the internet, and unpickling can run code: the unpickler here refuses every
+global (a class or function is the only way a pickle calls anything), so only the plain values pickle's own opcodes
+build (strings, numbers, lists, dicts, ...) come out, and the result must be the tests' JSON text. Its zlib stream
+is read to at most MAX_DECOMPRESSED bytes.
 
 Each program runs in `python -I lcb_child.py` in a fresh temporary folder, in its own session, with a minimal
 environment, no network, and rlimits on memory, CPU, file size; the whole process group is killed when the
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,8 +40,10 @@ from typing import Any, Self
 from submission.base.errors import PlanError
 
 CHILD = Path(__file__).with_name("lcb_child.py")
-FIX = ("export LiveCodeBench release_v6 (code_generation_lite) as JSON lines and pass it with --lcb-tests, or put "
-       "it beside the data set as livecodebench_tests.jsonl")
+FIX = ("`podium fetch PLAN` writes LiveCodeBench release_v6's tests as JSON lines where the plan's dataset.lcb_tests "
+       "says (a fetch entry {livecodebench: release_v6}); pass that file with --lcb-tests, or put it beside the data "
+       "set as livecodebench_tests.jsonl")
+MAX_DECOMPRESSED = 1 << 30   # one problem's tests, uncompressed; a zlib stream that inflates further is refused
 DEFAULT_NAMES = ("livecodebench_tests.jsonl", "livecodebench_tests.json")
 
 
@@ -68,55 +76,86 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _StringsOnly(pickle.Unpickler):
+class _PlainValues(pickle.Unpickler):
+    """Builds only what pickle's own opcodes make (str, bytes, int, float, bool, None, list, tuple, dict, set): every
+    global, the one way a pickle reaches a class or a function to call, is refused."""
+
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refusing {module}.{name}: only plain strings are expected")
+        raise pickle.UnpicklingError(f"refusing {module}.{name}: only plain values (the tests' JSON text) are expected")
 
 
-def _cases(value: Any, where: str) -> list[dict[str, str]]:
-    if isinstance(value, list):
-        return value
+def decode_cases(value: Any, where: str) -> list[dict[str, str]]:
+    """Test cases as given: a list, JSON text, or the compressed LiveCodeBench form (see the module's doc)."""
     if not isinstance(value, str) or not value:
-        return []
+        cases = value or []
+    else:
+        try:
+            cases = json.loads(value)
+        except ValueError:
+            cases = _inflated(value, where)
+    if not isinstance(cases, list):
+        raise PlanError(f"{where}: test cases are a {type(cases).__name__}, not a list", fix=FIX)
+    return cases
+
+
+def _inflated(value: str, where: str) -> Any:
     try:
-        return json.loads(value)
-    except ValueError:
-        pass
-    try:
-        raw = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(value)))).load()
-        return json.loads(raw)
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(value), MAX_DECOMPRESSED)
+        if inflate.unconsumed_tail:
+            raise ValueError(f"more than {MAX_DECOMPRESSED:,} bytes uncompressed")
+        text = _PlainValues(io.BytesIO(raw)).load()
+        if not isinstance(text, str):
+            raise ValueError(f"the pickle holds a {type(text).__name__}, not the tests' JSON text")
+        return json.loads(text)
     except Exception as e:
         raise PlanError(f"{where}: test cases are neither JSON nor the compressed LiveCodeBench form ({e})",
                         fix=FIX) from None
 
 
 def read_problems(path: Path) -> dict[str, Problem]:
-    """question_id -> Problem, from a JSON list or JSON-lines file of LiveCodeBench rows."""
+    """question_id -> Problem, from a JSON list or JSON-lines file of LiveCodeBench rows (a later row of a question
+    replaces an earlier one, as the reference's question_id -> problem map does). A JSON-lines file is read a line
+    at a time."""
+    problems = {}
+    for where, row in _rows(Path(path)):
+        found = problem(row, where)
+        problems[found.question_id] = found
+    return problems
+
+
+def problem(row: Any, where: str) -> Problem:
+    """One LiveCodeBench row as a Problem, its test cases decoded and checked."""
+    if not isinstance(row, dict) or "question_id" not in row:
+        raise PlanError(f"{where}: no question_id key", fix=FIX)
+    tests = decode_cases(row.get("public_test_cases"), where) + decode_cases(row.get("private_test_cases"), where)
+    for case in tests:
+        if not (isinstance(case, dict) and isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
+            raise PlanError(f"{where}: a test case lacks its input or output text", fix=FIX)
+    metadata = row.get("metadata") or {}
+    metadata = json.loads(metadata) if isinstance(metadata, str) and metadata else metadata
+    if not tests:
+        raise PlanError(f"{where}: problem {row['question_id']} has no test cases", fix=FIX)
+    return Problem(str(row["question_id"]), tuple(tests),
+                   metadata.get("func_name") if isinstance(metadata, dict) else None)
+
+
+def _rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, row) of a JSON list or JSON-lines file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with path.open(encoding="utf-8") as f:
+            if f.read(4096).lstrip().startswith("["):
+                f.seek(0)
+                yield from ((f"{path} row {i}", row) for i, row in enumerate(json.load(f)))
+                return
+            f.seek(0)
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    yield f"{path} line {n}", json.loads(line)
     except OSError as e:
         raise PlanError(f"cannot read the LiveCodeBench tests: {e.strerror}", where=str(path), fix=FIX) from None
-    try:
-        rows = json.loads(text) if text.lstrip().startswith("[") else [
-            json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as e:
         raise PlanError(f"not JSON or JSON lines: {e}", where=str(path), fix=FIX) from None
-    problems = {}
-    for i, row in enumerate(rows):
-        where = f"{path} row {i}"
-        if not isinstance(row, dict) or "question_id" not in row:
-            raise PlanError(f"{where}: no question_id key", fix=FIX)
-        tests = _cases(row.get("public_test_cases"), where) + _cases(row.get("private_test_cases"), where)
-        for case in tests:
-            if not isinstance(case, dict) or "input" not in case or "output" not in case:
-                raise PlanError(f"{where}: a test case lacks its input or output key", fix=FIX)
-        metadata = row.get("metadata") or {}
-        metadata = json.loads(metadata) if isinstance(metadata, str) and metadata else metadata
-        if not tests:
-            raise PlanError(f"{where}: problem {row['question_id']} has no test cases", fix=FIX)
-        problems[str(row["question_id"])] = Problem(str(row["question_id"]), tuple(tests),
-                                                    metadata.get("func_name") if isinstance(metadata, dict) else None)
-    return problems
 
 
 def find_tests(explicit: Path | None, dataset: Path) -> Path:

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from submission.base.errors import LaunchError
 from submission.rules import load_rules
+from tasks.staging.fetch_http import tar_commit
 
 DIST_INFO = "inference_endpoint-*.dist-info"    # the wheel name of the distribution `inference-endpoint`
 COMMAND = "inference-endpoint"
@@ -90,11 +91,10 @@ def installed_commit(venv: Path) -> str:
 def archive_commit(archive: Path) -> str:
     """The commit a `git archive` tar (or tar.gz) was made from: its pax global header's `comment`."""
     try:
-        with tarfile.open(archive) as tar:
-            commit = tar.pax_headers.get("comment", "")
+        commit = tar_commit(archive)
     except (tarfile.TarError, OSError) as error:
         raise LaunchError(f"{archive} is not a readable tar archive: {error}") from error
-    if len(commit) != 40:
+    if commit is None:
         raise LaunchError(f"{archive} names no commit (no pax `comment` header: not made by `git archive <commit>`)",
                           fix="make the archive with `git archive --format=tar.gz <commit>`")
     return commit

@@ -45,7 +45,8 @@ from tasks.ops.inputs import check_capacity, input_problems
 
 FIX = "fix each as it says, then check again with `podium preflight PLAN`"
 LCB_FIX = ("set it to the LiveCodeBench release_v6 tests as JSON lines (docs/benchmarks.md, \"gpt-oss-120b\": "
-           "`question_id`, `public_test_cases`, `private_test_cases`, `metadata`, one problem a line)")
+           "`question_id`, `public_test_cases`, `private_test_cases`, `metadata`, one problem a line); `podium fetch "
+           "PLAN` writes that file from the release with a fetch entry {<that file>: {livecodebench: release_v6}}")
 
 
 @dataclass
@@ -201,17 +202,33 @@ def endpoints_problems(plan: Plan) -> list[PodiumError]:
 
 def inference_src_problems(plan: Plan) -> list[PodiumError]:
     """`inference_src`, when given: a checkout of mlcommons/inference at the round's pinned commit, unchanged, with
-    the checker in it."""
-    from tasks.ops.inference_sources import require_git, verify
+    the checker in it; or the archive of that commit as `podium fetch` unpacked it, every file of its manifest there
+    (the bytes are `podium fetch`'s to hash)."""
+    from tasks.ops.inference_sources import REQUIRED, require_git, verify
+    from tasks.staging.fetch_http import FETCHED, fetched_commit
 
     if not plan.inference_src:
         return []
     pin = load_rules(plan.round).inference_sources
     folder = Path(plan.inference_src).expanduser()
     fix = (f"`podium fetch-inference --round {plan.round}` fetches mlcommons/inference at {pin.commit[:12]} and "
-           f"prints its folder: set inference_src to that folder")
+           f"prints its folder: set inference_src to that folder (or fetch it with `podium fetch PLAN`: "
+           f"fetch: {{{folder}: {{github: mlcommons/inference}}}} in the plan)")
     if not folder.is_dir():
         return [PlanError(f"{folder} does not exist", where="inference_src", fix=fix)]
+    if (folder / FETCHED).is_file():
+        commit = fetched_commit(folder)
+        missing = [str(path) for path in REQUIRED if not (folder / path).exists()]
+        if commit is None:
+            problem = "files of its manifest are missing or changed since `podium fetch` unpacked it"
+        elif commit != pin.commit:
+            problem = f"it is the archive of commit {commit[:12]}, not the pinned {pin.commit[:12]}"
+        elif missing:
+            problem = f"it has no {', '.join(missing)}: not mlcommons/inference"
+        else:
+            return []
+        return [PlanError(f"{folder}: {problem} (the {plan.round} checker's sources are mlcommons/inference at "
+                          f"{pin.commit[:12]})", where="inference_src", fix=fix)]
     try:
         verify(require_git(str(folder), pin.commit), folder.resolve(), pin.commit)
     except PodiumError as e:

@@ -117,6 +117,7 @@ def rehearsal_plan(plan: dict[str, Any], built: dict[str, Built], *, inference_s
                       "prefix": "/".join(p for p in (STORAGE_PREFIX, plan["storage"].get("prefix", "")) if p)}
     # the simulated engine's numbers at the rehearsal's own rates: the Server/Offline ratio is reported, not gated
     out["gates"] = {**plan.get("gates", {}), "server_offline_min_ratio": None, "published_min_fraction": None}
+    out.pop("fetch", None)   # nor the plan's own: the rehearsal's inference_src is the one given
     if inference_src:
         out["inference_src"] = inference_src
     return out

@@ -1,14 +1,18 @@
 """`podium fetch`: a plan's inputs onto the cluster's storage, each from its source at its pin, verified, before any
-GPU is allocated (the plan's `fetch` sections: submission/plan/fetch.py).
+GPU is allocated (the plan's `fetch` sections: submission/plan/fetch.py). Plain URLs and archives are
+tasks/staging/fetch_http.py's.
 
 A Hugging Face repository lands whole in its destination folder, at the commit the plan or the round pins, through
-`huggingface_hub` (`hf_hub_download` of each file, endpoint and token as given: HF_ENDPOINT and HF_TOKEN at the
-CLI). Every file is verified against the hub's own listing at that commit: an LFS file's sha256, a small file's git
-blob id. The folder then holds `.podium-manifest.json` (size and sha256 of every file, the format staging reads, so
-staging it later reads no byte twice) and `.podium-fetch.json` (repository, type, commit, the manifest's digest).
+`huggingface_hub` (`hf_hub_download` of each file, endpoint and token as given: HF_ENDPOINT, and HF_TOKEN or a Prefect
+Secret block, at the CLI). Every file is verified against the hub's own listing at that commit: an LFS file's sha256,
+a small file's git blob id. The folder then holds `.podium-manifest.json` (size and sha256 of every file, the format
+staging reads, so staging it later reads no byte twice) and `.podium-fetch.json` (repository, type, commit, the
+manifest's digest).
 
-A URL lands in its destination file through `<file>.part`, resumed with a Range request after an interruption, and is
-placed only when its sha256 is the plan's; `<file>.podium-fetch.json` beside it records URL, size and sha256.
+A LiveCodeBench release lands as one JSON-lines file (tasks/accuracy/lcb_convert.py): its files from the hub, at
+the round's commit, in `<file>.source/` as above (only the release's files), converted into the destination;
+`<file>.podium-fetch.json` records the release, commit, the source manifest's digest, the converter's format and the
+output's size and sha256.
 
 Each call verifies what is there (every byte hashed) and fetches only what is missing or differs: a second call
 fetches nothing, a corrupt or deleted file is fetched again, and a call killed midway keeps every file that was
@@ -20,42 +24,84 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from submission.base.errors import PlanError, StorageError
-from submission.base.files import replace_atomic, sha256_file, write_atomic
-from submission.plan.fetch import FetchItem
-from tasks.staging.sources import MANIFEST, Manifest
+from submission.base.files import sha256_file, write_atomic
+from submission.plan.fetch import FetchItem, FetchSource
+from tasks.staging.fetch_http import FETCHED, GITHUB, fetch_archive, fetch_url, read_json
+from tasks.staging.sources import MANIFEST, Manifest, manifest_digest
 from tasks.staging.transfer import ChecksumMismatch
 
-FETCHED = ".podium-fetch.json"            # in a fetched folder (beside a fetched file: <file>.podium-fetch.json)
-HF_CACHE = ".cache"                       # huggingface_hub's download metadata inside a local_dir
-BLOCK = 1 << 20
+SOURCE = ".source"                        # <file>.source/: the release files a converted file is made from
+SECRET = "hf-token"                       # the Prefect Secret block read for the hub's token when HF_TOKEN is unset
+SHARE = 1000                              # one item's share of the whole fetch, in the progress reported
 Say = Callable[[str], None]
-TOKEN_FIX = ("export HF_TOKEN=<a read token of a Hugging Face account that may read {repo}; for a gated repository, "
-             "accept its terms at https://huggingface.co/{path} first>")
+TOKEN_FIX = ("export HF_TOKEN=<a read token of a Hugging Face account that may read {repo}> (or store it in the "
+             "Prefect Secret block {secret}); for a gated repository, accept its terms at "
+             "https://huggingface.co/{path} first")
+
+
+def _ignore(*_: Any) -> None:
+    return None
 
 
 @dataclass(frozen=True)
 class Hub:
     """How to reach Hugging Face: the endpoint (None: https://huggingface.co) and the token (None: none is sent; a
-    login stored by `hf auth login` is not used, so what is sent is what HF_TOKEN says)."""
+    login stored by `hf auth login` is not used, so what is sent is what the caller resolved), `token_from` saying
+    where the token came from, for the errors. The token is never printed (not in repr either)."""
 
     endpoint: str | None = None
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
+    token_from: str = "HF_TOKEN"
+    secret: str = SECRET
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How a fetch shows how far it is: `bytes(label, done, total)` for a download or a conversion read byte by byte
+    (a hub file's bars are huggingface_hub's own); `share(done, total)` for the whole fetch, each item an equal
+    share (what a Prefect progress artifact shows)."""
+
+    bytes: Callable[[str, int, int], None] = _ignore
+    share: Callable[[int, int], None] = _ignore
+
+
+@dataclass(frozen=True)
+class Meter:
+    """One item's part of the whole fetch's progress: from `low` to `high` of its share."""
+
+    progress: Progress
+    index: int
+    count: int
+    low: float = 0.0
+    high: float = 1.0
+
+    def item(self, done: int, total: int) -> None:
+        part = self.low + (self.high - self.low) * (done / total if total else 1.0)
+        self.progress.share(self.index * SHARE + round(SHARE * min(part, 1.0)), self.count * SHARE)
+
+    def bytes(self, label: str, done: int, total: int) -> None:
+        self.progress.bytes(label, done, total)
+        if total:   # 0: the size is not known yet
+            self.item(done, total)
+
+    def within(self, low: float, high: float) -> Meter:
+        return Meter(self.progress, self.index, self.count, low, high)
 
 
 @dataclass(frozen=True)
 class Fetched:
     dest: str
-    source: str              # huggingface:<repo> or the URL
+    source: str              # huggingface:<repo>, github:<owner/name>, livecodebench:<release> or the URL
     revision: str | None     # the commit of a repository
     files: int
     bytes: int
-    fetched: int             # files downloaded by this call
+    fetched: int             # files downloaded (or converted) by this call
     kept: int                # files already there and verified
 
 
@@ -67,23 +113,66 @@ def placed(dest: str, root: Path | None) -> Path:
     return Path(root) / (path.relative_to(path.anchor) if path.is_absolute() else path)
 
 
-def fetch_all(items: Iterable[FetchItem], *, root: Path | None = None, hub: Hub = Hub(),
-              say: Say = print) -> list[Fetched]:
+def fetch_all(items: Iterable[FetchItem], *, root: Path | None = None, hub: Hub = Hub(), github: str = GITHUB,
+              say: Say = print, progress: Progress = Progress()) -> list[Fetched]:
     """Fetch (or verify) every item, in the plan's order."""
+    items = list(items)
     out = []
-    for item in items:
-        dest = placed(item.dest, root)
-        out.append(fetch_repo(item, dest, hub, say) if item.source.repo else fetch_url(item, dest, say))
+    for i, item in enumerate(items):
+        dest, meter = placed(item.dest, root), Meter(progress, i, len(items))
+        kind = item.source.kind
+        if kind == "repo":
+            out.append(fetch_repo(item, dest, hub, say, meter))
+        elif kind == "livecodebench":
+            out.append(fetch_livecodebench(item, dest, hub, say, meter))
+        elif kind == "url":
+            fetched, size = fetch_url(item, dest, say, meter.bytes)
+            out.append(Fetched(str(dest), item.source.describe(), None, 1, size, fetched, 1 - fetched))
+        else:
+            fetched, files, size = fetch_archive(item, dest, say, meter.bytes, github)
+            out.append(Fetched(str(dest), item.source.describe(), item.revision, files + 1, size, fetched,
+                               files + 1 - fetched))   # the archive is a file too
+        meter.item(1, 1)
     return out
+
+
+def hub_from(env: Mapping[str, str], secret: str | None) -> Hub:
+    """The hub as the environment `env` names it (HF_ENDPOINT, HF_TOKEN), the token read from the Prefect Secret
+    block `secret` when HF_TOKEN is unset (None: not asked)."""
+    token, token_from = hub_token(env.get("HF_TOKEN") or None, secret)
+    return Hub(env.get("HF_ENDPOINT") or None, token, token_from, secret or SECRET)
+
+
+def hub_token(env_token: str | None, secret: str | None) -> tuple[str | None, str]:
+    """The hub's token and where it came from: HF_TOKEN's value when set, else the Prefect Secret block `secret`'s
+    (None: not asked, e.g. no Prefect server is configured), else none (and HF_TOKEN, unset, named)."""
+    if env_token:
+        return env_token, "HF_TOKEN"
+    if secret is None:
+        return None, "HF_TOKEN"
+    from prefect.blocks.system import Secret
+
+    where = f"the Prefect Secret block {secret}"
+    try:
+        value = Secret.load(secret).get()
+    except ValueError:   # no block of that name
+        return None, "HF_TOKEN"
+    except Exception as e:
+        raise StorageError(f"cannot read {where}: {type(e).__name__}",
+                           fix="check PREFECT_API_URL, or export HF_TOKEN instead") from None
+    if not isinstance(value, str) or not value:
+        raise PlanError(f"{where} holds no token text", fix=f"store the token as the block's value: {secret}")
+    return value, where
 
 
 # ----- Hugging Face repositories ------------------------------------------------------------------------------
 
 
-def fetch_repo(item: FetchItem, dest: Path, hub: Hub, say: Say) -> Fetched:
+def fetch_repo(item: FetchItem, dest: Path, hub: Hub, say: Say, meter: Meter, only: tuple[str, ...] = ()) -> Fetched:
+    """The repository of `item` (of its files, the ones named in `only` when given) in the folder `dest`."""
     src, commit = item.source, str(item.revision)
     label = f"{src.repo}@{commit[:12]}"
-    known = recorded(dest, item)
+    known = recorded(dest, item, only)
     good = {rel for rel, meta in (known or {}).items() if intact(dest / rel, meta)}
     if known is not None and good == set(known):
         say(f"{label}: {len(known)} file(s) in {dest} verified, nothing to fetch")
@@ -91,39 +180,46 @@ def fetch_repo(item: FetchItem, dest: Path, hub: Hub, say: Say) -> Fetched:
     if known is not None:
         say(f"{label}: {len(set(known) - good)} file(s) in {dest} missing or changed: fetching them again")
     listing = _listing(item, hub)
+    if only:
+        missing = [name for name in only if name not in listing]
+        if missing:
+            raise PlanError(f"{item.field}: {src.repo} at {commit} has no {', '.join(missing)}",
+                            fix="check the revision: the round's rules pin the commit that holds these files")
+        listing = {name: listing[name] for name in only}
+    total = sum(entry.size for entry in listing.values())
     files: Manifest = {}
-    fetched = 0
+    fetched = done = 0
     for n, (rel, entry) in enumerate(sorted(listing.items()), 1):
         path = dest / rel
         if rel in good and known[rel]["size"] == entry.size:
             files[rel] = known[rel]
-            continue
-        sha = _matching(path, entry) if path.is_file() and path.stat().st_size == entry.size else None
-        if sha is None:
-            say(f"{label}: fetching {rel} ({entry.size:,} bytes; file {n} of {len(listing)})")
-            path.unlink(missing_ok=True)
-            _download(item, rel, dest, hub)
-            sha = _matching(path, entry)
+        else:
+            sha = _matching(path, entry) if path.is_file() and path.stat().st_size == entry.size else None
             if sha is None:
+                say(f"{label}: fetching {rel} ({entry.size:,} bytes; file {n} of {len(listing)})")
                 path.unlink(missing_ok=True)
-                raise ChecksumMismatch(f"{item.field}: {rel} from {src.repo} at {commit} does not match the hub's "
-                                       "checksum for it; the download was deleted", where=str(dest),
-                                       fix="run podium fetch again; if it repeats, the hub or a proxy on the way "
-                                           "serves other bytes (check HF_ENDPOINT)")
-            fetched += 1
-        files[rel] = {"size": entry.size, "sha256": sha}
-    _record(dest, item, files)
+                _download(item, rel, dest, hub)
+                sha = _matching(path, entry)
+                if sha is None:
+                    path.unlink(missing_ok=True)
+                    raise ChecksumMismatch(f"{item.field}: {rel} from {src.repo} at {commit} does not match the "
+                                           "hub's checksum for it; the download was deleted", where=str(dest),
+                                           fix="run podium fetch again; if it repeats, the hub or a proxy on the way "
+                                               "serves other bytes (check HF_ENDPOINT)")
+                fetched += 1
+            files[rel] = {"size": entry.size, "sha256": sha}
+        done += entry.size
+        meter.item(done, total)
+    _record(dest, item, files, only)
     kept = len(files) - fetched
     say(f"{label}: {len(files)} file(s) in {dest}: {fetched} fetched, {kept} already there and verified")
     return _fetched(item, dest, files, fetched=fetched)
 
 
-def recorded(dest: Path, item: FetchItem) -> Manifest | None:
-    """The manifest a previous fetch of this very source and commit left in `dest`, or None."""
-    from tasks.staging.stage import manifest_digest
-
-    record, files = _json(dest / FETCHED), _json(dest / MANIFEST)
-    want = _identity(item)
+def recorded(dest: Path, item: FetchItem, only: tuple[str, ...] = ()) -> Manifest | None:
+    """The manifest a previous fetch of this very source, commit (and file selection) left in `dest`, or None."""
+    record, files = read_json(dest / FETCHED), read_json(dest / MANIFEST)
+    want = _identity(item, only)
     if record is None or files is None or {k: record.get(k) for k in want} != want:
         return None
     return files if record.get("manifest_sha256") == manifest_digest(files) else None
@@ -134,17 +230,16 @@ def intact(path: Path, meta: dict[str, Any]) -> bool:
     return path.is_file() and path.stat().st_size == meta.get("size") and sha256_file(path) == meta.get("sha256")
 
 
-def _identity(item: FetchItem) -> dict[str, Any]:
+def _identity(item: FetchItem, only: tuple[str, ...] = ()) -> dict[str, Any]:
     src = item.source
-    return {"hub": src.hub, "repo": src.repo, "repo_type": src.repo_type, "revision": item.revision}
+    return {"hub": src.hub, "repo": src.repo, "repo_type": src.repo_type, "revision": item.revision,
+            **({"files": list(only)} if only else {})}
 
 
-def _record(dest: Path, item: FetchItem, files: Manifest) -> None:
+def _record(dest: Path, item: FetchItem, files: Manifest, only: tuple[str, ...] = ()) -> None:
     """The manifest (staging's format), then the record that vouches for it."""
-    from tasks.staging.stage import manifest_digest
-
     write_atomic(dest / MANIFEST, json.dumps(files, indent=1, sort_keys=True))
-    write_atomic(dest / FETCHED, json.dumps({**_identity(item), "manifest_sha256": manifest_digest(files)},
+    write_atomic(dest / FETCHED, json.dumps({**_identity(item, only), "manifest_sha256": manifest_digest(files)},
                                             indent=1, sort_keys=True))
 
 
@@ -202,11 +297,11 @@ def _hub_errors(item: FetchItem, hub: Hub) -> Iterator[None]:
     except (hf.HfHubHTTPError, httpx2.TransportError, hf.LocalEntryNotFoundError) as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if isinstance(exc, hf.GatedRepoError) or status in (401, 403):
-            token = "HF_TOKEN is not set" if not hub.token else "the token in HF_TOKEN was refused"
+            token = f"{hub.token_from} is not set" if not hub.token else f"the token in {hub.token_from} was refused"
             path = f"datasets/{src.repo}" if src.repo_type == "dataset" else src.repo
             raise PlanError(f"{item.field}: {endpoint} refused access to {src.repo} ({status}): {token} (the hub "
                             "answers so for a repository that does not exist too)",
-                            fix=TOKEN_FIX.format(repo=src.repo, path=path)) from None
+                            fix=TOKEN_FIX.format(repo=src.repo, path=path, secret=hub.secret)) from None
         if isinstance(exc, hf.RepositoryNotFoundError):
             raise PlanError(f"{item.field}: no {src.repo_type} repository {src.repo} on {endpoint}",
                             fix="fix repo (owner/name) and repo_type (model or dataset)") from None
@@ -216,71 +311,33 @@ def _hub_errors(item: FetchItem, hub: Hub) -> Iterator[None]:
                                "what is already fetched and verified is kept") from None
 
 
-# ----- plain URLs ---------------------------------------------------------------------------------------------
+# ----- LiveCodeBench releases ---------------------------------------------------------------------------------
 
 
-def fetch_url(item: FetchItem, dest: Path, say: Say, timeout_s: float = 60.0) -> Fetched:
-    src = item.source
-    want = str(src.sha256)
-    record = dest.with_name(dest.name + FETCHED)
-    if dest.is_file() and sha256_file(dest) == want:
-        _record_url(record, item, dest)
-        say(f"{dest.name}: verified (sha256 {want[:12]}), nothing to fetch")
-        return Fetched(str(dest), str(src.url), None, 1, dest.stat().st_size, 0, 1)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    _download_url(item, part, say, timeout_s)
-    got = sha256_file(part)
-    if got != want:
-        part.unlink(missing_ok=True)
-        raise ChecksumMismatch(f"{item.field}: {src.url} has sha256 {got}, the plan says {want}; the download was "
-                               "deleted", where=str(dest),
-                               fix="check url and sha256 in the plan against the publisher's checksums")
-    replace_atomic(part, dest)
-    _record_url(record, item, dest)
-    say(f"{dest.name}: fetched and verified (sha256 {want[:12]})")
-    return Fetched(str(dest), str(src.url), None, 1, dest.stat().st_size, 1, 0)
+def fetch_livecodebench(item: FetchItem, dest: Path, hub: Hub, say: Say, meter: Meter) -> Fetched:
+    """The release's files into `<dest>.source/`, converted into `dest` unless a verified conversion of these very
+    files is there."""
+    from tasks.accuracy.lcb_convert import FORMAT, convert
 
-
-def _record_url(record: Path, item: FetchItem, dest: Path) -> None:
-    write_atomic(record, json.dumps({"url": item.source.url, "sha256": item.source.sha256,
-                                     "size": dest.stat().st_size}, indent=1, sort_keys=True))
-
-
-def _download_url(item: FetchItem, part: Path, say: Say, timeout_s: float) -> None:
-    """Into `part`, continuing what an interrupted call left there when the server honours the Range."""
-    import httpx
-
-    url = str(item.source.url)
-    have = part.stat().st_size if part.is_file() else 0
-    headers = {"Range": f"bytes={have}-"} if have else {}
-    try:
-        with httpx.stream("GET", url, headers=headers, timeout=timeout_s, follow_redirects=True) as response:
-            if response.status_code == 416 and have:   # the part is already whole: the checksum decides
-                return
-            if response.status_code in (401, 403, 404):
-                raise PlanError(f"{item.field}: {url} answered {response.status_code}",
-                                fix="fix the url in the plan (the publisher's download link)")
-            response.raise_for_status()
-            resumed = response.status_code == 206
-            total = int(response.headers.get("Content-Length", 0)) + (have if resumed else 0)
-            say(f"{part.name.removesuffix('.part')}: fetching {total:,} bytes from {url}"
-                + (f", resuming after {have:,}" if resumed else ""))
-            with part.open("ab" if resumed else "wb") as out:
-                for block in response.iter_bytes(BLOCK):
-                    out.write(block)
-    except httpx.HTTPStatusError as exc:
-        raise StorageError(f"{item.field}: {url} answered {exc.response.status_code}",
-                           fix="run podium fetch again later; what is downloaded is kept") from None
-    except httpx.TransportError as exc:
-        raise StorageError(f"{item.field}: cannot reach {url}: {exc}",
-                           fix="check the network, then run podium fetch again: it resumes where it stopped") \
-            from None
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    source = dest.with_name(dest.name + SOURCE)
+    raw = FetchItem(item.field, str(source), FetchSource(repo=item.repo, repo_type="dataset", revision=item.revision),
+                    item.revision, item.repo)
+    got = fetch_repo(raw, source, hub, say, meter.within(0.0, 0.8), only=item.files)
+    files = recorded(source, raw, item.files) or {}
+    want = {"livecodebench": item.source.livecodebench, "repo": item.repo, "revision": item.revision,
+            "format": FORMAT, "source_manifest_sha256": manifest_digest(files)}
+    record_path = dest.with_name(dest.name + FETCHED)
+    record = read_json(record_path) or {}
+    if {k: record.get(k) for k in want} == want and intact(dest, record):
+        say(f"{dest.name}: {record.get('problems')} problem(s) converted from {item.repo}@{str(item.revision)[:12]} "
+            f"verified (sha256 {record['sha256'][:12]}), nothing to convert")
+        return Fetched(str(dest), item.source.describe(), item.revision, got.files + 1, got.bytes + record["size"],
+                       got.fetched, got.kept + 1)   # the converted file counts as one
+    say(f"{dest.name}: converting {item.source.livecodebench} ({len(item.files)} file(s), {got.bytes:,} bytes)")
+    done = convert([source / name for name in item.files], dest,
+                   lambda d, t: meter.within(0.8, 1.0).bytes(f"converting {item.source.livecodebench}", d, t))
+    write_atomic(record_path, json.dumps({**want, "sha256": done.sha256, "size": done.bytes, "problems": done.problems,
+                                          "questions": done.questions, "tests": done.tests}, indent=1, sort_keys=True))
+    say(f"{dest.name}: {done.problems} problem(s), {done.tests} test(s), sha256 {done.sha256[:12]}")
+    return Fetched(str(dest), item.source.describe(), item.revision, got.files + 1, got.bytes + done.bytes,
+                   got.fetched + 1, got.kept)

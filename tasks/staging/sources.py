@@ -34,6 +34,11 @@ S3_MANIFESTS = (storage.MANIFEST, MANIFEST)
 Manifest = dict[str, dict[str, Any]]       # relative path -> {"size": int, "sha256": str}
 
 
+def manifest_digest(files: Manifest) -> str:
+    """The sha256 of a manifest: what names a staged copy and vouches for a fetched one."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class S3Access:
     """How to reach S3 sources, without secrets: keys come from the embedded server's own file or boto3's chain."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -34,7 +33,16 @@ from prefect import task
 
 from submission.base.errors import StorageError
 from submission.base.files import replace_atomic, write_atomic
-from tasks.staging.sources import DONE, MANIFEST, LocalSource, Manifest, S3Access, S3Source, open_source
+from tasks.staging.sources import (
+    DONE,
+    MANIFEST,
+    LocalSource,
+    Manifest,
+    S3Access,
+    S3Source,
+    manifest_digest,
+    open_source,
+)
 from tasks.staging.sources import source_bytes as source_bytes  # re-exported: the bring-up's disk check uses it
 from tasks.staging.transfer import Copied
 from tasks.steps import retry_transient
@@ -58,10 +66,6 @@ class Staged:
 
 def node_name() -> str:
     return socket.gethostname()
-
-
-def manifest_digest(files: Manifest) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
 def staged_bytes(name: str, stage_root: Path) -> set[int]:

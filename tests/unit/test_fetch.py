@@ -1,6 +1,7 @@
 """`podium fetch`: repositories from a local stand-in for the Hugging Face Hub (tests/fake_hub.py, through the real
-huggingface_hub) and plain URLs, verified; a second call fetches nothing, a corrupt file is fetched again, an
-interrupted fetch keeps what it verified, and every bad input is one clear error naming the item and the fix."""
+huggingface_hub), plain URLs and LiveCodeBench releases converted for the evaluator, verified; a second call fetches
+nothing, a corrupt file is fetched again, an interrupted fetch keeps what it verified, and every bad input is one
+clear error naming the item and the fix. Archives: test_fetch_archives.py."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from submission.base.errors import PlanError, StorageError
-from submission.plan.fetch import FetchItem, FetchSource
+from submission.plan.fetch import FetchItem, FetchSource, resolve
 from submission.rules import load_rules
-from tasks.staging.fetch import FETCHED, Hub, fetch_all
+from tasks.accuracy.livecodebench import read_problems
+from tasks.staging.fetch import FETCHED, Hub, Progress, fetch_all
 from tasks.staging.sources import MANIFEST, LocalSource
 from tasks.staging.transfer import ChecksumMismatch
-from tests.fake_hub import FakeHub
+from tests.fake_hub import FakeHub, commit_archive
+from tests.lcb_release import CALL, LATER, STDIN, release
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
 COMMIT = "c0ffee" + "0" * 34
@@ -178,11 +181,17 @@ def test_a_url_is_verified_by_its_sha256_and_resumed_with_a_range(hub: FakeHub, 
 @pytest.mark.parametrize("name", ["gpt-oss-120b-trtllm-k8s.yaml", "qwen3-vl-dynamo-50-50.yaml"])
 def test_podium_fetch_of_a_shipped_plan_fetches_its_pins_then_nothing(
         hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    pins = load_rules("v6.1").hub_pins()
+    rules = load_rules("v6.1")
+    pins = rules.hub_pins()
     hub.add("openai/gpt-oss-120b", pins["openai/gpt-oss-120b"], MODEL)
     for repo in ("Shopify/product-catalogue", "nvidia/Shopify-product-catalogue-8k"):
         hub.add(repo, pins[repo], DATASET, repo_type="dataset")
+    lcb = rules.livecodebench["release_v6"]
+    hub.add(lcb.repo, lcb.revision, release([STDIN], [CALL], [LATER], [], [], []), repo_type="dataset")
+    for repo, commit in rules.source_pins().items():
+        hub.github(repo, commit, commit_archive(commit, {"README.md": repo.encode()}, top=repo.split("/")[1]))
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("PODIUM_GITHUB_URL", hub.github_url)
     runner = CliRunner()
     first = runner.invoke(app, ["fetch", str(PLANS / name), "--dest", str(tmp_path)])
     assert first.exit_code == 0, first.output
@@ -190,9 +199,14 @@ def test_podium_fetch_of_a_shipped_plan_fetches_its_pins_then_nothing(
     assert fetched and all(" 0 verified in place" in line for line in fetched)
     if name.startswith("gpt-oss"):
         assert (tmp_path / "mnt/mlperf/models/gpt-oss-120b/config.json").read_bytes() == MODEL["config.json"]
+        assert set(read_problems(tmp_path / "mnt/mlperf/data/gpt-oss-120b/acc/livecodebench_tests.jsonl")) == {
+            STDIN["question_id"], CALL["question_id"], LATER["question_id"]}
+        assert (tmp_path / "mnt/mlperf/src/inference/README.md").read_bytes() == b"mlcommons/inference"
     else:
         assert (tmp_path / "lustre/mlperf/data/qwen3-vl/shopify_product_catalogue_8k/data/"
                            "train-00000-of-00001.parquet").is_file()
+        assert (tmp_path / "lustre/mlperf/src/endpoints.tar.gz").is_file()
+        assert "make venv-endpoints ENDPOINTS_SRC=" in first.stderr
     count = sum(hub.downloads.values())
     second = runner.invoke(app, ["fetch", str(PLANS / name), "--dest", str(tmp_path)])
     assert second.exit_code == 0, second.output
@@ -204,3 +218,45 @@ def test_podium_fetch_of_a_shipped_plan_fetches_its_pins_then_nothing(
 def test_podium_fetch_of_a_plan_that_names_nothing_says_how_to_name_it() -> None:
     result = CliRunner().invoke(app, ["fetch", str(PLANS / "smoke.yaml")])
     assert result.exit_code == 2 and "names nothing to fetch" in result.output and "fetch:" in result.output
+
+
+def test_a_livecodebench_release_is_fetched_converted_once_and_verified_after(hub: FakeHub, tmp_path: Path) -> None:
+    rules = load_rules("v6.1")
+    pin = rules.livecodebench["release_v6"]
+    files = release([STDIN, CALL], [LATER], *([{**LATER, "question_id": f"abc40{i}_a"}] for i in range(4)))
+    hub.add(pin.repo, pin.revision, {**files, "README.md": b"# LiveCodeBench\n"}, repo_type="dataset")
+    dest = tmp_path / "acc" / "livecodebench_tests.jsonl"
+    item = resolve(f"benchmarks.0.fetch.{dest}", str(dest), FetchSource(livecodebench="release_v6"), rules)
+    shares: list[tuple[int, int]] = []
+    converting: list[tuple[int, int]] = []
+    progress = Progress(bytes=lambda label, d, t: converting.append((d, t)) if label.startswith("converting") else None,
+                        share=lambda d, t: shares.append((d, t)))
+    [first] = fetch_all([item], hub=Hub(endpoint=hub.url), say=lambda line: None, progress=progress)
+    assert (first.files, first.fetched, first.kept) == (7, 7, 0)
+    assert set(hub.downloads) == {f"{pin.repo}/{name}" for name in files}   # the release's files, nothing else
+    problems = read_problems(dest)
+    assert set(problems) >= {"abc301_a", "3000", "abc399_b", "abc403_a"} and problems["3000"].func_name == "twice"
+    record = json.loads(dest.with_name(dest.name + FETCHED).read_text())
+    assert (record["sha256"], record["size"]) == (hashlib.sha256(dest.read_bytes()).hexdigest(), dest.stat().st_size)
+    assert (record["livecodebench"], record["revision"], record["problems"]) == ("release_v6", pin.revision, 7)
+    assert shares[-1] == (1000, 1000) and converting[-1][0] == converting[-1][1] == sum(map(len, files.values()))
+
+    lines: list[str] = []
+    [again] = fetch_all([item], hub=Hub(endpoint=hub.url), say=lines.append)
+    assert (again.fetched, again.kept) == (0, 7) and sum(hub.downloads.values()) == 6
+    assert any("nothing to convert" in line for line in lines)
+    converted = dest.read_bytes()
+    dest.write_text("changed\n")
+    [third] = fetch_all([item], hub=Hub(endpoint=hub.url), say=lines.append)
+    assert (third.fetched, third.kept) == (1, 6) and dest.read_bytes() == converted   # converted again, not fetched
+    assert sum(hub.downloads.values()) == 6
+
+
+def test_the_token_is_never_shown_and_a_refusal_names_where_it_came_from(hub: FakeHub, tmp_path: Path) -> None:
+    hub.token = "hf_right"
+    secret = Hub(endpoint=hub.url, token="hf_wrong", token_from="the Prefect Secret block hf-token")
+    assert "hf_wrong" not in repr(secret)
+    with pytest.raises(PlanError) as e:
+        fetch_all([_repo(tmp_path)], hub=secret, say=lambda line: None)
+    assert "the token in the Prefect Secret block hf-token was refused" in str(e.value)
+    assert "hf_wrong" not in str(e.value)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from submission.base.errors import PlanError
+from tasks.accuracy import livecodebench
 from tasks.accuracy.livecodebench import Limits, Problem, read_problems, run_program
 
 ADD = Problem("add", ({"input": "2 3\n", "output": "5\n", "testtype": "stdin"},
@@ -87,5 +88,18 @@ def test_tests_file_errors(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="problem n has no test cases"):
         read_problems(tmp_path / "none.jsonl")
     (tmp_path / "noid.jsonl").write_text('{"public_test_cases": "[]"}\n')
-    with pytest.raises(PlanError, match="row 0: no question_id key"):
+    with pytest.raises(PlanError, match=r"noid\.jsonl line 1: no question_id key"):
         read_problems(tmp_path / "noid.jsonl")
+
+
+def test_the_compressed_form_holds_the_tests_json_text_and_inflates_within_a_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [{"input": "1 1", "output": "2", "testtype": "stdin"}]
+    packed = {"text": base64.b64encode(zlib.compress(pickle.dumps(json.dumps(cases)))).decode(),
+              "list": base64.b64encode(zlib.compress(pickle.dumps(cases))).decode()}
+    assert livecodebench.decode_cases(packed["text"], "row") == cases
+    with pytest.raises(PlanError, match="the pickle holds a list, not the tests' JSON text"):
+        livecodebench.decode_cases(packed["list"], "row")
+    monkeypatch.setattr(livecodebench, "MAX_DECOMPRESSED", 64)
+    with pytest.raises(PlanError, match="more than 64 bytes uncompressed"):
+        livecodebench.decode_cases(packed["text"], "row")

@@ -77,6 +77,7 @@ def ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         "python": sys.executable, "version": "1.6.1", "worker": "mocker", "gpus_per_node": 0, "discovery": "etcd",
         "etcd": str(etcd), **{k: second["engine"]["options"][k] for k in (
             "enable_prefix_caching", "enable_multimodal", "limit_mm_per_prompt", "max_model_len")}}}
+    gpt.pop("fetch", None)   # inference_src is a checkout here, not the fetched archive
     plan = {**gpt, "systems": gpt["systems"] + vlm["systems"], "benchmarks": [first, second],
             "storage": {"bucket": "podium", "embedded": True}, "inference_src": str(src)}
     for system in plan["systems"]:

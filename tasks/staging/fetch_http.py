@@ -1,0 +1,246 @@
+"""`podium fetch` over plain HTTP: one file at a URL (`url`), or a tar archive unpacked into a folder (`archive`, and
+`github`: GitHub's archive of a commit), each verified (tasks/staging/fetch.py runs them).
+
+A file lands through `<file>.part`, resumed with a Range request after an interruption, and is placed only when its
+sha256 is the plan's; `<file>.podium-fetch.json` beside it records URL, size and sha256.
+
+An archive is kept beside its folder as `<folder>.tar.gz` (what `pip install` takes for the endpoints client, whose
+install check reads the commit back from it) and unpacked into the folder through `.<folder>.unpacking/`: one
+top-level folder (GitHub's `<repo>-<commit>/`) is stripped, and Python's `data` extraction filter refuses absolute
+paths, `..`, links that leave the folder and device files. A `github` archive must name its commit: `git archive`,
+which GitHub runs, writes it into the archive's pax header (`comment`); its sha256 is checked when the plan gives one,
+and recorded either way. The folder holds `.podium-manifest.json` (size and sha256 of every file, staging's format)
+and `.podium-fetch.json` (source, commit, the archive's sha256, the manifest's digest). A later call hashes the
+archive and the files and does nothing when all match; a changed file is unpacked again from the archive, and a
+changed archive fetched again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from submission.base.errors import PlanError, StorageError
+from submission.base.files import replace_atomic, sha256_file, write_atomic
+from submission.plan.fetch import COMMIT, FetchItem
+from tasks.staging.sources import MANIFEST, Manifest, manifest_digest
+from tasks.staging.transfer import ChecksumMismatch
+
+FETCHED = ".podium-fetch.json"            # in a fetched folder (beside a fetched file: <file>.podium-fetch.json)
+ARCHIVE = ".tar.gz"                       # <folder>.tar.gz: the archive a folder was unpacked from
+GITHUB = "https://github.com"
+BLOCK = 1 << 20
+Say = Callable[[str], None]
+Bytes = Callable[[str, int, int], None]   # (label, bytes done, bytes in all or 0: not known) of one download
+
+
+def fetch_url(item: FetchItem, dest: Path, say: Say, meter: Bytes, timeout_s: float = 60.0) -> tuple[int, int]:
+    """The file at `item.source.url` in `dest`; (files fetched, bytes)."""
+    src = item.source
+    want = str(src.sha256)
+    record = dest.with_name(dest.name + FETCHED)
+    if dest.is_file() and sha256_file(dest) == want:
+        _write_json(record, {"url": src.url, "sha256": want, "size": dest.stat().st_size})
+        say(f"{dest.name}: verified (sha256 {want[:12]}), nothing to fetch")
+        return 0, dest.stat().st_size
+    _download_verified(item, str(src.url), dest, want, say, meter, timeout_s)
+    _write_json(record, {"url": src.url, "sha256": want, "size": dest.stat().st_size})
+    say(f"{dest.name}: fetched and verified (sha256 {want[:12]})")
+    return 1, dest.stat().st_size
+
+
+def fetch_archive(item: FetchItem, dest: Path, say: Say, meter: Bytes, github: str = GITHUB,
+                  timeout_s: float = 60.0) -> tuple[int, int, int]:
+    """The archive `item` names, unpacked into the folder `dest`; (files fetched or unpacked by this call, files
+    unpacked, their bytes)."""
+    src = item.source
+    url = src.archive or f"{github.rstrip('/')}/{src.github}/archive/{item.revision}.tar.gz"
+    archive = dest.with_name(dest.name + ARCHIVE)
+    want = _identity(item)
+    record = read_json(dest / FETCHED) or {}
+    matches = {k: record.get(k) for k in want} == want
+    files = read_json(dest / MANIFEST) if matches else None
+    have = sha256_file(archive) if archive.is_file() else None
+    good = have is not None and have == (src.sha256 or (record.get("archive_sha256") if matches else None))
+    if good and files is not None and _intact(dest, files):
+        say(f"{dest.name}: {len(files)} file(s) and {archive.name} verified, nothing to fetch")
+        return 0, len(files), _size(files)
+    fetched = 0
+    if not good:
+        _download_verified(item, url, archive, src.sha256, say, meter, timeout_s)
+        fetched, have = 1, sha256_file(archive)
+    try:
+        commit = tar_commit(archive)
+    except (OSError, tarfile.TarError) as e:
+        archive.unlink(missing_ok=True)
+        raise ChecksumMismatch(f"{item.field}: {url} is not a tar archive ({e}); the download was deleted",
+                               where=str(archive), fix="check the source in the plan: it names the archive itself, "
+                                                       "not a page about it") from None
+    if src.github and commit != item.revision:
+        archive.unlink(missing_ok=True)
+        raise ChecksumMismatch(f"{item.field}: {url} is the archive of commit {commit or 'none'}, not "
+                               f"{item.revision}; the download was deleted", where=str(archive),
+                               fix="check the revision (or GitHub's address, PODIUM_GITHUB_URL, for a mirror)")
+    say(f"{dest.name}: unpacking {archive.name}")
+    files, left_out = _unpack(item, archive, dest, {**want, "url": url, "archive_sha256": have, "commit": commit})
+    say(f"{dest.name}: {len(files)} file(s) unpacked from {archive.name} (sha256 {str(have)[:12]}"
+        + (f", commit {commit[:12]}" if commit else "") + ")"
+        + (f"; left out, as unsafe to unpack: {', '.join(left_out)}" if left_out else ""))
+    return fetched + len(files), len(files), _size(files)
+
+
+def _identity(item: FetchItem) -> dict[str, Any]:
+    """What an archive's record must say for it to be this item's: its source, commit and the plan's sha256."""
+    src = item.source
+    return {"archive": src.archive, "github": src.github, "revision": item.revision, "sha256": src.sha256}
+
+
+def tar_commit(archive: Path) -> str | None:
+    """The commit a `git archive` tar (or tar.gz) was made from: its pax global header's `comment`; None when the
+    archive names none. OSError or tarfile.TarError when it is not a readable archive."""
+    with tarfile.open(archive) as tar:
+        commit = tar.pax_headers.get("comment", "")
+    return commit if COMMIT.fullmatch(commit) else None
+
+
+def fetched_commit(folder: Path) -> str | None:
+    """The commit a folder `podium fetch` unpacked from a commit's archive holds, when its record says so and every
+    file of its manifest is there at its size (the bytes are hashed by `podium fetch`); else None."""
+    record, files = read_json(folder / FETCHED), read_json(folder / MANIFEST)
+    if record is None or files is None or not record.get("commit"):
+        return None
+    whole = all((folder / rel).is_file() and (folder / rel).stat().st_size == meta.get("size")
+                for rel, meta in files.items())
+    return str(record["commit"]) if whole else None
+
+
+# ----- downloads and unpacking --------------------------------------------------------------------------------
+
+
+def _download_verified(item: FetchItem, url: str, dest: Path, sha256: str | None, say: Say, meter: Bytes,
+                       timeout_s: float) -> None:
+    """`url` into `dest` through `<dest>.part`, placed only when its sha256 is `sha256` (when given)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    _download(item, url, part, say, meter, timeout_s)
+    got = sha256_file(part)
+    if sha256 is not None and got != sha256:
+        part.unlink(missing_ok=True)
+        raise ChecksumMismatch(f"{item.field}: {url} has sha256 {got}, the plan says {sha256}; the download was "
+                               "deleted", where=str(dest),
+                               fix="check the url and sha256 in the plan against the publisher's checksums")
+    replace_atomic(part, dest)
+
+
+def _download(item: FetchItem, url: str, part: Path, say: Say, meter: Bytes, timeout_s: float) -> None:
+    """Into `part`, continuing what an interrupted call left there when the server honours the Range."""
+    import httpx
+
+    have = part.stat().st_size if part.is_file() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    name = part.name.removesuffix(".part")
+    try:
+        with httpx.stream("GET", url, headers=headers, timeout=timeout_s, follow_redirects=True) as response:
+            if response.status_code == 416 and have:   # the part is already whole: the checksum decides
+                return
+            if response.status_code in (401, 403, 404):
+                raise PlanError(f"{item.field}: {url} answered {response.status_code}",
+                                fix="fix the source in the plan (the publisher's download link, the repository or "
+                                    "its revision)")
+            response.raise_for_status()
+            resumed = response.status_code == 206
+            done = have if resumed else 0
+            total = int(response.headers.get("Content-Length", 0)) + done
+            say(f"{name}: fetching {total:,} bytes from {url}" + (f", resuming after {have:,}" if resumed else ""))
+            with part.open("ab" if resumed else "wb") as out:
+                for block in response.iter_bytes(BLOCK):
+                    out.write(block)
+                    done += len(block)
+                    meter(name, done, total if total >= done else 0)   # 0: the size is not known (chunked)
+            meter(name, done, done)
+    except httpx.HTTPStatusError as exc:
+        raise StorageError(f"{item.field}: {url} answered {exc.response.status_code}",
+                           fix="run podium fetch again later; what is downloaded is kept") from None
+    except httpx.TransportError as exc:
+        raise StorageError(f"{item.field}: cannot reach {url}: {exc}",
+                           fix="check the network, then run podium fetch again: it resumes where it stopped") \
+            from None
+
+
+def _unpack(item: FetchItem, archive: Path, dest: Path, record: dict[str, Any]) -> tuple[Manifest, list[str]]:
+    """Unpack into a fresh folder beside `dest`, write its manifest and record, then put it in `dest`'s place; the
+    manifest and the members left out (a link out of the folder, a device file: what the `data` filter refuses)."""
+    work = dest.with_name(f".{dest.name}.unpacking")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    left_out: list[str] = []
+
+    def safe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        try:
+            return tarfile.data_filter(member, path)
+        except tarfile.FilterError:
+            left_out.append(member.name)
+            return None
+
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(work, members=_stripped(tar.getmembers()), filter=safe)
+    except (tarfile.TarError, OSError) as e:
+        shutil.rmtree(work, ignore_errors=True)
+        archive.unlink(missing_ok=True)
+        raise ChecksumMismatch(f"{item.field}: {archive.name} cannot be unpacked ({e}); it was deleted",
+                               where=str(archive), fix="run podium fetch again to fetch it afresh") from None
+    files = {}
+    for folder, _, names in os.walk(work):   # links are not followed, nor listed: the manifest holds files
+        for name in names:
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink():
+                files[path.relative_to(work).as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    write_atomic(work / MANIFEST, json.dumps(files, indent=1, sort_keys=True))
+    _write_json(work / FETCHED, {**record, "manifest_sha256": manifest_digest(files)})
+    if dest.exists():
+        stale = dest.with_name(f".{dest.name}.stale-{time.time_ns()}")
+        dest.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    os.replace(work, dest)
+    return files, left_out
+
+
+def _stripped(members: list[tarfile.TarInfo]) -> Iterator[tarfile.TarInfo]:
+    """The members without their one top-level folder, when they all lie in one (GitHub's `<repo>-<commit>/`)."""
+    tops = {m.name.split("/", 1)[0] for m in members}
+    if len(tops) != 1 or not any("/" in m.name for m in members):
+        yield from members
+        return
+    prefix = f"{tops.pop()}/"
+    for m in members:
+        if m.name.startswith(prefix):   # not the top folder itself
+            link = m.linkname.removeprefix(prefix) if m.islnk() else m.linkname
+            yield m.replace(name=m.name.removeprefix(prefix), linkname=link, deep=False)
+
+
+def _intact(folder: Path, files: Manifest) -> bool:
+    return all((folder / rel).is_file() and (folder / rel).stat().st_size == meta.get("size")
+               and sha256_file(folder / rel) == meta.get("sha256") for rel, meta in files.items())
+
+
+def _size(files: Manifest) -> int:
+    return sum(int(meta["size"]) for meta in files.values())
+
+
+def _write_json(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
