@@ -10,8 +10,24 @@ The endpoints client (mlcommons/endpoints at the round's pin, src/inference_endp
   min_duration of 0 issuing the data set once; an Offline config with no target_qps counts as 10 q/s
   (`_from_config_default`, a stopgap by its own comment);
 - a `--mode both` run then issues the accuracy set once, at the same load pattern;
-- an online (poisson) phase lasts its samples / target_qps, an Offline (max_throughput) phase its samples / the
-  engine's rate: the rate given (an expected rate, the search's answer), else the target_qps.
+- the seconds of a phase are what the client's report states as its duration: `duration_ns` of
+  report/performance/result_summary.json, the tracked block's `duration_ns` (async_utils/services/metrics_aggregator/
+  metrics_table.py `TrackedBlock`: from START_PERFORMANCE_TRACKING, published just before the phase's first issue,
+  load_generator/session.py `_run_phase`, to the last completion of a sample the phase issued), so the issue span
+  plus the drain of the answers still out;
+- an online (poisson) phase's issue span is its schedule, which the client draws from `random.Random(
+  scheduler_random_seed)`: sample i leaves max(1, int(expovariate(target_qps / 1e9))) ns after sample i - 1, the
+  first that long after the start (load_generator/delay.py `poisson_delay_fn`, strategy.py `TimedIssueStrategy`,
+  which schedules each issue at start + the sum of the delays so far); the accuracy phase of a `--mode both` run
+  continues the same generator (commands/benchmark/execute.py `_build_phases`). Podium sums the same draws: the
+  span is exact, where samples / target_qps is off by about 1 / sqrt(samples) (10 % for 100 samples);
+- its drain allowance is the p99 latency bound the run is judged by (the scenario's `latency_ms` in the rules, a smoke
+  plan's relaxed `latency_ms` in its place): the answers still out when the last sample leaves come back within
+  about the bound in a run at its target (the search's answer: the highest rate whose p99 stays under the bound).
+  A run well under its bound ends up to that much sooner: the prediction errs long, as the Slurm limit wants;
+- an Offline (max_throughput) phase issues every sample at once and lasts its samples / the engine's rate: the rate
+  given (an expected rate, the search's answer), else the target_qps. The client's Offline `qps` is its completed
+  samples / `duration_ns`, so the rate already counts the drain.
 
 loadgen issues until min_duration and min_query_count are both met: max(floor, queries / rate) seconds, the queries
 at the rate; an accuracy run issues the accuracy set once at the rate.
@@ -19,7 +35,9 @@ at the rate; an accuracy run issues the accuracy set once at the rate.
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from dataclasses import dataclass
 
 from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples
@@ -50,9 +68,28 @@ def at_rate(spec: RunSpec, qps: float) -> RunSpec:
     return spec.model_copy(update={"user_conf": (*lines, (key, f"{qps:.10g}"))})
 
 
-def endpoints_length(spec: RunSpec, rows: int, accuracy_rows: int, min_duration_ms: int,
-                     rate: float | None = None) -> RunLength:
-    """The length of an endpoints client run of `spec` on a data set of `rows` (module doc)."""
+@functools.lru_cache(maxsize=64)
+def schedule_s(seed: int, qps: float, samples: int, then: int = 0) -> tuple[float, float]:
+    """The seconds the endpoints client's poisson schedule at `qps` takes to issue `samples`, and `then` more after
+    them (a `--mode both` run's accuracy phase): the sums of the delays it draws from `random.Random(seed)` (module
+    doc)."""
+    rng, rate = random.Random(seed), qps / 1e9
+    first = sum(max(1, int(rng.expovariate(rate))) for _ in range(samples))
+    return first / 1e9, sum(max(1, int(rng.expovariate(rate))) for _ in range(then)) / 1e9
+
+
+def drain_s(spec: RunSpec, rules: Rules) -> float:
+    """An online phase's drain allowance: the p99 latency bound its run is judged by (module doc); 0 for a scenario
+    with none (Offline, whose rate counts its drain)."""
+    bound = rules.benchmark(spec.benchmark).scenario(spec.scenario).latency_ms
+    smoke = conf(spec, "target_latency") if spec.profile == "smoke" else None   # Plan._smoke_latency
+    return 0.0 if bound is None else float(smoke if smoke is not None else bound) / 1000
+
+
+def endpoints_length(spec: RunSpec, rows: int, accuracy_rows: int, min_duration_ms: int, rate: float | None = None,
+                     *, seed: int, drain: float) -> RunLength:
+    """The length of an endpoints client run of `spec` on a data set of `rows`: an online run's schedule from the
+    scheduler `seed`, each phase then `drain` seconds (module doc)."""
     offline = spec.loadgen_scenario == "Offline"
     target = conf(spec, "target_qps")
     qps = float(target) if target is not None else (OFFLINE_DEFAULT_QPS if offline else None)
@@ -60,10 +97,14 @@ def endpoints_length(spec: RunSpec, rows: int, accuracy_rows: int, min_duration_
     samples = int(explicit) if explicit is not None else client_samples(qps, min_duration_ms, rows, offline)
     with_accuracy = spec.with_accuracy or spec.mode == "accuracy"
     accuracy = accuracy_rows if with_accuracy else 0
-    pace = (rate or qps) if offline else qps
-    seconds = (samples + accuracy) / pace if pace else 0.0
     passes = None if explicit is not None or rows <= 0 else samples // rows
-    return RunLength(samples, accuracy, seconds, passes)
+    if offline:
+        pace = rate or qps
+        return RunLength(samples, accuracy, (samples + accuracy) / pace if pace else 0.0, passes)
+    if not qps:
+        return RunLength(samples, accuracy, 0.0, passes)
+    performance, then = schedule_s(seed, qps, samples, accuracy)
+    return RunLength(samples, accuracy, performance + drain + (then + drain if accuracy else 0.0), passes)
 
 
 def loadgen_length(spec: RunSpec, accuracy_rows: int | None, floor_s: float, rate: float | None = None) -> RunLength:
@@ -93,5 +134,5 @@ def run_length(spec: RunSpec, rules: Rules, rate: float | None = None, floor_s: 
         duration = conf(spec, "min_duration")
         minimum = int(duration) if duration is not None else rules.min_duration_ms
         return endpoints_length(spec, size, size if rows is not None else scenario.accuracy_sample_count, minimum,
-                                rate)
+                                rate, seed=rules.seeds.schedule_rng_seed, drain=drain_s(spec, rules))
     return loadgen_length(spec, scenario.accuracy_sample_count, floor, rate)

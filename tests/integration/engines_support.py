@@ -66,26 +66,31 @@ def server_spec(dataset: Path, *, qps: float, duration_ms: int, workers: int, en
 
 
 @contextlib.contextmanager
-def simulated_engine(options: dict | None = None) -> Iterator[tuple[subprocess.Popen, Endpoint]]:
-    """The simulated server (tasks.engines.simulated.server) in a process of its own on 127.0.0.1, so a test can kill
-    or stop it; yields the process and its Endpoint, and always ends it (a stopped one is continued first).
-    `options`: the simulated engine's plan options (its defaults without them)."""
+def simulated_engine(options: dict | None = None,
+                     speed: float | None = None) -> Iterator[tuple[subprocess.Popen, Endpoint]]:
+    """The simulated server (tasks.engines.simulated.server) in a session of its own on 127.0.0.1, so a test can kill
+    or stop it; yields the process and its Endpoint, and always ends its group (a stopped one is continued first).
+    `options`: the simulated engine's plan options (its defaults without them); `speed`: the accelerated clock it runs
+    on (tasks.clock.wrap: under faketime, whose child the server is), the real clock without it."""
+    from tasks import clock
     from tasks.engines.simulated import server_args
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     flags = server_args(options) if options is not None else []
-    server = subprocess.Popen([sys.executable, "-m", "tasks.engines.simulated.server", "--port", str(port), *flags],
-                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    argv = [sys.executable, "-m", "tasks.engines.simulated.server", "--port", str(port), *flags]
+    server = subprocess.Popen(clock.wrap(argv, speed) if speed else argv, stdout=subprocess.PIPE, text=True, cwd=REPO,
+                              start_new_session=True)
     try:
         assert "listening" in server.stdout.readline()
         yield server, Endpoint(f"http://127.0.0.1:{port}", "simulated", accepts_token_ids=True,
                                returns_token_ids=True)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(server.pid, signal.SIGCONT)
-        server.kill()
+            os.killpg(server.pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
         server.wait()
 
 

@@ -21,6 +21,12 @@ from tasks.tuning.probes import ProbeCache, Prober, stage_spec, target_qps
 
 B = "qwen3-vl-235b-a22b"
 RULES = load_rules("v6.1")
+SEED, BOUND_S = RULES.seeds.schedule_rng_seed, 1.5   # the client's scheduler seed; Interactive's p99 bound
+
+
+def online_s(qps: float, samples: int) -> float:
+    """An online run's length by the one model: its schedule, then the p99 bound (submission/budget/run_length.py)."""
+    return run_length.schedule_s(SEED, float(qps), samples)[0] + BOUND_S
 
 
 def interactive(qps: float = 40, duration_ms: int = 600_000) -> RunSpec:
@@ -82,7 +88,7 @@ def test_a_probe_lasts_long_enough_for_an_early_stopping_p99_and_issues_no_whole
         samples = config.samples_to_issue(spec)["n_samples_to_issue"]
         assert samples >= P99_MIN_SAMPLES and samples >= 1.1 * target_qps(spec) * duration / 1000, qps
         length = run_length.run_length(spec, RULES)
-        assert length.samples == samples and length.seconds == pytest.approx(samples / target_qps(spec))
+        assert length.samples == samples and length.seconds == pytest.approx(online_s(target_qps(spec), samples))
     full = stage_spec(interactive(), 41.3, "confirm", settings)
     assert config.min_duration_ms(full, RULES) == 600_000 and target_qps(full) == 41.3
     assert config.samples_to_issue(full) == {}                       # the plan's run: whole passes
@@ -121,7 +127,7 @@ def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Pat
     pq.write_table(pa.table({"product_title": [f"t{i}" for i in range(8)]}), data)
     base = interactive(144, duration_ms=6000).model_copy(update={"dataset": str(data)})
     prober = Prober(base, SearchSettings(), ProbeCache(tmp_path, base), None, str(tmp_path))
-    assert prober.rows == 8 and prober.full_seconds(144) == pytest.approx(952 / 144)   # 950.4 -> 951 -> 119 passes
+    assert prober.rows == 8 and prober.full_seconds(144) == pytest.approx(online_s(144, 952))   # 950.4 -> 119 passes
     shards = tmp_path / "fetched" / "data"   # a data set as `podium fetch` places it: a folder of parquet shards
     shards.mkdir(parents=True)
     for split, n in (("train", 5), ("test", 3)):
@@ -129,5 +135,5 @@ def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Pat
     folder = base.model_copy(update={"dataset": str(shards.parent)})
     assert Prober(folder, SearchSettings(), ProbeCache(tmp_path, folder), None, str(tmp_path)).rows == 8
     unstaged = Prober(interactive(144, duration_ms=6000), SearchSettings(), ProbeCache(tmp_path, base), None, "w")
-    assert unstaged.full_seconds(144) == pytest.approx(8000 / 144)                        # one pass of the rules' set
+    assert unstaged.full_seconds(144) == pytest.approx(online_s(144, 8000))   # one pass of the rules' set
     assert prober.planned_samples(base) == 952 and unstaged.planned_samples(unstaged.base) == 8000   # what it issues

@@ -42,9 +42,9 @@ def test_each_measured_run_costs_its_time_times_its_gpus_beside_the_prediction_a
                                                                                   "Interactive")] + ["total"]
     offline, server, interactive, total = rows
     assert (offline["seconds"], offline["gpus"], offline["gpu_hours"]) == (900.0, 16, 4.0)
-    assert (server["gpu_hours"], server["predicted_s"]) == (8.0, 965.8)        # 193156 samples at 200 q/s
-    assert server["predicted_gpu_hours"] == round(193156 / 200 * 16 / 3600, 3)
-    assert interactive["gpu_hours"] is None and interactive["predicted_s"] == 1000.0   # not measured: no cost
+    assert (server["gpu_hours"], server["predicted_s"]) == (8.0, 990.8)   # 193156 samples at 200 q/s, 2 x 12 s drain
+    assert server["predicted_gpu_hours"] == round(990.8258 * 16 / 3600, 3)
+    assert interactive["gpu_hours"] is None and interactive["predicted_s"] == 1007.4   # not measured: no cost
     assert total["seconds"] == 2700.0 and total["gpu_hours"] == 12.0
     assert total["predicted_gpu_hours"] == round(offline["predicted_gpu_hours"] + server["predicted_gpu_hours"]
                                                  + interactive["predicted_gpu_hours"], 3)

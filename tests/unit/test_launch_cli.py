@@ -4,6 +4,7 @@ asked."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
+from submission.budget import run_length, slurm_time
 from submission.plan import model as plans
+from submission.results.runs import plan_runs
+from submission.rules import load_rules
 from tasks.serving import launch
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
@@ -95,6 +99,29 @@ def test_text_review_shows_argv_env_ports_gpus_and_probes(tmp_path: Path) -> Non
     assert 'ready when: GET /health contains "status":"ready"' in out
     assert "ports are picked free at launch" in out
     assert "KV router: load-aware (--load-aware): the workers run with --no-enable-prefix-caching" in out
+
+
+def test_the_dry_run_states_each_scenarios_time_and_gpu_hours_and_the_allocation_covers_them(tmp_path: Path) -> None:
+    """Each scenario's one client run (`--mode both`) with its predicted seconds (submission/budget/run_length.py:
+    Offline at its expected 230 q/s, Server and Interactive on the client's schedule, then their p99 bounds) and its
+    GPU-hours on the plan's 16 GPUs; the allocation's time_limit covers them 1.5 times over, and the engine's start."""
+    plan = plans.load(PLANS / "qwen3-vl-dynamo-75-25.yaml")
+    result = runner.invoke(app, ["launch", str(PLANS / "qwen3-vl-dynamo-75-25.yaml"), "--dry-run",
+                                 "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 0, result.output
+    stated = {m["scenario"]: (int(m["s"]), float(m["gpu_hours"])) for m in re.finditer(
+        r"predicted (?P<scenario>\w+)/performance with accuracy: .* samples .*, (?P<s>\d+) s, "
+        r"(?P<gpu_hours>[\d.]+) GPU-hours", result.output)}
+    bench, rules = plan.benchmarks[0], load_rules(plan.round)
+    specs = plan_runs(plan, bench, rules, model_sha256="-", engine="-", dataset_sha256={
+        p: "-" for _, kind, p in bench.sources() if kind == "datasets"})
+    seconds = {s.scenario: run_length.run_length(s, rules, rate=bench.scenarios[s.scenario].expected_qps).seconds
+               for s in specs}
+    assert stated == {name: (round(s), round(s * 16 / 3600, 3)) for name, s in seconds.items()}
+    assert stated["Server"][0] == 991 and stated["Interactive"][0] == 1613   # schedules + 2 x 12 s, 2 x 1.5 s
+    limit = slurm_time.seconds(bench.engine.slurm_settings().time_limit)
+    assert limit >= 1.5 * sum(seconds.values()) + bench.engine.ready_timeout_s + bench.engine.warmup_timeout_s
+    assert f"--time={slurm_time.slurm_time(slurm_time.job_need(plan))}" in result.output
 
 
 def test_a_bad_benchmark_key_is_named(tmp_path: Path) -> None:

@@ -11,8 +11,10 @@ import yaml
 
 from submission.base.errors import PlanError
 from submission.budget import slurm_time
+from submission.budget.run_length import schedule_s
 from submission.plan import model as plans
 from submission.plan.slurm_options import SlurmSettings
+from submission.rules import load_rules
 from submission.tree.systems import describe_sourced, gaps
 from tasks.engines import ProcessSpec
 from tasks.launchers import slurm_cli as cli
@@ -31,12 +33,15 @@ def test_slurm_times_in_every_form_sbatch_accepts(value: str, secs: int | None) 
 
 def test_the_qwen3_vl_allocation_covers_what_it_runs() -> None:
     """3 client runs (--mode both) of whole passes (submission/budget/run_length.py): Offline 144867 + 48289 samples
-    at the expected 230 q/s, Server 144867 + 48289 at 200 q/s, Interactive 32000 + 8000 at 40 q/s; x 1.5 + ready
-    2400 s + warm-up 600 s + stop 60 s. The dry run states each run's samples, seconds and GPU-hours."""
+    at the expected 230 q/s, Server 144867 + 48289 on the client's schedule at 200 q/s and Interactive 32000 + 8000 at
+    40 q/s, each phase then its p99 bound (12 s, 1.5 s); x 1.5 + ready 2400 s + warm-up 600 s + stop 60 s. The dry
+    run states each run's samples, seconds and GPU-hours."""
     plan = plans.load(QWEN)
     need = slurm_time.need(plan, plan.benchmarks[0])
     assert need.runs == 3
-    assert need.measuring_s == pytest.approx((193156 / 230 + 193156 / 200 + 40000 / 40) * 1.5)
+    seed = load_rules("v6.1").seeds.schedule_rng_seed
+    server, interactive = schedule_s(seed, 200.0, 144867, 48289), schedule_s(seed, 40.0, 32000, 8000)
+    assert need.measuring_s == pytest.approx((193156 / 230 + sum(server) + 2 * 12 + sum(interactive) + 2 * 1.5) * 1.5)
     assert slurm_time.slurm_time(need.allocation_s) == "02:02:00"
     assert slurm_time.seconds(plan.benchmarks[0].engine.slurm_settings().time_limit) >= need.allocation_s
     assert slurm_time.slurm_time(slurm_time.job_need(plan)) == "02:47:00"   # + staging 30 min + tail 15 min
