@@ -129,7 +129,8 @@ def record(spec: RunSpec, run_dir: Path, result: ClientResult, rules: Rules, sco
                      validity=fields.pop("validity", None), ttft_p99_ms=result.ttft_p99_ms,
                      tpot_p99_ms=result.tpot_p99_ms, latency_p99_ms=result.latency_p99_ms,
                      sut_failures=result.failed, token_source="endpoints client",
-                     wall_s=round(result.duration_s, 3), flow_run_id=flow_run_id, started_at=started_at,
+                     wall_s=round(result.duration_s if result.wall_s is None else result.wall_s, 3),
+                     flow_run_id=flow_run_id, started_at=started_at,
                      ended_at=ended_at, clock=clock, **fields)
 
 

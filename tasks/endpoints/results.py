@@ -39,6 +39,9 @@ class ClientResult:
     tpot_p99_ms: float | None
     latency_p99_ms: float | None
     accuracy: float | None = None   # the accuracy data set's score (Qwen3-VL: hierarchical F1), accuracy runs only
+    # the client invocation's wall seconds (start-up, the performance and accuracy phases, their drains): what the run
+    # held the engine for, on the client's clock; `duration_s` is the performance phase as its report states it
+    wall_s: float | None = None
 
 
 def _p99_ms(summary: dict[str, Any], metric: str) -> float | None:

@@ -13,10 +13,12 @@ whatever of its group outlives it is killed when it exits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from submission.base.errors import CommandError
@@ -73,6 +75,7 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
     config = prepare(spec, endpoint, run_dir, tokenizer=tokenizer, data_dir=data_dir, speed=speed)
     argv = clock.wrap(command(spec, config, client or require_client(spec.round)), speed)
     log = run_dir / LOG
+    started = time.monotonic()
     with log.open("wb") as out:
         child = subprocess.Popen(argv, cwd=run_dir, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
                                  env=os.environ | OFFLINE_ENV, start_new_session=True)
@@ -89,7 +92,9 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, *, tokenizer: Path, da
                 _end_leftovers(child)
     if code != 0:
         raise CommandError(argv, code, tail(log), fix=f"read {log} and the report in {run_dir / client_config.REPORT}")
-    return read_result(run_dir / client_config.REPORT, accuracy=client_config.with_accuracy(spec), log=log)
+    wall_s = (time.monotonic() - started) * (speed or clock.speed() or 1.0)   # on the client's clock
+    result = read_result(run_dir / client_config.REPORT, accuracy=client_config.with_accuracy(spec), log=log)
+    return dataclasses.replace(result, wall_s=round(wall_s, 3))
 
 
 def _end_leftovers(child: subprocess.Popen) -> None:

@@ -2,7 +2,8 @@
 report.md.
 
 One row per measured run (an endpoints run's performance and accuracy rows are one run: one key, one folder): its
-measured time (`RunRecord.wall_s`: loadgen's wall seconds, the endpoints client's report) x the GPUs of its
+measured time (`RunRecord.wall_s`: the wall seconds of the loadgen run or of the whole endpoints client
+invocation, both phases of a `--mode both` run) x the GPUs of its
 benchmark's engine, and its predicted seconds and GPU-hours; then the total. The GPUs and the prediction come from
 submission/budget/cost.py (`benchmark_gpus`, `predicted_runs`), where `podium launch PLAN --dry-run` takes its own.
 """

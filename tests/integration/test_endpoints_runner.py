@@ -114,6 +114,7 @@ def test_an_offline_run_and_a_server_run_with_accuracy_through_the_client(client
         summary = summary_of(tmp_path / scenario)
         assert result.qps == summary["qps"] > 0 and result.failed == 0
         assert result.issued == result.completed == summary["n_samples_issued"]
+        assert result.wall_s > result.duration_s   # the invocation: start-up, the run, its accuracy phase if any
         for metric in ("ttft", "tpot", "latency"):
             p99 = summary[metric]["early_stopping_percentiles"]["99.0"]
             assert getattr(result, f"{metric}_p99_ms") == (None if p99 is None else p99 / 1e6)

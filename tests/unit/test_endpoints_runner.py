@@ -167,6 +167,9 @@ def test_the_record_carries_the_clients_numbers_and_podiums_verdict(tmp_path: Pa
     assert (rec.harness, rec.valid, rec.validity, rec.metric, rec.unit) == (
         "endpoints", True, "VALID", 39.85, "Queries/s")
     assert rec.latency_p99_ms == 9800.0 and rec.key == spec("Server").key()
+    assert rec.wall_s == 630.0   # no invocation timed: the report's duration
+    # the GPU time a run costs is the whole client invocation (start-up, both phases), not the report's duration
+    assert measure.record(spec("Server"), tmp_path, result(wall_s=1342.5), rules, None).wall_s == 1342.5
     bad = measure.record(spec("Interactive"), tmp_path, result(latency_p99_ms=1516.0), rules, None)
     assert (bad.valid, bad.validity) == (False, "INVALID") and "1516" in bad.invalid_reasons[0]
     metric = rules.benchmark(BENCH).scenario("Offline").accuracy[0].metric
