@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows import curation_cli, fetch_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli
+from flows import curation_cli, fetch_cli, inference_cli, link_cli, published_cli, rehearsal_cli, search_cli, submit_cli
 from flows.cli_common import Workspace, end_with, exits_on_error, prefect_env, prefect_server
 from submission.base.errors import PodiumError, RunFailed, StorageError
 from tasks.ops.registration import MEMBER_WATCH_S
@@ -374,7 +374,8 @@ for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the t
                 inference_cli.fetch_inference,                           # the official tools' sources
                 link_cli.link,                                           # download links
                 published_cli.published,                                 # the round's published results
-                rehearsal_cli.rehearse):                                 # and the dress rehearsal
+                rehearsal_cli.rehearse,                                  # the dress rehearsal
+                submit_cli.submit):                                      # and submission day
     app.command()(command)
 
 

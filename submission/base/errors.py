@@ -71,6 +71,12 @@ class StorageError(PodiumError):
     exit_code = 5
 
 
+class UploadError(PodiumError):
+    """The MLCommons submission server refused a request or did not answer (`podium submit`); the tarball stays."""
+
+    exit_code = 7
+
+
 class RunFailed(PodiumError):
     """A benchmark run finished but its result cannot be used (INVALID, loadgen errors, accuracy under the floor)."""
 

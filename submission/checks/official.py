@@ -48,6 +48,9 @@ OFFICIAL_MESSAGES = {
 }
 _AGGREGATE = ("Some ", "NoResults ", "SUMMARY:")  # base.py "Some %s Checks failed for", main.py: follow from others
 _NO_RESULTS = re.compile(r"NoResults (?P<path>\S+)")
+# its closing counts and verdict (main.py: `Results=..`, `Closed Results=..`, `Systems=..`, ..., `SUMMARY: ..`), after
+# either log prefix: `[time file:line LEVEL] ` (loader.py) or `LEVEL:name:`
+_SUMMARY = re.compile(r"^(?:[A-Z]+:[^:]*:|\[[^\]]* [A-Z]+\] )(?P<text>(?:\w+ )?(?:Results|Systems)=.*|SUMMARY: .*)$")
 _TRACEBACK = "Traceback (most recent call last)"
 
 
@@ -64,6 +67,7 @@ class OfficialReport(BaseModel):
     rows: list[dict[str, str]] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # its ERROR log lines, in order
     no_results: list[str] = Field(default_factory=list)  # performance logs it rejected
+    summary: list[str] = Field(default_factory=list)  # its closing lines: result and system counts, the verdict
     crashed: bool = False  # a Python traceback: the checker stopped before checking everything
     output_tail: str = ""
     csv_path: str = ""
@@ -130,7 +134,13 @@ def run_official(tree: Path, inference_src: str | Path, round: str, csv_path: Pa
         argv=argv, cwd=str(cwd), returncode=done.returncode, rows=read_csv(csv_path),
         errors=[m["text"].strip() for line in lines if (m := _ERROR.match(line.strip()))],
         no_results=[m["path"] for line in lines if (m := _NO_RESULTS.search(line))],
+        summary=summary_lines(lines),
         crashed=_TRACEBACK in output, output_tail=output[-TAIL_CHARS:], csv_path=str(csv_path))
+
+
+def summary_lines(lines: list[str]) -> list[str]:
+    """The checker's closing lines (counts of results and systems per division, then `SUMMARY: ...`), unprefixed."""
+    return [m["text"].strip() for line in lines if (m := _SUMMARY.match(line.strip()))]
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -7,6 +7,9 @@ beside the tree), which `tasks.storage.uploads.upload` puts into object storage 
     <name>.tar.gz                 everything under TREE, inside a top folder <name>/
     <name>.tar.gz.sha256          "<sha256>  <name>.tar.gz" (sha256sum -c reads it)
     <name>.manifest.json          every file: path, size, sha256; and the tarball's
+
+`final_tarball` is the other layout: the one the MLCommons Submission UI takes (`podium submit`), the division
+folders at the top of the tarball and nothing else beside them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from submission.base.errors import PlanError
 from submission.base.files import replace_atomic, sha256_file, write_atomic
 from submission.plan.model import check_name
 from submission.tree import rehearsal_marker
+from submission.tree.paths import DIVISIONS
 
 MTIME = 0  # every entry's time: the tarball depends on the content only
 
@@ -67,14 +71,19 @@ def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarIn
     return info
 
 
-def _write_tarball(tree: Path, name: str, target: Path) -> None:
+def _write_tarball(tree: Path, roots: list[Path], target: Path, top: str | None = None) -> None:
+    """Every folder and file under `roots` (folders of `tree`, each included) by its path in `tree`, under a top
+    folder `top` when given, in sorted order."""
     partial = target.with_name(f".{target.name}.partial")
+    entries = [(p, True) for p in roots if p != tree]
+    for root in roots:
+        entries += [(p, True) for p in _dirs(root)] + [(p, False) for p in _files(root)]
     with partial.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=MTIME) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(_info(name, directory=True))
-        entries = [(p, True) for p in _dirs(tree)] + [(p, False) for p in _files(tree)]
+        if top:
+            tar.addfile(_info(top, directory=True))
         for path, directory in sorted(entries, key=lambda e: e[0].relative_to(tree).as_posix()):
-            arcname = f"{name}/{path.relative_to(tree).as_posix()}"
+            arcname = "/".join(filter(None, (top, path.relative_to(tree).as_posix())))
             if directory:
                 tar.addfile(_info(arcname, directory=True))
             else:
@@ -105,7 +114,7 @@ def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> 
     out.mkdir(parents=True, exist_ok=True)
     files = manifest(tree)
     tarball = out / f"{name}.tar.gz"
-    _write_tarball(tree, name, tarball)
+    _write_tarball(tree, [tree], tarball, top=name)
     digest = sha256_file(tarball)
     sha_file = out / f"{tarball.name}.sha256"
     write_atomic(sha_file, f"{digest}  {tarball.name}\n")
@@ -142,3 +151,31 @@ def verify(manifest_file: Path) -> list[str]:
     problems += [f"{rel}: in the manifest, not in the tarball" for rel in sorted(set(data["files"]) - seen)]
     return problems
 
+
+class FinalTarball(BaseModel):
+    path: Path
+    sha256: str
+    size: int
+    files: int
+    divisions: list[str]
+
+
+def final_tarball(tree: Path, target: Path) -> FinalTarball:
+    """The tarball the Submission UI takes, and its `<name>.sha256` beside it: the tree's division folders (closed/,
+    open/, network/) at the top and nothing else, reproducible as `package`'s is. It is what the MLCommons automation
+    uploads (mlcommons/mlperf-automations `run-mlperf-inference-submission-checker` runs `tar-my-folder` with
+    `MLC_TAR_SUB_FOLDERS_TO_INCLUDE: closed,open,network`: `tar --directory TREE -czf OUT closed open network`), so a
+    file at the top of the tree (a smoke or rehearsal marker) is not in it."""
+    tree, target = Path(tree).resolve(), Path(target).resolve()
+    roots = [tree / d for d in DIVISIONS if (tree / d).is_dir()]
+    if not roots:
+        raise PlanError(f"{tree} holds none of {', '.join(d + '/' for d in DIVISIONS)}",
+                        fix="pass the submission tree (the folder holding closed/ ...)")
+    if tree in target.parents:
+        raise PlanError(f"the tarball {target} is inside the tree", fix="choose a folder outside the tree")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write_tarball(tree, roots, target)
+    digest = sha256_file(target)
+    write_atomic(target.with_name(f"{target.name}.sha256"), f"{digest}  {target.name}\n")
+    return FinalTarball(path=target, sha256=digest, size=target.stat().st_size,
+                        files=sum(len(_files(root)) for root in roots), divisions=[r.name for r in roots])

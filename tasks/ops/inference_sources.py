@@ -28,7 +28,9 @@ PATHS = (
     f"{CHECKER_DIR.as_posix()}/submission_checker/",  # the checker: submission/checks/official.py runs it
     f"{CHECKER_DIR.as_posix()}/log_parser.py",  # the log reader beside it
     f"{CHECKER_DIR.as_posix()}/truncate_accuracy_log.py",  # the truncation submission/tree/truncate.py does as well
-    f"{CHECKER_DIR.as_posix()}/submission_checker_old.py",  # the file lists submission/tree/paths.py tolerates
+    f"{CHECKER_DIR.as_posix()}/submission_checker_old.py",  # the file lists submission/tree/paths.py tolerates, and
+    # what preprocess_submission.py imports
+    f"{CHECKER_DIR.as_posix()}/preprocess_submission.py",  # `podium submit` runs it: submission/checks/preprocess.py
     "compliance/",  # TESTxx/run_verification.py and audit.config: tasks/compliance/official_scripts.py
     "loadgen/mlperf.conf",  # the round's loadgen settings the rules data cites
     "language/gpt-oss-120b/",  # the accuracy script tasks/accuracy/gpt_oss.py follows

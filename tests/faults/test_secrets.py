@@ -12,15 +12,12 @@ nowhere either: a run keeps no download link (tasks/storage/links.py).
 from __future__ import annotations
 
 import asyncio
-import gzip
-import io
 import json
 import os
 import re
 import secrets
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -30,51 +27,11 @@ from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tests.faults.conftest import fault_plan
 from tests.faults.procs import LOOPBACK, group_pids, listening
+from tests.secret_search import blobs_of, files_under, leaks, prefect_texts
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 REPO = Path(__file__).parents[2]
-
-
-def _blobs(name: str, data: bytes) -> list[tuple[str, bytes]]:
-    """The bytes, and for a tarball or gzip file the bytes of each member too."""
-    out = [(name, data)]
-    if data[:2] == b"\x1f\x8b":
-        try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-                for member in tar.getmembers():
-                    handle = tar.extractfile(member) if member.isfile() else None
-                    out.append((f"{name}!{member.name}", handle.read() if handle else member.name.encode()))
-        except tarfile.TarError:
-            out.append((f"{name}!gunzip", gzip.decompress(data)))
-    return out
-
-
-def _leaks(blobs: list[tuple[str, bytes]], *words: str) -> list[str]:
-    needles = {form for w in words for form in (w.encode(), w.encode().hex().encode())}
-    return [name for name, data in blobs if any(n in data for n in needles)]
-
-
-async def _prefect_texts() -> list[tuple[str, bytes]]:
-    from prefect import get_client
-
-    out = []
-    async with get_client() as client:
-        offset = 0
-        while batch := await client.read_logs(limit=200, offset=offset):
-            out += [(f"prefect log {log.id}", log.message.encode()) for log in batch]
-            offset += len(batch)
-        offset = 0
-        while batch := await client.read_artifacts(limit=200, offset=offset):
-            out += [(f"prefect artifact {artifact.key}", json.dumps(artifact.data, default=str).encode()
-                     + str(artifact.description).encode()) for artifact in batch]
-            offset += len(batch)
-        offset = 0
-        while batch := await client.read_flow_runs(limit=200, offset=offset):
-            out += [(f"flow run {run.name}", json.dumps(run.parameters, default=str).encode()
-                     + str(run.state.message if run.state else "").encode()) for run in batch]
-            offset += len(batch)
-    return out
 
 
 def test_a_planted_secret_appears_nowhere(prefect_server: None, smoke_store: Path, tmp_path: Path) -> None:
@@ -113,17 +70,16 @@ def test_a_planted_secret_appears_nowhere(prefect_server: None, smoke_store: Pat
     assert bound and all(addr in LOOPBACK for addr, _ in bound), bound   # every port of the S3 server: loopback
     assert any(k.endswith("submission.tar.gz") for k in keys) and any(k.endswith("manifest.json") for k in keys)
     blobs = [("stdout", result.stdout), ("stderr", result.stderr)]
-    for path in sorted(p for p in ws.rglob("*") if p.is_file() and not p.is_symlink()):
-        blobs += _blobs(str(path), path.read_bytes())
+    blobs += files_under(ws)
     for name, data in objects:
-        blobs += _blobs(name, data)
-    blobs += asyncio.run(_prefect_texts())
+        blobs += blobs_of(name, data)
+    blobs += asyncio.run(prefect_texts())
     assert len(blobs) > 100 and any("submission.tar.gz!" in name for name, _ in blobs)
-    assert _leaks(blobs, secret) == []
-    assert _leaks([("planted", f"x{secret}x".encode())], secret) == ["planted"]   # the search finds it when there
+    assert leaks(blobs, secret) == []
+    assert leaks([("planted", f"x{secret}x".encode())], secret) == ["planted"]   # the search finds it when there
     link = storage.presign(cfg, keys[0])   # what the search would find of a presigned URL, had a run kept one
-    assert _leaks([("a link", link.encode())], "X-Amz-Credential", "X-Amz-Signature", access_key) == ["a link"]
-    assert _leaks(blobs, "X-Amz-Credential", "X-Amz-Signature", access_key) == []   # no link, no access key id
+    assert leaks([("a link", link.encode())], "X-Amz-Credential", "X-Amz-Signature", access_key) == ["a link"]
+    assert leaks(blobs, "X-Amz-Credential", "X-Amz-Signature", access_key) == []   # no link, no access key id
     print(f"searched {len(blobs)} outputs ({sum(len(d) for _, d in blobs):,} bytes) for the planted secret: none")
 
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import os
 import re
+import secrets
 import shlex
+import subprocess
+import sys
+import tarfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +21,12 @@ import pytest
 from submission.checks.checker import check_tree
 from tasks.storage import objects as storage
 from tasks.storage import s3server
+from tests.fake_submission_server import FakeSubmissionServer
 from tests.integration.conftest import write_plan
+from tests.secret_search import files_under, leaks, prefect_texts
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +213,54 @@ def test_compliance_audits_in_the_tree_and_the_report(smoke: dict) -> None:
     report = (Path(result["run_folder"]) / "report.md").read_text()
     assert "## Compliance" in report and "| cpu-smoke | gpt-oss-120b | Server | TEST09 | PASS |" in report
     assert all(row["compliance"] == "TEST07 PASS, TEST09 PASS" for row in result["rows"])
+
+
+def _podium(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "MLPERF_SUBMITTER_ID"} | {"PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=300)
+
+
+def test_submit_uploads_the_demo_tree_byte_for_byte_and_the_id_stays_secret(smoke: dict, tmp_path: Path) -> None:
+    """`podium submit` of the smoke tree against a local fake submission server (tests/fake_submission_server.py):
+    refused as it is, a dry run calls no server, then a test upload (no official sources here: those steps are
+    recorded as skipped) sends the tarball byte for byte and starts the server's checker. The submitter id, from a
+    Prefect Secret block, appears in no output, no file written, no Prefect log, artifact or run."""
+    from prefect.blocks.system import Secret
+
+    tree = Path(smoke["first"].result()["tree"])
+    planted, block = "PlantedSubmitterId" + secrets.token_hex(8), "submitter-id-" + secrets.token_hex(4)
+    Secret(value=planted).save(block)
+    out, ws = tmp_path / "out", tmp_path / "ws"
+    with FakeSubmissionServer({planted: "Podium"}) as fake:
+        args = ("submit", str(tree), "--out", str(out), "--server", fake.url, "--id-block", block, "-w", str(ws))
+        refused = _podium(*args)
+        nothing_written = not out.exists()
+        dry = _podium(*args, "--test-upload", "--dry-run")
+        requests_after_dry_run = len(fake.requests)
+        done = _podium(*args, "--test-upload")
+    assert refused.returncode == 2 and "SMOKE-NOT-A-SUBMISSION.md is at its top" in refused.stderr, refused.stderr
+    assert "--test-upload" in refused.stderr and nothing_written
+    assert dry.returncode == 0 and requests_after_dry_run == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    assert "dry run: nothing uploaded" in dry.stdout and "not looked up (--dry-run)" in dry.stdout
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    tarball = out / "submission.tar.gz"
+    assert hashlib.sha256(fake.uploads["sub-1"]).hexdigest() == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    assert fake.checked == ["sub-1"]
+    with tarfile.open(tarball) as tar:
+        assert {m.name.split("/")[0] for m in tar.getmembers()} == {"open"}   # the demo's tree is open/ only
+    lines = done.stdout.splitlines()
+    for line in ("preprocess      skipped: no --inference-src (--test-upload)",
+                 "official        skipped: no --inference-src (--test-upload)",
+                 f"submitter id    from Prefect Secret block '{block}'"):
+        assert line in lines, done.stdout
+    assert lines[-1].startswith("TEST upload done: submission sub-1 for 'Podium' at http://127.0.0.1:"), lines[-1]
+    assert json.loads((out / "submit.json").read_text())["receipt"]["submission_id"] == "sub-1"
+    blobs = [(f"{name} {stream}", getattr(run, stream).encode()) for name, run in
+             (("refused", refused), ("dry run", dry), ("upload", done)) for stream in ("stdout", "stderr")]
+    blobs += files_under(out, ws, tree) + asyncio.run(prefect_texts())
+    assert any(name.endswith("submission.tar.gz!open") for name, _ in blobs) and any(
+        name.startswith("prefect artifact submit") for name, _ in blobs)
+    assert leaks(blobs, planted) == []
+    assert sum(planted.encode() in r.body for r in fake.requests) == 2   # it went where it belongs: calls 1 and 3
+    assert leaks([("planted", f"x{planted}x".encode())], planted) == ["planted"]   # the search finds it when there

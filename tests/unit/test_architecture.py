@@ -94,7 +94,7 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
         ("reporting",),
         ("tuning",),                                  # the search and its probe task (which asks `clients`)
         ("harness", "endpoints"),                     # the two measuring clients, each on an engine session
-        ("compliance", "rehearsal", "run_step", "tree"),
+        ("compliance", "rehearsal", "run_step", "submit", "tree"),
         ("ops",),                                     # preflight and the cluster checks look at everything
     ],
 }

@@ -334,3 +334,34 @@ def test_cli_exit_codes_json_and_csv(corpus: tuple[Path, dict[str, Path], Path],
     assert data["findings"][0]["rule"] == "result-valid" and data["findings"][0]["fix"]
     assert CliRunner().invoke(app, ["check", str(tmp_path / "nowhere")]).exit_code == 2
     assert CliRunner().invoke(app, ["check", str(root), "--round", "v9.9"]).exit_code == 2
+
+
+INFERENCE_SRC = Path(os.environ.get("PODIUM_INFERENCE_SRC", "/nonexistent")).expanduser()
+
+
+@pytest.mark.skipif(not (INFERENCE_SRC / "tools" / "submission" / "preprocess_submission.py").is_file(),
+                    reason="PODIUM_INFERENCE_SRC names no checkout of mlcommons/inference with tools/submission/"
+                           "preprocess_submission.py (`podium fetch-inference` prints one)")
+def test_the_round_tools_on_the_corpus(corpus: tuple[Path, dict[str, Path], Path], tmp_path: Path) -> None:
+    """`podium submit`'s official steps, run for real from the round's pinned sources: the checker passes the corpus
+    and ends with its counts; preprocess_submission.py stops half-way on the closed tree (its old checker raises
+    `NotImplemented(...)` for TEST07; a result it moves to open needs src/<benchmark>/), and on the same tree in the
+    open division it runs and drops the qwen3-vl results, whose endpoints layout it does not read."""
+    from submission.checks import official
+    from submission.checks.preprocess import PreprocessFailed, run_preprocess
+
+    root, _, _ = corpus
+    theirs = official.run_official(root, INFERENCE_SRC, "v6.1", tmp_path / "official.csv")
+    assert theirs.ok and theirs.summary[-1] == "SUMMARY: submission looks OK", theirs.output_tail
+    assert theirs.summary[:2] == ["Results=5, NoResults=0, Power Results=0", "Closed Results=5, Closed Power Results=0"]
+    with pytest.raises(PreprocessFailed, match=r"preprocess_submission\.py exited with code 1: \w+Error: ") as failed:
+        run_preprocess(root, INFERENCE_SRC, "v6.1", tmp_path / "closed")
+    assert "Traceback (most recent call last)" in failed.value.log and "--no-preprocess" in str(failed.value)
+    opened = tmp_path / "open-tree"
+    shutil.copytree(org(root), opened / "open" / ORG)
+    _edit_json(opened / "open" / ORG / "systems" / f"{SYSTEM}.json", lambda d: d.update(division="open"))
+    done = run_preprocess(opened, INFERENCE_SRC, "v6.1", tmp_path / "preprocessed")
+    dropped = f"open/{ORG}/results/{SYSTEM}/{QWEN}"
+    files = {sc: sum(p.is_file() for p in qwen(root, sc).rglob("*")) for sc in ("Interactive", "Offline")}
+    assert done.changes.lines()[1:] == [f"removed {dropped}/{sc} ({n} files)" for sc, n in files.items()]
+    assert not (done.changes.added or done.changes.changed) and done.changes.unchanged > 50

@@ -22,6 +22,7 @@ from tasks.ops.inference_sources import fetch
 FILES = {   # what the repository holds: the paths Podium uses, and some it must not fetch
     "tools/submission/submission_checker/main.py": "print('checker')\n",
     "tools/submission/log_parser.py": "",
+    "tools/submission/preprocess_submission.py": "",
     "tools/submission/directory_structure_samples/big/mlperf_log_trace.json": "{}\n",
     "compliance/TEST07/run_verification.py": "",
     "loadgen/mlperf.conf": "*.*.qsl_rng_seed = 1\n",
@@ -69,6 +70,7 @@ def test_fetches_only_what_podium_uses_at_the_commit_then_reuses_it(tmp_path: Pa
     assert first.path == tmp_path.resolve() / upstream.pinned and not first.reused
     assert (first.path / "tools/submission/submission_checker/main.py").read_text() == "print('checker')\n"
     assert (first.path / "loadgen/mlperf.conf").read_text() == "*.*.qsl_rng_seed = 1\n"   # the pinned, not the later
+    assert (first.path / "tools/submission/preprocess_submission.py").is_file()   # what `podium submit` runs
     assert [name for name in NOT_FETCHED if (first.path / name).exists()] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == [upstream.pinned]   # no .partial left
     # the second call reuses it and never asks the remote (this one does not exist)

@@ -105,6 +105,7 @@ def test_argv_cwd_and_csv(tmp_path: Path, inference_src: Path, monkeypatch: pyte
     assert seen["argv"] == theirs.argv[3:] and seen["package"] == "submission_checker"
     assert seen["cwd"] == str(inference_src.resolve() / "tools" / "submission") == theirs.cwd
     assert theirs.ok and theirs.returncode == 0 and theirs.verdict() == "submission looks OK"
+    assert theirs.summary == ["SUMMARY: submission looks OK"]   # its closing lines, kept (`podium submit` shows them)
     assert [(r["Model"], r["Scenario"], r["Result"]) for r in theirs.rows] == [("gpt-oss-120b", "Offline", "1.0")]
     assert list(theirs.rows[0]) == list(COLUMNS)
 
