@@ -1,5 +1,6 @@
 """What every Prefect step (task) shares: where it logs, which of its failures a retry may fix, where a cached step
-keeps its cache entries and how a call uses them (`call_cached`: `podium run --only`)."""
+keeps its cache entries and how a call uses them (`call_cached`: `podium run --only`), the text of a Prefect Secret
+block (`secret_text`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, TypeVar
 
 from prefect import Task, get_run_logger
 
-from submission.base.errors import PodiumError
+from submission.base.errors import PlanError, PodiumError, StorageError
 from submission.plan.selection import Reuse
 
 T = TypeVar("T", bound=Task)
@@ -21,6 +22,24 @@ def run_logger(name: str) -> logging.Logger | logging.LoggerAdapter:
         return get_run_logger()
     except Exception:  # outside a Prefect run (plain function use)
         return logging.getLogger(f"podium.{name}")
+
+
+def secret_text(name: str, *, instead: str) -> str | None:
+    """The text of the Prefect Secret block `name` on the Prefect server, None when there is no block of that name.
+    `instead`: what the user may do instead of the block, for the fix of a block that cannot be read."""
+    from prefect.blocks.system import Secret
+
+    where = f"the Prefect Secret block {name}"
+    try:
+        value = Secret.load(name).get()
+    except ValueError:   # Prefect: no block document of that name
+        return None
+    except Exception as e:
+        raise StorageError(f"cannot read {where}: {type(e).__name__}",
+                           fix=f"check PREFECT_API_URL, or {instead}") from None
+    if not isinstance(value, str) or not value.strip():
+        raise PlanError(f"{where} holds no text", fix=f"store it as the block's value, a string: {name}")
+    return value
 
 
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -150,19 +150,10 @@ def hub_token(env_token: str | None, secret: str | None) -> tuple[str | None, st
         return env_token, "HF_TOKEN"
     if secret is None:
         return None, "HF_TOKEN"
-    from prefect.blocks.system import Secret
+    from tasks.steps import secret_text  # Prefect, imported only when a block is read
 
-    where = f"the Prefect Secret block {secret}"
-    try:
-        value = Secret.load(secret).get()
-    except ValueError:   # no block of that name
-        return None, "HF_TOKEN"
-    except Exception as e:
-        raise StorageError(f"cannot read {where}: {type(e).__name__}",
-                           fix="check PREFECT_API_URL, or export HF_TOKEN instead") from None
-    if not isinstance(value, str) or not value:
-        raise PlanError(f"{where} holds no token text", fix=f"store the token as the block's value: {secret}")
-    return value, where
+    value = secret_text(secret, instead="export HF_TOKEN instead")
+    return (value, f"the Prefect Secret block {secret}") if value else (None, "HF_TOKEN")
 
 
 # ----- Hugging Face repositories ------------------------------------------------------------------------------

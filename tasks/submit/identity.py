@@ -5,6 +5,7 @@ down."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,27 +23,16 @@ class SubmitterId:
     source: str  # where it came from, e.g. "environment variable MLPERF_SUBMITTER_ID"
 
 
-def secret_block(name: str) -> str | None:
-    """The value of the Prefect Secret block `name` on the Prefect server, None when there is no such block."""
-    from prefect.blocks.system import Secret
-
-    try:
-        block = Secret.load(name)
-    except ValueError:   # Prefect: "Unable to find block document named ..."
-        return None
-    value = block.get()
-    if not isinstance(value, str):
-        raise PlanError(f"the Prefect Secret block {name!r} holds a {type(value).__name__}, not the id's text",
-                        fix="save the submitter id as the block's whole value (a string)")
-    return value
-
-
 def find(env_var: str, block: str, environ: Mapping[str, str],
-         load: Callable[[str], str | None] = secret_block) -> SubmitterId:
-    """The id from `environ[env_var]`, else from the Secret block `block`; PlanError naming both when neither has
-    one."""
+         load: Callable[[str], str | None] | None = None) -> SubmitterId:
+    """The id from `environ[env_var]`, else from the Secret block `block` (read by `load`, default
+    `tasks.steps.secret_text`); PlanError naming both when neither has one."""
     if environ.get(env_var, "").strip():
         return SubmitterId(SecretStr(environ[env_var].strip()), f"environment variable {env_var}")
+    if load is None:
+        from tasks.steps import secret_text  # Prefect: imported in the flow run, never when the CLI starts
+
+        load = functools.partial(secret_text, instead=f"export {env_var} instead")
     value = (load(block) or "").strip()
     if value:
         return SubmitterId(SecretStr(value), f"Prefect Secret block {block!r}")
