@@ -16,6 +16,7 @@ folder. A failure is an error that names the script's last line and the way past
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,14 +29,15 @@ from submission.tree.changes import Changes, compare
 
 SCRIPT = "preprocess_submission.py"  # in CHECKER_DIR, beside the checker it imports (submission_checker_old.py)
 TIMEOUT_S = 1800  # it parses every log of the tree, as the checker does
+MAX_NOTES = 200
+_NOTE = re.compile(r"^\[[^\]]* (?:WARNING|ERROR)\] (?P<text>.*)$")  # its log lines (submission_checker_old's format)
 
 
 class Preprocessed(BaseModel):
     argv: list[str]
-    cwd: str
     output: Path
     changes: Changes
-    output_tail: str = ""
+    notes: list[str] = []  # its WARNING and ERROR lines: why it dropped or moved each result
 
 
 class PreprocessFailed(CommandError):
@@ -84,7 +86,8 @@ def run_preprocess(tree: Path, inference_src: str | Path, round: str, out: Path,
     except OSError as error:
         raise OfficialCheckerUnavailable(f"cannot start {argv[0]}: {error.strerror}",
                                          fix="check the Python interpreter used for the official tools") from error
-    tail = f"{done.stdout}\n{done.stderr}".strip()[-TAIL_CHARS:]
+    output = f"{done.stdout}\n{done.stderr}".strip()
     if done.returncode != 0:
-        raise PreprocessFailed(argv, done.returncode, tail)
-    return Preprocessed(argv=argv, cwd=str(path.parent), output=out, changes=compare(tree, out), output_tail=tail)
+        raise PreprocessFailed(argv, done.returncode, output[-TAIL_CHARS:])
+    notes = [m["text"] for line in output.splitlines() if (m := _NOTE.match(line))][:MAX_NOTES]
+    return Preprocessed(argv=argv, output=out, changes=compare(tree, out), notes=notes)

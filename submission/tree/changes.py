@@ -19,10 +19,6 @@ class Changes(BaseModel):
     changed: list[str]
     unchanged: int
 
-    @property
-    def none(self) -> bool:
-        return not (self.added or self.removed or self.changed)
-
     def lines(self) -> list[str]:
         """One line of counts, then one per folder and kind: `removed closed/Org/results/sys/bench/Server (9 files)`."""
         head = (f"{len(self.added)} file(s) added, {len(self.removed)} removed, {len(self.changed)} changed, "

@@ -45,6 +45,8 @@ def preprocess_tree(tree: Path, inference_src: Path, round: str, out: Path) -> P
     except PreprocessFailed as error:
         logger.error("preprocess_submission.py exited %d; the tail of its output:\n%s", error.returncode, error.log)
         raise
+    for note in done.notes:   # its own word on each result it dropped or moved
+        logger.warning("preprocess_submission.py: %s", note)
     for line in done.changes.lines():
         logger.info("preprocess: %s", line)
     return done

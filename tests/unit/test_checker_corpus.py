@@ -365,3 +365,4 @@ def test_the_round_tools_on_the_corpus(corpus: tuple[Path, dict[str, Path], Path
     files = {sc: sum(p.is_file() for p in qwen(root, sc).rglob("*")) for sc in ("Interactive", "Offline")}
     assert done.changes.lines()[1:] == [f"removed {dropped}/{sc} ({n} files)" for sc, n in files.items()]
     assert not (done.changes.added or done.changes.changed) and done.changes.unchanged > 50
+    assert any("Offline scenario result is invalid" in note and QWEN in note for note in done.notes), done.notes

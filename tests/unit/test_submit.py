@@ -76,7 +76,7 @@ def test_changes_are_counted_per_scenario_folder(tmp_path: Path) -> None:
     assert changes.lines() == ["1 file(s) added, 1 removed, 1 changed, 2 unchanged",
                                f"added open/{scenario[7:]} (1 file)", "removed closed/Org/src/README.md (1 file)",
                                f"changed {scenario} (1 file)"]
-    assert compare(before, before).none
+    assert compare(before, before).lines() == ["0 file(s) added, 0 removed, 0 changed, 4 unchanged"]
 
 
 def test_what_is_refused_before_anything_starts(tmp_path: Path) -> None:
