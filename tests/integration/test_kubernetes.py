@@ -247,7 +247,7 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
     describe_engine_node(_k8s_bench(api, tmp_path), tmp_path / "state", LOG.info)   # preflight's pod
     api.cluster.objects[("persistentvolumeclaims", "mlperf-models")] = {"metadata": {"name": "mlperf-models"}}
     assert access_problems(_k8s_bench(api, tmp_path), tmp_path / "state") == []      # preflight's access check
-    api.cluster.nodes = [node("gb200-1", "arm64")]
+    api.cluster.nodes = [node("gb200-1", "arm64", {"nvidia.com/gpu.product": "NVIDIA-GB200"}), node("cpu-1", "amd64")]
     assert node_architectures(_k8s_bench(api, tmp_path), tmp_path / "state") == {"gb200-1": "arm64"}   # the image's
     calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests
              if not r["path"].endswith("/selfsubjectaccessreviews")]   # every account's (system:basic-user)
@@ -289,7 +289,7 @@ def test_preflight_describes_the_node_a_pod_like_the_engines_lands_on(api: FakeA
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": "b200-node-1"} and spec["restartPolicy"] == "Never"
     assert spec["automountServiceAccountToken"] is False
     assert not [k for k in api.cluster.objects if k[0] == "pods"]
-    assert said == ["b200x4-k8s: described from node fake-node-0, where pod podium-trtllm-describe (image "
+    assert said == ["gb200x4-k8s: described from node fake-node-0, where pod podium-trtllm-describe (image "
                     "nvcr.io/nvidia/tensorrt-llm/release:1.2.0, 4 GPU(s)) ran"]
 
 

@@ -77,7 +77,7 @@ CLUSTER_PLANTS: dict[str, tuple[Callable[..., None], tuple[str, ...]]] = {
         "(it has linux/amd64), but gb200-1, gb200-2 are arm64", "docker buildx build --platform "
         "linux/arm64,linux/amd64 -t 127.0.0.1:")),
     "missing-rbac-verb": (lambda plan, tmp_path, monkeypatch: None, (
-        "benchmarks.0.engine: b200x4-k8s: the Kubernetes account may not delete pods in namespace mlperf",
+        "benchmarks.0.engine: gb200x4-k8s: the Kubernetes account may not delete pods in namespace mlperf",
         "kubectl apply -f deployments/kubernetes/rbac.yaml")),
 }
 
@@ -109,7 +109,7 @@ def test_the_complete_plans_pass_with_their_nodes(clusters: dict[str, Any], slur
     assert "checked      Slurm would grant each Slurm engine's allocation" in out
     assert re.search(r"checked      gb200x16-slurm/qwen3-vl-235b-a22b: /\S+/etcd, \S+ -m dynamo.frontend, \S+ -m "
                      r"dynamo.vllm found on node1 \(node 0\)", out), out
-    assert "b200x4-k8s: described from node fake-node-0" in out and out.rstrip().endswith("preflight: OK")
+    assert "gb200x4-k8s: described from node fake-node-0" in out and out.rstrip().endswith("preflight: OK")
     _created_nothing(clusters["api"], slurm_conf, before, nodes=True)
     assert _submitted(slurm_conf, ALLOCATED) == before[1] + 1   # the node checks' allocation
     nodes = [r for r in clusters["api"].cluster.requests if r["path"] == "/api/v1/nodes"]
