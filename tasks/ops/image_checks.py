@@ -113,6 +113,9 @@ def platforms(image: str, environ: Mapping[str, str]) -> set[str]:
     except httpx.HTTPError as e:
         raise PlanError(f"the registry of image {image} does not answer at {ref.base} ({type(e).__name__}: {e})",
                         fix="check the image name and that this host reaches its registry") from None
+    except (ValueError, KeyError) as e:   # not the distribution API's JSON
+        raise PlanError(f"{ref.base} answers for image {image} with something that is not an image manifest ({e})",
+                        fix="check the image's registry name") from None
     return found
 
 

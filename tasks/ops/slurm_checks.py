@@ -3,10 +3,9 @@
 - **architecture**: on every node of the engine, `uname -m` (the node's machine); the engine's container image
   (`engine.slurm.container_image`) holding a platform for it in its registry (tasks/ops/image_checks.py), before
   any step runs in it; and the engine's interpreter's own `platform.machine()` (in the engine's container when there
-  is one), a short step. GB200 nodes are aarch64
-  (Grace); a venv built on an x86_64 login node fails there with "Exec format error", or, under binfmt emulation,
-  runs emulated. Either way the check names the interpreter, the node and how to build it (docs/operations.md,
-  "Production quickstart: Slurm");
+  is one), a short step. GB200 nodes are aarch64 (Grace); a venv built on an x86_64 login node fails there with
+  "Exec format error", or, under binfmt emulation, runs emulated. Either way the check names the interpreter, the
+  node and how to build it (docs/operations.md, "Production quickstart: Slurm");
 - **the engine's commands, on the nodes that run them**: every process of the engine as a launch places it (the
   backend's process specs: `trtllm-serve`, `PYTHON -m vllm.entrypoints.openai.api_server`, `PYTHON -m dynamo.vllm`,
   and Dynamo's etcd and nats-server on `options.services_node`), its command found on its node (a path, or a name
@@ -18,7 +17,8 @@
   needs of it (submission/budget/slurm_time.py); a login-node launch's `time_limit` is checked when the plan loads.
 
 Inside a job the steps run in it; from a login node the checks take the engine's allocation as a launch would, for
-the seconds they last, and give it back.
+the seconds they last, and give it back. Every problem is returned, not raised: one report with the host's and the
+clusters' (tasks/ops/prerequisites.py).
 """
 
 from __future__ import annotations
