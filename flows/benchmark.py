@@ -32,7 +32,7 @@ from tasks.reporting import progress
 from tasks.run_step import run_measured
 from tasks.serving import warmup
 from tasks.serving.build import build_engine
-from tasks.serving.launch import model_dir_for, owner, sizing, where
+from tasks.serving.launch import model_dir_for, owner, read_in_place, sizing, where
 from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.workspace import Workspace
@@ -59,7 +59,8 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
     bench = plan.benchmark(key)
     logger = get_run_logger()
     access = asdict(S3Access.for_plan(plan.storage, ws.s3))   # for s3:// sources (no secrets in it)
-    model = stage_task(bench.model.source, str(ws.stage / "models"), access)
+    model = stage_task(bench.model.source, str(ws.stage / "models"), access,   # not copied when the engine
+                       in_place=read_in_place(bench.engine, bench.model.source))   # reads it from its volume
     sources = {source for _, kind, source in bench.sources() if kind == "datasets"}
     datasets = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sorted(sources)}
     staged = {p: d["path"] for p, d in datasets.items()}

@@ -65,18 +65,20 @@ def preflight(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
               nodes: Annotated[bool, typer.Option(
                   "--nodes", help="also check the engines' nodes: a Slurm engine's take an allocation for seconds "
                                   "(or steps in the job this runs in), a Kubernetes engine's a short-lived pod; "
-                                  "without it, only this host")] = False,
+                                  "without it, this host and what the clusters' Slurm controller, Kubernetes API "
+                                  "and image registry answer")] = False,
               workspace: Workspace = Path(".podium")) -> None:
     """Check everything the plan needs before anything starts, every problem in one report (each with its fix):
     sources, credentials, engines, evaluators, LiveCodeBench tests, the endpoints client, inference_src, etcd and
-    NATS. Exit 0 when ready, 2 with the report. Starts no engine, submits no job."""
-    from submission.base.errors import one_error
+    NATS; the Slurm allocation (sbatch --test-only), the Kubernetes account's rights and model claim, the engine
+    image's platforms against the nodes'. Exit 0 when ready, 2 with the report. Starts no engine, submits no job."""
     from submission.plan import model as plans
-    from tasks.ops.prerequisites import FIX, host_checks, on_nodes
+    from tasks.ops.prerequisites import cluster_checks, host_checks, on_nodes
 
     loaded = plans.load(plan)
     here = loaded.local()
     found = host_checks(here, str(plan), capacity=not nodes)
+    cluster_checks(here, workspace.resolve() / "pids" if nodes else None, found=found)
     for line in found.checked:
         typer.echo(f"checked      {line}")
     for line in found.elsewhere:
@@ -88,14 +90,11 @@ def preflight(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
         typer.echo(f"not checked  the engines' nodes of {', '.join(remote)}: `podium preflight PLAN --nodes` "
                    "checks them as `podium run` does (Slurm: steps on the allocation's nodes; Kubernetes: a pod "
                    "like the engine's)")
-    elif nodes and found.problems:
-        typer.echo("not checked  the engines' nodes: once this host's problems below are fixed")
-    found.require()
+    for launcher in sorted(found.refused if nodes else ()):
+        typer.echo(f"not checked  the {launcher} engines' nodes: once what the cluster answered below is fixed")
     if nodes:
-        try:
-            on_nodes(here, workspace.resolve(), lambda line: typer.echo(f"checked      {line}"))
-        except PodiumError as e:
-            raise one_error([e], fix=FIX) from None
+        on_nodes(here, workspace.resolve(), lambda line: typer.echo(f"checked      {line}"), found)
+    found.require()
     typer.echo("preflight: OK")
 
 

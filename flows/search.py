@@ -30,7 +30,7 @@ from tasks.engines import engine_identity
 from tasks.reporting import plots, progress
 from tasks.serving import warmup
 from tasks.serving.build import build_engine
-from tasks.serving.launch import model_dir_for, owner, where
+from tasks.serving.launch import model_dir_for, owner, read_in_place, where
 from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.tuning import spend, splits
@@ -45,7 +45,8 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
     the engine, as the benchmark flow does; the performance run specs for the engine `options`, the EngineSession
     arguments of that deployment, and the staged model's tokenizer.json (what the endpoints client reads)."""
     access = asdict(S3Access.for_plan(plan.storage, ws.s3))
-    model = stage_task(bench.model.source, str(ws.stage / "models"), access)
+    model = stage_task(bench.model.source, str(ws.stage / "models"), access,   # not copied when the engine
+                       in_place=read_in_place(bench.engine, bench.model.source))   # reads it from its volume
     sources = sorted({bench.dataset.performance, *bench.dataset.scenarios.values()})
     staged = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sources}
     specs = plan_runs(plan, bench.model_copy(update={"accuracy": False}), load_rules(plan.round),

@@ -334,6 +334,9 @@ class DynamoOptions(Common, Hardware):
                                                       "--gpu-memory-utilization")
     etcd: str = Field("etcd", description="the etcd command (discovery: etcd)")
     nats: str = Field("nats-server", description="the nats-server command (request or event plane: nats)")
+    services_node: int = Field(0, ge=0, description="the node of the deployment (0: the allocation's first) that "
+                                                    "runs etcd and nats-server; every process reaches them there, "
+                                                    "and preflight looks for them there")
 
     @model_validator(mode="after")
     def _consistent(self) -> DynamoOptions:
@@ -342,6 +345,9 @@ class DynamoOptions(Common, Hardware):
                              f"kubernetes (the Dynamo operator) for {self.nodes} nodes")
         if self.worker == "mocker" and self.gpus_per_node:
             raise ValueError("gpus_per_node: the mocker simulates an engine and uses no GPU; set gpus_per_node: 0")
+        if self.services_node >= self.nodes:
+            raise ValueError(f"services_node: {self.services_node} is not a node of this {self.nodes}-node "
+                             f"deployment; give 0 to {self.nodes - 1}")
         place(self.pools(), self.nodes, self.gpus_per_node, self.workers_per_gpu)
         _prefix_flag(self)
         if self.workers_per_gpu > 1 and self.worker == "vllm":

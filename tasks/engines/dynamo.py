@@ -1,6 +1,7 @@
 """NVIDIA Dynamo (1.6.1): a frontend, N prefill and M decode workers each at its own TP, and the infrastructure its
-discovery needs (engines.md §3): etcd for `discovery: etcd` (Slurm), NATS when a plane uses it; none for `file`
-(one node) or `kubernetes` (the operator, see tasks/launchers/kubernetes.py).
+discovery needs (engines.md §3): etcd for `discovery: etcd` (Slurm), NATS when a plane uses it, both on
+`options.services_node` (node 0 unless the plan says otherwise); none for `file` (one node) or `kubernetes` (the
+operator, see tasks/launchers/kubernetes.py).
 
 Workers are `python -m dynamo.vllm` (or `dynamo.mocker`, the simulated engine that runs on a CPU). Each worker gets
 its own system port (`DYN_SYSTEM_PORT`, readiness: its /health says `"status":"ready"`) and, for vLLM, its own
@@ -87,7 +88,8 @@ class DynamoBackend(EngineBackend):
     def demand(self, options: OptionsLike) -> tuple[int, int]:
         o = self.options(options)
         per_node = [0] * o.nodes
-        per_node[0] = 1 + self._infra_ports(o)
+        per_node[0] = 1                                        # the frontend
+        per_node[o.services_node] += self._infra_ports(o)
         for slot in self.slots(o):   # system port; vLLM: NIXL side channel, and the KV-event port when publishing
             per_node[slot.node] += (2 + o.publishes_kv_events) if o.worker == "vllm" else 1
         return o.nodes, max(per_node)
@@ -105,9 +107,10 @@ class DynamoBackend(EngineBackend):
     def _infra(self, o: DynamoOptions, placement: Placement, ports: Ports, work: Path,
                env: dict[str, str]) -> tuple[list[ProcessSpec], dict[str, str]]:
         specs, infra = [], {}
-        bind, address = placement.bind_host(0), placement.address(0, "etcd")
+        node = o.services_node
+        bind, address = placement.bind_host(node), placement.address(node, "etcd")
         if o.discovery == "etcd":
-            client, peer = ports.take(0), ports.take(0)
+            client, peer = ports.take(node), ports.take(node)
             argv = (o.etcd, "--name", "podium", "--data-dir", str(work / "etcd"),
                     "--listen-client-urls", f"http://{bind}:{client}",
                     "--advertise-client-urls", f"http://{address}:{client}",
@@ -115,15 +118,15 @@ class DynamoBackend(EngineBackend):
                     "--initial-advertise-peer-urls", f"http://{address}:{peer}",
                     "--initial-cluster", f"podium=http://{address}:{peer}")
             specs.append(ProcessSpec(role="etcd", name="etcd", argv=argv, env=dict(env), host=address, port=client,
-                                     side_ports={"peer": peer}, probes=(HttpProbe("/health", contains='"true"'),),
-                                     bind=placement.bind))
+                                     node_index=node, side_ports={"peer": peer},
+                                     probes=(HttpProbe("/health", contains='"true"'),), bind=placement.bind))
             infra["ETCD_ENDPOINTS"] = f"http://{address}:{client}"
         if "nats" in (o.request_plane, o.event_plane):
-            address = placement.address(0, "nats")
-            client, monitor = ports.take(0), ports.take(0)
+            address = placement.address(node, "nats")
+            client, monitor = ports.take(node), ports.take(node)
             argv = (o.nats, "-js", "-a", bind, "-p", str(client), "-m", str(monitor), "-sd", str(work / "nats"))
             specs.append(ProcessSpec(role="nats", name="nats", argv=argv, env=dict(env), host=address, port=monitor,
-                                     side_ports={"client": client}, probes=(HttpProbe("/healthz"),),
+                                     node_index=node, side_ports={"client": client}, probes=(HttpProbe("/healthz"),),
                                      bind=placement.bind))
             infra["NATS_SERVER"] = f"nats://{address}:{client}"
         return specs, infra

@@ -31,6 +31,9 @@ KNOWN: tuple[tuple[str, str, str], ...] = (
      "the Slurm controller does not answer",
      "check slurm_conf (SLURM_CONF) and that slurmctld runs (`scontrol ping`); for the local test cluster run "
      "deployments/slurm/local-cluster.sh up"),
+    (r"Could not establish a configuration source", "the Slurm commands here find no slurm.conf",
+     "set engine.slurm.slurm_conf (or SLURM_CONF) to the cluster's slurm.conf, or run Podium on a host of the "
+     "cluster"),
     (r"DUE TO TIME LIMIT|already completing or completed|Invalid job id specified",
      "the allocation has ended", "raise engine.slurm.time_limit; a later launch takes a new allocation"),
     (r"Unable to create step.*busy|step creation temporarily disabled",
@@ -108,24 +111,30 @@ def hostnames(nodelist: str, env: Mapping[str, str]) -> list[str]:
 SBATCH_SCRIPT = "deployments/slurm/podium.sbatch"   # Podium inside one job (docs/slurm.md)
 
 
-def allocation_args(settings: SlurmSettings, nodes: int) -> list[str]:
-    """What an allocation holds, the same for `salloc` (a launch from a login node) and `sbatch` (Podium inside a
-    job): nodes, where (partition, account, ...), GPUs and memory per node, exclusive nodes."""
+def allocation_fields(settings: SlurmSettings, nodes: int) -> list[tuple[str, str]]:
+    """What an allocation holds, each option with the `engine.slurm` field it comes from ("nodes": `nodes`), the same
+    for `salloc` (a launch from a login node) and `sbatch` (Podium inside a job): nodes, where (partition, account,
+    ...), GPUs and memory per node, exclusive nodes."""
     s = settings
-    argv = [f"--nodes={nodes}"]
+    fields = [("nodes", f"--nodes={nodes}")]
     for flag, value in (("partition", s.partition), ("account", s.account), ("qos", s.qos),
                         ("reservation", s.reservation), ("constraint", s.constraint)):
         if value:
-            argv.append(f"--{flag}={value}")
+            fields.append((flag, f"--{flag}={value}"))
     if s.nodelist:
-        argv.append(f"--nodelist={','.join(s.nodelist)}")
+        fields.append(("nodelist", f"--nodelist={','.join(s.nodelist)}"))
     if s.gpus_per_node:
-        argv.append(f"--gpus-per-node={s.gpus_per_node}")
+        fields.append(("gpus_per_node", f"--gpus-per-node={s.gpus_per_node}"))
     if s.mem is not None:
-        argv.append(f"--mem={s.mem}")
+        fields.append(("mem", f"--mem={s.mem}"))
     if s.exclusive:
-        argv.append("--exclusive")
-    return argv
+        fields.append(("exclusive", "--exclusive"))
+    return fields
+
+
+def allocation_args(settings: SlurmSettings, nodes: int) -> list[str]:
+    """The options of `allocation_fields`."""
+    return [arg for _, arg in allocation_fields(settings, nodes)]
 
 
 def salloc_argv(settings: SlurmSettings, nodes: int, job_name: str) -> list[str]:

@@ -18,13 +18,16 @@ Before that pod, and before anything is created, `access_problems` asks the API 
 which every authenticated account may make) whether the plan's account may make each call the launcher and
 preflight make in the engine's namespace (tasks/launchers/kubernetes.py `ACCESS`), and reads the PersistentVolumeClaim
 the engine mounts its model from (`engine.kubernetes.model_claim`): each verb refused and a missing claim is a problem
-naming its fix.
+naming its fix. `image_problems` lists the nodes that match `engine.kubernetes.node_selector` (a cluster-scoped
+read: rbac.yaml's ClusterRole `podium-nodes`) and checks that the image's registry holds a platform for each of
+their architectures (`status.nodeInfo.architecture`; tasks/ops/image_checks.py).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +37,14 @@ from submission.tree import host_facts
 from tasks.engines import backend
 from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS
 from tasks.launchers.kubernetes_manifests import describe_pod
+from tasks.ops.image_checks import mismatch
 
 PYTHON = "python3"   # in every engine image Podium launches (TensorRT-LLM's, vLLM's, Dynamo's)
 RBAC_FIX = "kubectl apply -f deployments/kubernetes/rbac.yaml (its Role grants each, in its namespace: change every " \
            "`namespace:` there to the engine's)"
 CLAIM = ("get", "", "persistentvolumeclaims")
+NODES = ("list", "", "nodes")   # cluster-scoped: rbac.yaml's ClusterRole, for the image's platforms against the nodes'
+NODES_FIX = "kubectl apply -f deployments/kubernetes/rbac.yaml (its ClusterRole podium-nodes grants listing nodes)"
 
 
 def engine_gpus(bench: BenchmarkSpec, state_dir: Path) -> int:
@@ -137,9 +143,52 @@ def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = N
     return problems
 
 
-def plan_access_problems(plan: Plan, state_dir: Path | None = None) -> list[PodiumError]:
-    """`access_problems` of each Kubernetes engine of the plan (once for benchmarks with the same engine and
-    `engine.kubernetes`)."""
+def node_architectures(bench: BenchmarkSpec, state_dir: Path) -> dict[str, str]:
+    """node -> its architecture (`status.nodeInfo.architecture`: amd64, arm64) of every node that matches the
+    engine's `engine.kubernetes.node_selector` (every node when it names none): where its pods may run."""
+    from kubernetes import client
+
+    from tasks.serving.launch import make_launcher
+
+    launcher: Any = make_launcher(bench.engine, state_dir)   # a KubernetesLauncher
+    selector = ",".join(f"{k}={v}" for k, v in sorted(launcher.settings.node_selector.items()))
+    nodes = client.CoreV1Api(launcher.api).list_node(label_selector=selector or None)
+    return {n.metadata.name: n.status.node_info.architecture for n in nodes.items}
+
+
+def image_problems(bench: BenchmarkSpec, state_dir: Path, environ: Mapping[str, str],
+                   where: str | None = None) -> list[PodiumError]:
+    """`engine.kubernetes.image` against the nodes its pods may run on: each of their architectures the image's
+    registry holds no platform for (tasks/ops/image_checks.py); no node matching the selector; nodes not listable."""
+    from kubernetes.client.exceptions import ApiException
+
+    from tasks.launchers.kubernetes import api_error
+
+    k8s = bench.engine.kubernetes
+    assert k8s is not None
+    try:
+        nodes = node_architectures(bench, state_dir)
+    except ApiException as e:
+        if e.status == 403:
+            return [PlanError(f"{bench.system}: the Kubernetes account may not list nodes, so the image's platforms "
+                              "cannot be checked against the nodes' architecture", fix=NODES_FIX, where=where)]
+        error = api_error(e, "listing the nodes")
+        return [PlanError(f"{bench.system}: {error.message}", fix=error.fix, where=where)]
+    except PodiumError as e:
+        return [PlanError(f"{bench.system}: {e.message}", fix=e.fix, where=where)]
+    if not nodes:
+        return [PlanError(f"{bench.system}: " + (f"no node matches engine.kubernetes.node_selector "
+                                                 f"{k8s.node_selector}" if k8s.node_selector
+                                                 else "the cluster lists no node"),
+                          fix="label the engine's nodes with it, or fix it (`kubectl get nodes --show-labels`)",
+                          where=f"{where}.kubernetes.node_selector" if where else None)]
+    return mismatch(k8s.image, nodes, environ, f"{where}.kubernetes.image" if where else "engine.kubernetes.image")
+
+
+def plan_access_problems(plan: Plan, state_dir: Path | None = None,
+                         environ: Mapping[str, str] | None = None) -> list[PodiumError]:
+    """`access_problems` and `image_problems` of each Kubernetes engine of the plan (once for benchmarks with the
+    same engine and `engine.kubernetes`)."""
     problems: list[PodiumError] = []
     seen: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="podium-preflight-") as tmp:
@@ -148,5 +197,10 @@ def plan_access_problems(plan: Plan, state_dir: Path | None = None) -> list[Podi
             key = bench.engine.name + (k8s.model_dump_json() if k8s else "")
             if bench.engine.launcher == "kubernetes" and key not in seen:
                 seen.add(key)
-                problems += access_problems(bench, state_dir or Path(tmp), f"benchmarks.{i}.engine")
+                where = f"benchmarks.{i}.engine"
+                access = access_problems(bench, state_dir or Path(tmp), where)
+                problems += access
+                if all(p.fix == RBAC_FIX or (p.where or "").endswith("model_claim") for p in access):  # it answered
+                    problems += image_problems(bench, state_dir or Path(tmp), os.environ if environ is None
+                                               else environ, where)
     return problems

@@ -1,6 +1,6 @@
 """The preflight step of the `run`, `bringup` and `fleet` flows: tasks/ops/prerequisites.py's checks on this host
-(every problem in one report, before anything is allocated), the bucket there, then the engines' nodes checked and
-each system described from its engine's node (`on_nodes`). Returns the descriptions.
+and what the clusters answer (every problem in one report, before anything is allocated), the bucket there, then the
+engines' nodes checked and each system described from its engine's node (`on_nodes`). Returns the descriptions.
 
 A system that runs on a work pool of its own (docs/fleet.md) is checked on its cluster, by its fleet member: here
 only that its pool is there with a worker online."""
@@ -13,7 +13,7 @@ from prefect import task
 
 from submission.base.errors import PlanError
 from submission.plan.model import Plan
-from tasks.ops.prerequisites import host_checks, on_nodes
+from tasks.ops.prerequisites import cluster_checks, host_checks, on_nodes
 from tasks.steps import run_logger
 from tasks.storage import objects as storage
 
@@ -24,9 +24,12 @@ def preflight(plan: Plan, cfg: storage.StorageConfig, workspace: str | None = No
     here (a pooled system's member describes its own)."""
     require_pools(plan)
     here = plan.local()
-    host_checks(here, capacity=False).require()   # capacity: below, with the GPU memory the engines' nodes tell
+    root = Path(workspace).resolve() if workspace else None
+    found = host_checks(here, capacity=False)     # capacity: below, with the GPU memory the engines' nodes tell
+    cluster_checks(here, root / "pids" if root else None, found=found)
+    found.require()
     storage.ensure_bucket(cfg)
-    return on_nodes(here, Path(workspace).resolve() if workspace else None, run_logger("preflight").info)
+    return on_nodes(here, root, run_logger("preflight").info)
 
 
 def require_pools(plan: Plan) -> None:

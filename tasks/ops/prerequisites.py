@@ -12,24 +12,30 @@ is allocated, every problem reported at once:
 - `inference_src`, where the plan gives it: mlcommons/inference at the commit the round pins, the checker in it
   (tasks/ops/inference_sources.py);
 - the commands a local engine starts beside itself (Dynamo's etcd and nats-server, `EngineBackend.services`) found on
-  this host. A Slurm engine's are looked for on node 0 of its allocation by the node checks
-  (tasks/ops/slurm_checks.py); a Kubernetes engine's are its image's, not checked;
+  this host. A Slurm engine's, and its own commands, are looked for on the nodes of its allocation that run them by
+  the node checks (tasks/ops/slurm_checks.py); a Kubernetes engine's are its image's, not checked;
 - when asked, every engine fits its GPUs and every run its sequence budget (tasks/ops/inputs.py `check_capacity`).
 
 Each check returns its problems (PodiumErrors naming the plan field or the missing piece, and the command that fixes
 it); `Findings.require` raises them as one PlanError (exit 2).
 
-`on_nodes`: then, for each Kubernetes engine, before anything is allocated or created, that its account may make
-every call the launcher makes in its namespace and that its model's claim exists (tasks/ops/kube_checks.py
-`access_problems`); on the engines' nodes, each system described from the node that runs its engine: node 0 of its
-Slurm allocation, by a Slurm step (tasks/ops/slurm_checks.py); under Kubernetes, the node a short-lived pod shaped
-like the engine's lands on (tasks/ops/kube_checks.py); a local engine's system from this host. A closed submission
+`cluster_checks`: what the clusters answer without an allocation or a pod (`podium preflight PLAN` asks it without
+`--nodes`): Slurm's verdict on each Slurm engine's allocation (`sbatch --test-only`, tasks/ops/slurm_request.py); for
+each Kubernetes engine, that its account may make every call the launcher makes in its namespace, that its model's
+claim exists (tasks/ops/kube_checks.py `access_problems`) and that its image's registry holds a platform for the
+architecture of every node its pods may land on (`image_problems`). A Slurm engine's image is checked on its nodes.
+
+`on_nodes`: then, on the engines' nodes, each system described from the node that runs its engine: node 0 of its
+Slurm allocation, by Slurm steps that also find the engine's commands on the nodes that run them
+(tasks/ops/slurm_checks.py); under Kubernetes, the node a short-lived pod shaped like the engine's lands on
+(tasks/ops/kube_checks.py); a local engine's system from this host. A closed submission
 takes no field that holds no fact (`unknown`, or a guessed default)."""
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +63,7 @@ class Findings:
     checked: list[str] = field(default_factory=list)
     problems: list[PodiumError] = field(default_factory=list)
     elsewhere: list[str] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)   # launchers whose cluster refused: their nodes wait
 
     def check(self, what: str, problems: list[PodiumError]) -> None:
         """One check's outcome: `what` is checked when it found no problem."""
@@ -99,41 +106,83 @@ def host_checks(plan: Plan, source: str | None = None, *, capacity: bool = True)
         found.check(f"the endpoints client at the {plan.round} commit, on Python >= 3.12", endpoints_problems(plan))
     if plan.inference_src:
         found.check(f"inference_src: mlcommons/inference at the {plan.round} commit", inference_src_problems(plan))
-    services = {b.key: (b.engine.launcher, backend(b.engine.name).services(b.engine.config()))
-                for b in plan.benchmarks}
-    if any(launcher == "local" and named for launcher, named in services.values()):
+    services = {b.key: (b.engine.launcher, backend(b.engine.name).services(b.engine.config()),
+                        getattr(b.engine.config(), "services_node", 0)) for b in plan.benchmarks}
+    if any(launcher == "local" and named for launcher, named, _ in services.values()):
         found.check("the commands the local engines start (etcd, nats-server) found here", service_problems(plan))
     found.elsewhere += [f"{key}: {', '.join(named.values())} "
-                        + ("on node 0 of its Slurm allocation, by the node checks" if launcher == "slurm"
+                        + (f"on node {node} of its Slurm allocation, by the node checks" if launcher == "slurm"
                            else "in the engine's image, not checked")
-                        for key, (launcher, named) in services.items() if launcher != "local" and named]
+                        for key, (launcher, named, node) in services.items() if launcher != "local" and named]
+    found.elsewhere += [f"{b.key}: the {b.engine.name} engine's commands "
+                        + ("on the nodes of its Slurm allocation, by the node checks" if b.engine.launcher == "slurm"
+                           else "in its image (engine.kubernetes.image), not checked")
+                        for b in plan.benchmarks
+                        if b.engine.launcher != "local" and not backend(b.engine.name).external]
     if capacity:
         found.check("every engine fits its GPUs, every run its sequence budget and Slurm time",
                     raised(check_capacity, plan))
     return found
 
 
-def on_nodes(plan: Plan, root: Path | None, log: Callable[[str], object]) -> dict[str, dict[str, str]]:
-    """After `host_checks`: each Kubernetes engine's access and model claim, every problem in one report; then the
-    nodes of each Slurm engine (tasks/ops/slurm_checks.py: its interpreter's architecture, the commands it starts,
-    the job's time) and a pod like each Kubernetes engine's
-    (tasks/ops/kube_checks.py) describe its system; every description complete; every engine fitting the GPUs the
-    descriptions give. Takes a Slurm allocation for seconds where none is held, or starts one short-lived pod.
-    Returns the descriptions (`root`: the workspace, for the launchers' state)."""
-    from tasks.ops.kube_checks import describe_engine_nodes, plan_access_problems
+def cluster_checks(plan: Plan, state_dir: Path | None = None, environ: Mapping[str, str] | None = None,
+                   found: Findings | None = None) -> Findings:
+    """What the clusters' control planes answer before anything is allocated or created (no allocation, no pod, no
+    step): each Slurm engine's allocation as the scheduler judges it (tasks/ops/slurm_request.py, `sbatch
+    --test-only`); each Kubernetes engine's rights, model claim and image platforms (tasks/ops/kube_checks.py).
+    Added to `found` when given. `environ`: where the Slurm client runs (SLURM_JOB_ID: inside a job)."""
+    from tasks.ops.kube_checks import plan_access_problems
+    from tasks.ops.slurm_request import request, request_problems
+
+    found = found if found is not None else Findings()
+    environ = os.environ if environ is None else environ
+    slurm = [b for b in plan.benchmarks if b.engine.launcher == "slurm"]
+    if any(request(plan, b, environ) is not None for b in slurm):
+        refused = request_problems(plan, environ)
+        found.check("Slurm would grant each Slurm engine's allocation (sbatch --test-only, nothing submitted)", refused)
+        found.refused |= {"slurm"} if refused else set()
+    found.elsewhere += [f"{b.key}: its allocation is the Slurm job this runs in ({environ.get('SLURM_JOB_ID')}), "
+                        "already granted" for b in slurm if request(plan, b, environ) is None]
+    if any(b.engine.launcher == "kubernetes" for b in plan.benchmarks):
+        refused = plan_access_problems(plan, state_dir, environ)
+        found.check("the Kubernetes engines' account may make every call they need; their model claims exist; "
+                    "their images hold a platform for their nodes' architecture", refused)
+        found.refused |= {"kubernetes"} if refused else set()
+    return found
+
+
+def on_nodes(plan: Plan, root: Path | None, log: Callable[[str], object],
+             found: Findings | None = None) -> dict[str, dict[str, str]]:
+    """After `host_checks` and `cluster_checks`: the nodes of each Slurm engine (tasks/ops/slurm_checks.py: its
+    interpreter's architecture, the commands it runs and starts, the job's time) and a pod like each Kubernetes
+    engine's (tasks/ops/kube_checks.py) describe its system; every description complete; every engine fitting the
+    GPUs the descriptions give. Takes a Slurm allocation for seconds where none is held, or starts one short-lived
+    pod; not for a launcher whose cluster refused (`found.refused`). Every problem in one PlanError, or added to
+    `found` when given. Returns the descriptions (`root`: the workspace, for the launchers' state; none when a
+    problem was found)."""
+    from tasks.ops.kube_checks import describe_engine_nodes
     from tasks.ops.slurm_checks import node_checks
 
+    own = found is None
+    found = Findings() if found is None else found
     pids = root / "pids" if root else None
-    refused = plan_access_problems(plan, pids)                   # before any allocation or pod
-    if refused:
-        raise one_error(refused, fix=FIX)
-    if any(b.engine.launcher == "kubernetes" for b in plan.benchmarks):
-        log("the Kubernetes engines' account may make every call they need; their model claims exist")
-    nodes = node_checks(plan, pids, str(root or "/"), log)       # on each Slurm engine's nodes
-    nodes |= describe_engine_nodes(plan, pids, log)              # a pod like each k8s engine's
-    systems = describe_systems(plan, nodes)
-    gpu_memory = {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()}
-    check_capacity(plan, gpu_memory, log)                        # fits its GPUs; every run within its budget
+    before = len(found.problems)
+    nodes: dict[str, dict[str, str]] = {}
+    if "slurm" not in found.refused:
+        nodes, problems = node_checks(plan, pids, str(root or "/"), log)   # on each Slurm engine's nodes
+        found.problems += problems
+    systems: dict[str, dict[str, str]] = {}
+    try:
+        if "kubernetes" not in found.refused:
+            nodes |= describe_engine_nodes(plan, pids, log)          # a pod like each k8s engine's
+        if len(found.problems) == before and not found.refused:      # each system from its engine's node
+            systems = describe_systems(plan, nodes)
+            gpu_memory = {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()}
+            check_capacity(plan, gpu_memory, log)                    # fits its GPUs; every run within its budget
+    except PodiumError as e:
+        found.problems.append(e)
+    if own:
+        found.require()
     return systems
 
 

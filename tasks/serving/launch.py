@@ -70,6 +70,15 @@ def model_dir_for(engine: EngineSpec, staged: Path) -> Path:
     return Path(k8s.model_path) if engine.launcher == "kubernetes" and k8s and k8s.model_path else staged
 
 
+def read_in_place(engine: EngineSpec, source: str) -> bool:
+    """Whether the engine reads the model where the plan's source is, from a volume its pods mount (a Kubernetes
+    engine's `model_claim` or `model_host_path`), so the flow copies nothing and verifies it there: a copy in the
+    flow's workspace would be read by nobody."""
+    k8s = engine.kubernetes
+    return engine.launcher == "kubernetes" and k8s is not None and bool(k8s.model_claim or k8s.model_host_path) \
+        and not source.startswith("s3://")
+
+
 def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
     """The placement a launch would get, without reserving anything: the kubernetes launcher's own (it is fixed);
     for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `NODE<i>_IPV4` (node i's IPv4 address,
@@ -287,13 +296,15 @@ def render(items: list[dict[str, Any]]) -> str:
 @contextlib.contextmanager
 def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
             logger: logging.Logger | logging.LoggerAdapter) -> Iterator[Endpoint]:
-    """Stage the model, build the engine (or reuse the build), launch it where the plan says, yield its endpoint
-    once it generates, and always stop it. Plain functions: `podium launch` uses it outside any flow."""
+    """Stage the model (or verify it where the engine reads it: `read_in_place`), build the engine (or reuse the
+    build), launch it where the plan says, yield its endpoint once it generates, and always stop it. Plain
+    functions: `podium launch` uses it outside any flow."""
     from tasks.serving.build import build
-    from tasks.staging.stage import S3Access, stage
+    from tasks.staging.stage import S3Access, stage, verify_in_place
 
     ws, engine = Workspace.at(workspace), bench.engine
-    staged = stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
+    staged = verify_in_place(bench.model.source, ws.stage / "models") if read_in_place(engine, bench.model.source) \
+        else stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
     be = backend(engine.name)
     built = build(engine.name, engine.config(), Path(staged.path), staged.sha256, be.version(engine.config()),
                   ws.builds, logger)

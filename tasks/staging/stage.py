@@ -32,7 +32,7 @@ from typing import Any
 from prefect import task
 
 from submission.base.errors import StorageError
-from submission.base.files import replace_atomic, write_atomic
+from submission.base.files import replace_atomic, sha256_file, write_atomic
 from tasks.staging.sources import (
     DONE,
     MANIFEST,
@@ -99,6 +99,41 @@ def stage(source: str | Path, stage_root: Path, *, access: S3Access | None = Non
         fetched, resumed, _ = _fill(src, files, partial, total, progress)
         _place(partial, dest, files)
     return _staged(src, dest, sha, files, reused=False, fetched=fetched, resumed=resumed)
+
+
+def verify_in_place(source: str | Path, stage_root: Path, progress: ProgressFn | None = None) -> Staged:
+    """A local folder or file that is used where it is (the model on a volume the engine mounts): checked without a
+    copy. With a manifest (the folder's `.podium-manifest.json`, which `podium fetch` writes after hashing every
+    byte, or the one remembered for it under `stage_root`), every file it names is there at its size; without one,
+    every byte is hashed once in place and the manifest remembered, so the next run reads nothing. Returns the folder
+    itself and the manifest's digest (the runs' model key), as `stage` would."""
+    stage_root = Path(stage_root)
+    stage_root.mkdir(parents=True, exist_ok=True)
+    src = open_source(source, None, stage_root)
+    if not isinstance(src, LocalSource):
+        raise StorageError(f"{source} is not a local path, so it cannot be used in place",
+                           fix="give the model's path as the flow sees it on the volume the engine mounts")
+    files = src.manifest()
+    if files is None:
+        stats = src.stats()
+        total, done = sum(st[0] for st in stats.values()), 0
+        files = {}
+        for rel in sorted(stats):
+            files[rel] = {"size": stats[rel][0], "sha256": sha256_file(src.base / rel)}
+            done += stats[rel][0]
+            if progress:
+                progress(done, total)
+        src.remember(files, stats)
+    differ = [rel for rel, meta in sorted(files.items())
+              if not (src.base / rel).is_file() or (src.base / rel).stat().st_size != int(meta["size"])]
+    if differ:
+        raise StorageError(f"{src.name}: {len(differ)} file(s) missing or not the size its manifest records: "
+                           + ", ".join(differ[:5]) + ("..." if len(differ) > 5 else ""),
+                           fix="fetch it again (`podium fetch PLAN` verifies every byte and fetches what differs)")
+    total = sum(int(f["size"]) for f in files.values())
+    if progress:
+        progress(total, total)
+    return Staged(str(src.path), manifest_digest(files), len(files), total, reused=True, node=node_name())
 
 
 def _stage_unhashed(src: LocalSource, stage_root: Path, progress: ProgressFn | None) -> Staged:
@@ -257,7 +292,11 @@ class ProgressArtifact:
 
 @task(name="stage", task_run_name="stage[{source}]", retries=2, retry_delay_seconds=5,
       retry_condition_fn=retry_transient)
-def stage_task(source: str, stage_root: str, access: dict | None = None) -> dict:
-    """Stage onto this node; `access` holds S3Access fields (no secrets) for s3:// sources."""
+def stage_task(source: str, stage_root: str, access: dict | None = None, in_place: bool = False) -> dict:
+    """Stage onto this node; `access` holds S3Access fields (no secrets) for s3:// sources. `in_place`: the source
+    is used where it is, verified against its manifest, nothing copied (`verify_in_place`)."""
+    if in_place:
+        progress = ProgressArtifact(f"verifying {source} in place on {node_name()}")
+        return asdict(verify_in_place(source, Path(stage_root), progress))
     progress = ProgressArtifact(f"staging {source} to {stage_root} on {node_name()}")
     return asdict(stage(source, Path(stage_root), access=S3Access(**access) if access else None, progress=progress))

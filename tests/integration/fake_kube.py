@@ -2,7 +2,9 @@
 was given, reports a pod per Deployment in the state the test chooses, and forwards the service proxy
 (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/PATH`) to a real local server the test names for that Service.
 It authorises as the API server's RBAC does, in part: the admin token may do anything; a ServiceAccount's token
-(`sa_token`) may do what the Roles bound to that account grant in the request's namespace, else 403. Each request's
+(`sa_token`) may do what the Roles bound to that account grant in the request's namespace, and the ClusterRoles bound
+to it anywhere (nodes, cluster-scoped), else 403. Nodes (`nodes`, each a Node object with its labels and
+`status.nodeInfo.architecture`) are listed by label selector. Each request's
 attributes (verb, API group, resource, namespace) are worked out as the API server's RequestInfo does. A
 SelfSubjectAccessReview (which every authenticated account may make) answers allowed as that authorisation would,
 less the (verb, resource) pairs in `denied`. An object is read by name (404 when absent).
@@ -33,6 +35,7 @@ TOKEN = "podium-test-token"
 OBJECT = re.compile(r"^/(?:api/v1|apis/apps/v1|apis/nvidia\.com/v1alpha1|apis/rbac\.authorization\.k8s\.io/v1)"
                     r"/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 NAMESPACES = re.compile(r"^/api/v1/namespaces$")
+CLUSTER_RBAC = re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/(clusterroles|clusterrolebindings)$")
 RESOURCE = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)"
                       r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?(?:/.*)?$")
 VERBS = {("GET", True): "get", ("GET", False): "list", ("POST", True): "create", ("POST", False): "create",
@@ -72,6 +75,7 @@ def allowed(rules: list[dict], what: Attributes) -> bool:
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy(/.*)$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+NODES = "/api/v1/nodes"
 LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 
 
@@ -88,6 +92,7 @@ class FakeCluster:
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)   # token -> ServiceAccount (namespace, name)
     rbac: dict[tuple[str, str, str], dict] = field(default_factory=dict)   # (kind, namespace, name) -> Role/Binding
     denied: set[tuple[str, str]] = field(default_factory=set)   # (verb, resource): SelfSubjectAccessReview refuses
+    nodes: list[dict] = field(default_factory=list)   # the cluster's Node objects, listed by label selector
     linger_lists: int = 0                 # a deleted object is still listed (terminating) this many more times
     terminating: dict[tuple[str, str], list] = field(default_factory=dict)   # (plural, name) -> [object, lists left]
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -103,13 +108,15 @@ class FakeCluster:
         account = self.tokens.get(token or "")
         if account is None:
             return False
-        for (kind, ns, _), binding in self.rbac.items():
-            if kind != "RoleBinding" or ns != what.namespace:
+        for (kind, ns, _), binding in self.rbac.items():   # a ClusterRoleBinding grants in every namespace
+            if kind not in ("RoleBinding", "ClusterRoleBinding") or (kind == "RoleBinding" and ns != what.namespace):
                 continue
             if not any(s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == account
                        for s in binding.get("subjects", [])):
                 continue
-            role = self.rbac.get(("Role", ns, binding["roleRef"]["name"]))
+            ref = binding["roleRef"]
+            role = self.rbac.get(("ClusterRole", "", ref["name"]) if ref["kind"] == "ClusterRole"
+                                 else ("Role", ns, ref["name"]))
             if role and allowed(role.get("rules", []), what):
                 return True
         return False
@@ -215,10 +222,8 @@ class Handler(BaseHTTPRequestHandler):
         if not c.authorize(token, what):
             return self._status(403, "Forbidden", f"{what.verb} {what.resource} (group {what.group!r}) in namespace "
                                                   f"{what.namespace!r} is not granted to {c.tokens[token]}")
-        if NAMESPACES.match(path) and method == "POST":
-            with c.lock:
-                c.objects[("namespaces", body["metadata"]["name"])] = body
-            return self._send(201, body)
+        if self._cluster_scoped(method, path, url.query, body):   # namespaces, ClusterRoles and bindings, nodes
+            return None
         if path == SSAR and method == "POST":
             return self._send(201, c.review(token, body))
         if m := PROXY.match(path):
@@ -256,6 +261,28 @@ class Handler(BaseHTTPRequestHandler):
                         c.terminating[(plural, name)] = [gone, c.linger_lists]
                     return self._send(200, gone)   # the API server answers with the deleted object
         return self._status(404, "NotFound", f"no route for {method} {path}")
+
+    def _cluster_scoped(self, method: str, path: str, query: str, body: Any) -> bool:
+        """A namespace, ClusterRole or ClusterRoleBinding created, or the nodes listed: answered here (True)."""
+        c = self.cluster
+        if NAMESPACES.match(path) and method == "POST":
+            with c.lock:
+                c.objects[("namespaces", body["metadata"]["name"])] = body
+            self._send(201, body)
+            return True
+        if (m := CLUSTER_RBAC.match(path)) and method == "POST":
+            with c.lock:
+                c.objects[(m.group(1), body["metadata"]["name"])] = body
+                c.rbac[(body["kind"], "", body["metadata"]["name"])] = body
+            self._send(201, body)
+            return True
+        if path == NODES and method == "GET":
+            wanted = dict(kv.split("=", 1) for kv in parse_qs(query).get("labelSelector", [""])[0].split(",") if kv)
+            items = [n for n in c.nodes if all(n["metadata"].get("labels", {}).get(k) == v
+                                               for k, v in wanted.items())]
+            self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items})
+            return True
+        return False
 
     def _proxy(self, method: str, service: str, path: str, raw: bytes) -> None:
         c = self.cluster
@@ -311,12 +338,23 @@ class FakeApiServer:
         self.thread.join(timeout=10)
 
 
+def node(name: str, architecture: str, labels: dict[str, str] | None = None) -> dict:
+    """A Node object as the API server reports one (its nodeInfo complete: the client requires every field)."""
+    info = dict.fromkeys(("bootID", "containerRuntimeVersion", "kernelVersion", "kubeProxyVersion", "kubeletVersion",
+                          "machineID", "osImage", "systemUUID"), "fake")
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/arch": architecture, **(labels or {})}},
+            "status": {"nodeInfo": {**info, "architecture": architecture, "operatingSystem": "linux"}}}
+
+
 def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None, account_name: str = "podium") -> str:
-    """Apply the ServiceAccounts, Roles and RoleBindings of `rbac` (the documents of a YAML file), the Roles and
-    RoleBindings moved to `namespace` when given; returns the token of the ServiceAccount `account_name`."""
+    """Apply the ServiceAccounts, Roles, RoleBindings, ClusterRoles and ClusterRoleBindings of `rbac` (the documents
+    of a YAML file), the Roles and RoleBindings moved to `namespace` when given; returns the token of the
+    ServiceAccount `account_name`."""
     [account] = [d for d in rbac if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account_name]
     for doc in rbac:
         if doc["kind"] in ("Role", "RoleBinding"):
             ns = namespace or doc["metadata"]["namespace"]
             cluster.rbac[(doc["kind"], ns, doc["metadata"]["name"])] = doc
+        elif doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            cluster.rbac[(doc["kind"], "", doc["metadata"]["name"])] = doc
     return cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])

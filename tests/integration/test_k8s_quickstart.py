@@ -105,7 +105,8 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
         k8s_utils.create_from_yaml(admin, yaml_objects=docs)
         assert {("serviceaccounts", "podium"), ("roles", "podium-launcher"), ("rolebindings", "podium-launcher"),
                 ("serviceaccounts", "prefect-worker"), ("roles", "podium-worker"),
-                ("rolebindings", "podium-worker")} <= set(api.cluster.objects)
+                ("rolebindings", "podium-worker"), ("clusterroles", "podium-nodes"),
+                ("clusterrolebindings", "podium-nodes")} <= set(api.cluster.objects)
         [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
         # 2. the flow pod's workspace claim (the models' claim is the storage's own)
         k8s_utils.create_from_yaml(admin, str(REPO / "deployments" / "kubernetes" / "workspace-claim.yaml"))

@@ -25,8 +25,9 @@ from submission.tree import host_facts
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
 from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS, KubernetesLauncher
-from tasks.ops.kube_checks import access_problems, describe_engine_node
-from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant
+from tasks.ops.kube_checks import NODES, access_problems, describe_engine_node, node_architectures
+from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant, node
+from tests.integration.fake_registry import FakeRegistry
 
 pytestmark = pytest.mark.integration
 LOG = logging.getLogger("test.k8s")
@@ -40,9 +41,9 @@ def rbac() -> list[dict]:
     return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
 
 
-def granted(docs: list[dict], name: str = "podium-launcher") -> set[tuple[str, str, str]]:
-    """Every (verb, API group, resource) the shipped Role `name` grants."""
-    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == name]
+def granted(docs: list[dict], name: str = "podium-launcher", kind: str = "Role") -> set[tuple[str, str, str]]:
+    """Every (verb, API group, resource) the shipped Role (or ClusterRole) `name` grants."""
+    [role] = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
     return {(v, g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]}
 
@@ -246,15 +247,19 @@ def test_the_role_grants_what_the_launcher_calls_and_nothing_more(api: FakeApiSe
     describe_engine_node(_k8s_bench(api, tmp_path), tmp_path / "state", LOG.info)   # preflight's pod
     api.cluster.objects[("persistentvolumeclaims", "mlperf-models")] = {"metadata": {"name": "mlperf-models"}}
     assert access_problems(_k8s_bench(api, tmp_path), tmp_path / "state") == []      # preflight's access check
+    api.cluster.nodes = [node("gb200-1", "arm64", {"nvidia.com/gpu.product": "NVIDIA-GB200"}), node("cpu-1", "amd64")]
+    assert node_architectures(_k8s_bench(api, tmp_path), tmp_path / "state") == {"gb200-1": "arm64"}   # the image's
     calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests
              if not r["path"].endswith("/selfsubjectaccessreviews")]   # every account's (system:basic-user)
     refused = [c for c in calls if not api.cluster.authorize(api.cluster.sa_token("mlperf", "podium"), c)]
     assert calls and refused == []
-    assert {c.namespace for c in calls} == {NS}
-    used = {(c.verb, c.group, c.resource) for c in calls}
+    assert {c.namespace for c in calls} == {NS, ""}
+    used = {(c.verb, c.group, c.resource) for c in calls if c.namespace}
     grants = granted(rbac())
     assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
     assert used == set(ACCESS + GRAPH_ACCESS)   # what preflight asks the API server for
+    cluster_wide = {(c.verb, c.group, c.resource) for c in calls if not c.namespace}
+    assert cluster_wide == granted(rbac(), "podium-nodes", "ClusterRole") == {NODES}   # the nodes' architecture
     assert Attributes("create", "", "services/proxy", NS) in calls   # the one-token probe: a POST through the proxy
 
 
@@ -284,7 +289,7 @@ def test_preflight_describes_the_node_a_pod_like_the_engines_lands_on(api: FakeA
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": "b200-node-1"} and spec["restartPolicy"] == "Never"
     assert spec["automountServiceAccountToken"] is False
     assert not [k for k in api.cluster.objects if k[0] == "pods"]
-    assert said == ["b200x4-k8s: described from node fake-node-0, where pod podium-trtllm-describe (image "
+    assert said == ["gb200x4-k8s: described from node fake-node-0, where pod podium-trtllm-describe (image "
                     "nvcr.io/nvidia/tensorrt-llm/release:1.2.0, 4 GPU(s)) ran"]
 
 
@@ -304,14 +309,17 @@ def test_preflight_reports_a_refused_verb_and_a_missing_claim_at_once_and_create
     claim is missing: one report naming both with their fixes, exit 2, and nothing created (no pod, no Deployment)."""
     token = grant(api.cluster, rbac(), namespace=NS)
     api.cluster.denied = {("delete", "pods")}
+    api.cluster.nodes = [node("cpu-1", "amd64")]
     plan = yaml.safe_load(SMOKE_PLAN.read_text().replace(".podium/store", str(smoke_store)))
-    for bench in plan["benchmarks"]:
-        bench["engine"] |= {"launcher": "kubernetes", "kubernetes": {
-            "image": "registry.example/podium-smoke:1", "namespace": NS, "model_claim": "mlperf-models",
-            "kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token))}}
-    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
-    result = CliRunner().invoke(app, ["preflight", str(tmp_path / "plan.yaml"), "--nodes",
-                                      "--workspace", str(tmp_path / "ws")])
+    with FakeRegistry() as registry:
+        registry.registry.push_single("podium-smoke", "1", "linux/amd64")
+        for bench in plan["benchmarks"]:
+            bench["engine"] |= {"launcher": "kubernetes", "kubernetes": {
+                "image": f"{registry.host}/podium-smoke:1", "namespace": NS, "model_claim": "mlperf-models",
+                "kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token))}}
+        (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+        result = CliRunner().invoke(app, ["preflight", str(tmp_path / "plan.yaml"), "--nodes",
+                                          "--workspace", str(tmp_path / "ws")])
     assert result.exit_code == 2, result.output
     out = " ".join(result.output.split())
     assert "2 problems:" in out, out

@@ -25,7 +25,7 @@ from tests.integration.conftest import REPO
 pytestmark = pytest.mark.integration
 
 PLAN = REPO / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
-OFFLINE = "rehearsal-b200x4-k8s/gpt-oss-120b/Offline"
+OFFLINE = "rehearsal-gb200x4-k8s/gpt-oss-120b/Offline"
 
 
 def test_one_scenario_at_full_size(tmp_path: Path) -> None:

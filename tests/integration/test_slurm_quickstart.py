@@ -24,6 +24,7 @@ from submission.plan import model as plans
 from submission.tree.host_facts import detect_host
 from tasks.ops.slurm_checks import node_checks
 from tests.integration.conftest import write_plan
+from tests.integration.engines_support import engine_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 REPO = Path(__file__).parents[2]
@@ -72,7 +73,7 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
     engine = {"name": "vllm", "launcher": "slurm", "options": {"python": sys.executable}, "slurm": slurm}
     plan = plans.load(_slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine))
     said: list[str] = []
-    facts = node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
+    facts, problems = node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
     machine = os.uname().machine
     assert f"cpu-smoke/gpt-oss-120b: {sys.executable} runs natively on node1 ({machine})" in said
     assert any(re.fullmatch(r"cpu-smoke: described from node1, node 0 of Slurm job \d+", s) for s in said), said
@@ -80,6 +81,10 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
     assert facts["cpu-smoke"]["host_processor_model_name"] == here["host_processor_model_name"]
     assert facts["cpu-smoke"]["host_memory_capacity"] == here["host_memory_capacity"]
     assert facts["cpu-smoke"]["other_software_stack"].startswith(f"Python {sys.version.split()[0]}")
+    # this interpreter has no vLLM: the server's module is not found on the node that runs it
+    assert [str(p).split(", where")[0] for p in problems] == [
+        f"{sys.executable} -m vllm.entrypoints.openai.api_server (engine.options.python): not found on node1, node 0 "
+        f"of Slurm job {said[-1].split()[-1]}"]
     assert _jobs(slurm_conf) == []   # the allocation taken for the checks was given back
 
     fake = tmp_path / "python-aarch64"   # an engine venv built for Grace, seen from an x86_64 node
@@ -87,37 +92,40 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
     fake.chmod(0o755)
     engine["options"]["python"] = str(fake)
     plan = plans.load(_slurm_plan(tmp_path / "fake.yaml", smoke_store, slurm_conf, engine))
-    with pytest.raises(LaunchError) as e:
-        node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
-    assert f"engine.options.python={fake} is built for aarch64, but node node1 is {machine}" in str(e.value)
-    assert 'docs/operations.md, "Production quickstart: Slurm", step 1' in str(e.value)
+    _, problems = node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
+    [wrong] = [p for p in problems if isinstance(p, LaunchError) and "is built for" in p.message]
+    assert f"engine.options.python={fake} is built for aarch64, but node node1 is {machine}" in str(wrong)
+    assert 'docs/operations.md, "Production quickstart: Slurm", step 1' in str(wrong)
     assert _jobs(slurm_conf) == []
 
 
 def test_preflight_looks_for_etcd_on_node_0_of_the_allocation(slurm_conf: Path, smoke_store: Path,
                                                                tmp_path: Path) -> None:
-    """`podium preflight PLAN --nodes` of a Dynamo engine with `discovery: etcd`, which starts etcd on node 0: a step
-    there finds it (named as a path), then reports a path that is not there (exit 2, the option, the node and the
-    fix); the allocation taken for the checks is given back either way."""
+    """`podium preflight PLAN --nodes` of a Dynamo engine with `discovery: etcd`, which starts etcd on node 0 (the
+    default `options.services_node`): a step there finds it (named as a path) beside the engine's own commands, then
+    reports a path that is not there (exit 2, the option, the node and the fix); the allocation taken for the checks
+    is given back either way."""
+    python = engine_python(".venv-dynamo", "venv-dynamo")
     etcd = tmp_path / "etcd"
     etcd.write_text("#!/bin/sh\n")
     etcd.chmod(0o755)
     slurm = {"slurm_conf": str(slurm_conf), "allocation": "new", "python": sys.executable, "grace_s": 3}
     engine = {"name": "dynamo", "launcher": "slurm", "slurm": slurm, "options": {
-        "python": sys.executable, "version": "1.6.1", "worker": "mocker", "gpus_per_node": 0, "discovery": "etcd",
+        "python": str(python), "version": "1.6.1", "worker": "mocker", "gpus_per_node": 0, "discovery": "etcd",
         "etcd": str(etcd)}}
     plan = _slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)
     found = CliRunner().invoke(app, ["preflight", str(plan), "--nodes", "--workspace", str(tmp_path / "ws")])
     assert found.exit_code == 0, found.output
-    assert f"checked      cpu-smoke/gpt-oss-120b: {etcd} found on node1 (node 0)" in found.output
+    assert (f"checked      cpu-smoke/gpt-oss-120b: {etcd}, {python} -m dynamo.frontend, {python} -m dynamo.mocker "
+            "found on node1 (node 0)") in found.output
     assert found.output.rstrip().endswith("preflight: OK")
 
     engine["options"]["etcd"] = str(tmp_path / "bin" / "etcd")
     plan = _slurm_plan(tmp_path / "gone.yaml", smoke_store, slurm_conf, engine)
     gone = CliRunner().invoke(app, ["preflight", str(plan), "--nodes", "--workspace", str(tmp_path / "ws")])
     assert gone.exit_code == 2, gone.output
-    assert re.search(rf"error: engine.options.etcd={tmp_path}/bin/etcd: not found on node1, node 0 of Slurm job \d+, "
-                     "where the engine starts it", gone.output), gone.output
+    assert re.search(rf"error: {plan}: engine.options.etcd={tmp_path}/bin/etcd: not found on node1, node 0 of "
+                     r"Slurm job \d+, where the engine starts it", gone.output), gone.output
     assert "fix: install etcd on node1" in gone.output
     assert _jobs(slurm_conf) == []
 

@@ -57,7 +57,7 @@ def test_a_max_seq_len_under_the_accuracy_budget_exits_2_naming_both_numbers(tmp
     assert code == 2, out
     assert "accuracy runs need 32769 tokens (at least one prompt token + max_tokens 32768), but the engine is " \
            "launched with max_seq_len 25776" in out
-    assert "fix: set benchmarks[b200x4-k8s/gpt-oss-120b].engine.options.max_seq_len to at least 32769" in out
+    assert "fix: set benchmarks[gb200x4-k8s/gpt-oss-120b].engine.options.max_seq_len to at least 32769" in out
     assert "performance" in out and "SHORT" in out
 
 

@@ -173,7 +173,7 @@ def test_rehearsal_md_lists_the_runs_that_needed_a_slower_clock(tmp_path: Path) 
     from flows.rehearsal_cli import report
     from submission.results.runs import AuditRecord, RunRecord
 
-    base = {"system": "rehearsal-b200x4-k8s", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
+    base = {"system": "rehearsal-gb200x4-k8s", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
     records = [RunRecord(**base, key="a", scenario="Server", mode="performance", valid=True, validity="VALID",
                          clock=5.0),
                RunRecord(**base, key="b", scenario="Offline", mode="performance", valid=True, validity="VALID",
@@ -186,8 +186,8 @@ def test_rehearsal_md_lists_the_runs_that_needed_a_slower_clock(tmp_path: Path) 
     plan = Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
     text = report(plan, tmp_path, "x10", 60.0)
     section = text.split("## Runs that needed a slower clock\n")[1].split("\n## ")[0]
-    assert "| rehearsal-b200x4-k8s/gpt-oss-120b/Server/performance | x5 |" in section
-    assert "| rehearsal-b200x4-k8s/gpt-oss-120b/Server/TEST09 | x2 |" in section
+    assert "| rehearsal-gb200x4-k8s/gpt-oss-120b/Server/performance | x5 |" in section
+    assert "| rehearsal-gb200x4-k8s/gpt-oss-120b/Server/TEST09 | x2 |" in section
     assert "Offline" not in section   # kept x10, or measured on no accelerated clock at all
     (tmp_path / "results.json").write_text(json.dumps([records[1].model_dump(mode="json")]))
     (tmp_path / "compliance.json").unlink()

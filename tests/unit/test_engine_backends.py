@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from submission.base.errors import PlanError
 from tasks.engines import HttpProbe, Node, Placement, backend
 from tasks.engines.common import OFFLINE_ENV
 
@@ -287,6 +288,30 @@ def test_dynamo_with_nats_planes() -> None:
     worker = next(s for s in specs if s.role == "decode")
     assert worker.env["NATS_SERVER"] == f"nats://h:{nats.side_ports['client']}"
     assert worker.argv[-4:] == ("--request-plane", "nats", "--event-plane", "nats")
+
+
+def test_etcd_and_nats_run_on_the_node_the_plan_names() -> None:
+    """`services_node: 3`: etcd and nats-server on node 3, bound and advertised at node 3's address, their ports
+    reserved there (node 3 then holds the most), every process pointed at them; the frontend stays on node 0."""
+    options = {**QWEN_75_25, "request_plane": "nats", "services_node": 3}
+    be = backend("dynamo")
+    assert be.demand(options) == (4, 16)   # node 3: 4 decode workers x 3 ports, and etcd's and NATS' 2 each
+    specs = be.processes(options, Path("/m/qwen3-vl"), placement("dynamo", options), Path("/b/dyn"))
+    etcd, nats = specs[0], specs[1]
+    assert (etcd.role, etcd.node_index, nats.role, nats.node_index) == ("etcd", 3, "nats", 3)
+    assert etcd.host == nats.host == "10.0.0.4"
+    for flag in ("--listen-client-urls", "--advertise-client-urls", "--listen-peer-urls",
+                 "--initial-advertise-peer-urls"):
+        assert etcd.argv[etcd.argv.index(flag) + 1].startswith("http://10.0.0.4:"), flag
+    assert etcd.argv[etcd.argv.index("--initial-cluster") + 1] == f"podium=http://10.0.0.4:{etcd.side_ports['peer']}"
+    assert nats.argv[nats.argv.index("-a") + 1] == "10.0.0.4"
+    on_3 = [p for s in specs if s.node_index == 3 for p in (s.port, *s.side_ports.values())]
+    assert len(on_3) == len(set(on_3)) == 16
+    assert {s.env["ETCD_ENDPOINTS"] for s in specs[2:]} == {f"http://10.0.0.4:{etcd.port}"}
+    assert {s.env["NATS_SERVER"] for s in specs[2:]} == {f"nats://10.0.0.4:{nats.side_ports['client']}"}
+    assert specs[-1].role == "frontend" and specs[-1].node_index == 0
+    with pytest.raises(PlanError, match="services_node: 4 is not a node of this 4-node deployment; give 0 to 3"):
+        be.options({**QWEN_75_25, "services_node": 4})
 
 
 def test_a_kubernetes_placement_binds_every_interface_and_names_services() -> None:

@@ -138,7 +138,7 @@ def test_every_object_carries_what_it_serves(tmp_path: Path) -> None:
     and the process's, so pods are found alike whoever launched them."""
     from tasks.launchers.kubernetes_manifests import label_value, owner_labels
 
-    owner = {"plan": "gpt-oss-120b trtllm (k8s)", "system": "b200x4-k8s", "benchmark": "gpt-oss-120b"}
+    owner = {"plan": "gpt-oss-120b trtllm (k8s)", "system": "gb200x4-k8s", "benchmark": "gpt-oss-120b"}
     for engine, options in (("trtllm", GPT_OSS), ("dynamo", QWEN)):
         launcher = KubernetesLauncher(tmp_path, SETTINGS, engine=engine, owner=owner)
         objects = launcher.objects(_specs(engine, options, launcher, "/mnt/mlperf/models/m"))

@@ -132,9 +132,10 @@ def test_a_job_too_short_for_the_plan_is_told_the_whole_sbatch(monkeypatch: pyte
 
     plan = plans.load(QWEN)
     monkeypatch.setattr(slurm_checks, "job_time_left", lambda env, job: 3600)
-    with pytest.raises(PlanError) as e:
-        slurm_checks._check_job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42")
-    assert "Slurm job 42 has 01:00:00 left, but this plan needs 02:47:00" in str(e.value)
-    assert "--gpus-per-node=4 --mem=0 --exclusive --time=02:47:00 deployments/slurm/podium.sbatch run" in e.value.fix
+    [short] = slurm_checks._job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42")
+    assert isinstance(short, PlanError)
+    assert "Slurm job 42 has 01:00:00 left, but this plan needs 02:47:00" in str(short)
+    assert short.fix and "--gpus-per-node=4 --mem=0 --exclusive --time=02:47:00 deployments/slurm/podium.sbatch run" \
+        in short.fix
     monkeypatch.setattr(slurm_checks, "job_time_left", lambda env, job: None)   # unlimited
-    slurm_checks._check_job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42")
+    assert slurm_checks._job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42") == []

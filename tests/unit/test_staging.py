@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from submission.base.errors import PlanError
+from submission.base.errors import PlanError, StorageError
 from tasks.staging import transfer
 from tasks.staging.stage import MANIFEST, stage
 from tasks.staging.transfer import ChecksumMismatch
@@ -184,3 +184,40 @@ def test_a_resumed_copy_that_fails_its_checksum_starts_over(tmp_path: Path, smal
     out = stage(model, tmp_path / "stage")
     assert sha(Path(out.path) / "weights.bin") == sha(model / "weights.bin")
     assert out.resumed < MIB   # the small files only: the weights came again from the start
+
+
+def test_a_model_the_engine_reads_from_its_volume_is_verified_in_place_not_copied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped Kubernetes plan's engine mounts the model's claim: the flow uses the folder where it is. With the
+    manifest `podium fetch` writes, nothing is read or copied; a file of another size is refused by name. Without
+    one, the folder is hashed once in place (same key as a copy's) and the next call reads nothing."""
+    from submission.plan import model as plans
+    from tasks.serving.launch import read_in_place
+    from tasks.staging import stage as staging
+    from tasks.staging.stage import verify_in_place
+
+    k8s = plans.load(Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml")
+    slurm = plans.load(Path(__file__).parents[2] / "deployments" / "plans" / "qwen3-vl-dynamo-50-50.yaml")
+    [gpt], [vlm] = k8s.benchmarks, slurm.benchmarks
+    assert read_in_place(gpt.engine, gpt.model.source) and not read_in_place(vlm.engine, vlm.model.source)
+    assert not read_in_place(gpt.engine, "s3://models/gpt-oss-120b")   # fetched from S3: staged as before
+
+    model = make_model(tmp_path / "pvc", big_mib=1)
+    write_manifest(model)
+    with monkeypatch.context() as patched:
+        patched.setattr(staging, "sha256_file", lambda path: pytest.fail(f"{path} was read"))
+        found = verify_in_place(model, tmp_path / "stage")
+    assert Path(found.path) == model and found.reused and found.files == 3
+    assert found.sha256 == stage(model, tmp_path / "copy").sha256   # the same model key a copy would have
+    assert not [p for p in (tmp_path / "stage").rglob("*") if p.is_file()]   # nothing copied, nothing written
+    (model / "weights.bin").write_bytes(b"truncated")
+    with pytest.raises(StorageError, match=r"tiny-model: 1 file\(s\) missing or not the size its manifest records: "
+                                           r"weights.bin") as e:
+        verify_in_place(model, tmp_path / "stage")
+    assert e.value.fix is not None and "podium fetch PLAN" in e.value.fix
+
+    (model / MANIFEST).unlink()                           # a folder Podium did not fetch: hashed once, in place
+    first = verify_in_place(model, tmp_path / "stage")
+    assert first.path == str(model) and list((tmp_path / "stage" / ".sources").glob("tiny-model-*.json"))
+    assert not list((tmp_path / "stage").glob("tiny-model-*"))
+    assert verify_in_place(model, tmp_path / "stage").sha256 == first.sha256

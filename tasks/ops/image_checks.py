@@ -1,0 +1,171 @@
+"""The engine image's platforms against the nodes' architecture, before a node pulls it: GB200 nodes are aarch64
+(Grace), and an image built for amd64 only fails there with "exec format error" (or "no match for platform in
+manifest") after the allocation is taken.
+
+The image's platforms are read from its registry with the OCI distribution API (the Docker Registry HTTP API v2):
+`GET /v2/<name>/manifests/<reference>` accepting an image index (OCI) or manifest list (Docker), whose entries name
+each platform; a single-platform manifest's platform is its config blob's `os`/`architecture`. A registry that
+answers 401 with a `Bearer` challenge gets a token from the challenge's realm: anonymously, or with
+PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN as the basic credentials (for nvcr.io: `$oauthtoken` and an NGC API
+key); PODIUM_REGISTRY_TOKEN alone is sent as the bearer token itself. A registry on localhost or 127.0.0.0/8 is
+spoken to over http, as Docker does; every other over https.
+
+Image names as Docker reads them (`nvcr.io/nvidia/tensorrt-llm/release:1.2.0`; `vllm/vllm-openai` is Docker Hub's,
+tag `latest`) and as pyxis does (`nvcr.io#nvidia/tensorrt-llm/release:1.2.0`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from submission.base.errors import PlanError, PodiumError
+
+TIMEOUT_S = 30
+INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFESTS = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
+# `uname -m` and Kubernetes' node architecture (Go's GOARCH) -> the OCI platform's architecture
+ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
+                 "s390x": "s390x"}
+DOCKER_HUB = "registry-1.docker.io"
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    registry: str     # host[:port]
+    repository: str   # e.g. nvidia/tensorrt-llm/release
+    reference: str    # a tag or a digest
+
+    @property
+    def base(self) -> str:
+        host = self.registry.rsplit(":", 1)[0].strip("[]")
+        try:
+            local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            local = False
+        return f"{'http' if local else 'https'}://{self.registry}"
+
+
+def parse(image: str) -> ImageRef:
+    """An image name (Docker's form, or pyxis' `REGISTRY#IMAGE`) as registry, repository and tag or digest."""
+    if "#" in image:
+        registry, rest = image.split("#", 1)
+        registry = registry.rsplit("@", 1)[-1]   # pyxis' USER@REGISTRY
+    else:
+        first, _, after = image.partition("/")
+        local = "." in first or ":" in first or first == "localhost"
+        registry, rest = (first, after) if after and local else ("docker.io", image)
+    rest, at, digest = rest.partition("@")
+    name, colon, tag = rest.rpartition(":") if ":" in rest.rsplit("/", 1)[-1] else (rest, "", "")
+    if registry == "docker.io":
+        registry = DOCKER_HUB
+        name = name if "/" in name else f"library/{name}"
+    return ImageRef(registry, name, digest if at else (tag if colon else "latest"))
+
+
+def credentials(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(user, token) for the registry, from PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN."""
+    return environ.get("PODIUM_REGISTRY_USER") or None, environ.get("PODIUM_REGISTRY_TOKEN") or None
+
+
+def _challenge(header: str) -> dict[str, str]:
+    """The parameters of a `Bearer realm="...",service="...",scope="..."` challenge (none: not Bearer)."""
+    if not header.lower().startswith("bearer "):
+        return {}
+    return dict(re.findall(r'(\w+)="([^"]*)"', header))
+
+
+def _token(client: httpx.Client, challenge: dict[str, str], ref: ImageRef, user: str | None,
+           token: str | None) -> str:
+    params = {k: v for k, v in (("service", challenge.get("service")),
+                                ("scope", challenge.get("scope") or f"repository:{ref.repository}:pull")) if v}
+    answer = client.get(challenge["realm"], params=params, auth=(user, token or "") if user else None)
+    if answer.status_code != 200:
+        raise PlanError(f"the registry's token service {challenge['realm']} refused "
+                        + ("the credentials of PODIUM_REGISTRY_USER" if user else "an anonymous pull")
+                        + f" of {ref.repository} (HTTP {answer.status_code})",
+                        fix="export PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN with the registry's pull "
+                            "credentials (nvcr.io: $oauthtoken and an NGC API key)")
+    data = answer.json()
+    return str(data.get("token") or data.get("access_token"))
+
+
+def platforms(image: str, environ: Mapping[str, str]) -> set[str]:
+    """The platforms (`os/architecture[/variant]`) the registry holds `image` for. Raises PlanError naming the image
+    and what to do when it cannot tell."""
+    ref = parse(image)
+    user, token = credentials(environ)
+    url = f"{ref.base}/v2/{ref.repository}/manifests/{ref.reference}"
+    headers = {"Accept": ", ".join(INDEXES + MANIFESTS)}
+    if token and not user:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        with httpx.Client(timeout=TIMEOUT_S, follow_redirects=True) as client:
+            answer = client.get(url, headers=headers)
+            if answer.status_code == 401 and (challenge := _challenge(answer.headers.get("WWW-Authenticate", ""))):
+                headers["Authorization"] = f"Bearer {_token(client, challenge, ref, user, token)}"
+                answer = client.get(url, headers=headers)
+            found = _read(client, answer, ref, image, headers)
+    except httpx.HTTPError as e:
+        raise PlanError(f"the registry of image {image} does not answer at {ref.base} ({type(e).__name__}: {e})",
+                        fix="check the image name and that this host reaches its registry") from None
+    except (ValueError, KeyError) as e:   # not the distribution API's JSON
+        raise PlanError(f"{ref.base} answers for image {image} with something that is not an image manifest ({e})",
+                        fix="check the image's registry name") from None
+    return found
+
+
+def _read(client: httpx.Client, answer: httpx.Response, ref: ImageRef, image: str,
+          headers: dict[str, str]) -> set[str]:
+    if answer.status_code == 404:
+        raise PlanError(f"image {image} is not in its registry ({ref.registry} has no {ref.repository}:"
+                        f"{ref.reference})", fix="check the image's name and tag")
+    if answer.status_code in (401, 403):
+        raise PlanError(f"the registry refuses to show image {image} (HTTP {answer.status_code})",
+                        fix="export PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN with pull credentials for "
+                            f"{ref.registry}")
+    if answer.status_code != 200:
+        raise PlanError(f"the registry answers HTTP {answer.status_code} for image {image}",
+                        fix="check the image's name and the registry")
+    data = answer.json()
+    kind = data.get("mediaType") or answer.headers.get("Content-Type", "").split(";")[0]
+    if kind in INDEXES or "manifests" in data:
+        return {"/".join(filter(None, (p.get("os"), p.get("architecture"), p.get("variant"))))
+                for m in data.get("manifests", []) if (p := m.get("platform"))
+                and p.get("architecture") not in (None, "unknown")}   # attestations are "unknown/unknown"
+    digest = data["config"]["digest"]
+    config = client.get(f"{ref.base}/v2/{ref.repository}/blobs/{digest}", headers=headers)
+    if config.status_code != 200:
+        raise PlanError(f"the registry answers HTTP {config.status_code} for the config of image {image}",
+                        fix="check the image's name and the registry")
+    conf = config.json()
+    return {"/".join(filter(None, (conf.get("os"), conf.get("architecture"), conf.get("variant"))))}
+
+
+def architecture(machine: str) -> str:
+    """A node's architecture as an OCI platform names it (`uname -m`'s aarch64 is arm64)."""
+    return ARCHITECTURES.get(machine, machine)
+
+
+def mismatch(image: str, nodes: Mapping[str, str], environ: Mapping[str, str], where: str) -> list[PodiumError]:
+    """Each architecture of `nodes` (node -> `uname -m` or its Kubernetes architecture) that `image` has no
+    platform for, named with the nodes, the missing platform and how to build it; or why the registry could not
+    tell."""
+    try:
+        held = platforms(image, environ)
+    except PlanError as e:
+        return [PlanError(e.message, fix=e.fix, where=where)]
+    archs = {p.split("/")[1] for p in held if "/" in p}
+    wanted: dict[str, list[str]] = {}
+    for node, machine in sorted(nodes.items()):
+        wanted.setdefault(architecture(machine), []).append(node)
+    return [PlanError(f"image {image} has no linux/{arch} platform (it has {', '.join(sorted(held)) or 'none'}), "
+                      f"but {', '.join(named)} {'is' if len(named) == 1 else 'are'} {arch}",
+                      fix=f"use a tag of the image published for linux/{arch}, or build and push one for both: "
+                          f"docker buildx build --platform linux/{arch},{','.join(sorted(held))} -t {image} "
+                          "--push . (docs/operations.md, \"Production quickstart: Kubernetes\", step 5)", where=where)
+            for arch, named in wanted.items() if arch not in archs]
