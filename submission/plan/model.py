@@ -256,7 +256,7 @@ class GatesSpec(Strict):
 MAX_LINK_EXPIRY_S = 7 * 24 * 3600   # SigV4 refuses X-Amz-Expires above 604800 s (AWS S3 API reference,
                                     # "Authenticating Requests: Using Query Parameters")
 LINK_EXPIRY_S = 3600   # long enough to mint a link, hand it on and fetch a tarball (a download begun before the
-                       # expiry completes); a fresh one is one `podium link` away (docs/operations.md, "Links")
+                       # expiry completes); a fresh one is one `podium link` away (docs/operations.md, "Download links")
 
 
 class StorageSpec(Strict):

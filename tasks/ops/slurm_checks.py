@@ -3,8 +3,8 @@
 - **architecture**: on every node of the engine, `uname -m` (the node's machine) and the engine's interpreter's own
   `platform.machine()` (in the engine's container when there is one), each a short step. GB200 nodes are aarch64
   (Grace); a venv built on an x86_64 login node fails there with "Exec format error", or, under binfmt emulation,
-  runs emulated. Either way the check names the interpreter, the node and how to build it (docs/operations.md,
-  "Production quickstart: Slurm");
+  runs emulated. Either way the check names the interpreter, the node and how to build it (docs/quickstart-slurm.md,
+  step 1);
 - **the commands the engine starts beside itself** (Dynamo's etcd and nats-server, `EngineBackend.services`): found
   on node 0, where the engine starts them, by the engine's interpreter in the engine's container (a short step);
 - **system description**: submission/tree/host_facts.py's source run on node 0 of the engine by the nodes' Python
@@ -34,8 +34,8 @@ from tasks.launchers import slurm_cli as cli
 
 ARCH = "import platform; print(platform.machine())"
 MISSING = "import shutil, sys; print(' '.join(c for c in sys.argv[1:] if shutil.which(c) is None))"
-ENGINE_VENV_FIX = ("build the engine's venv on a node of that architecture from the engines' lock (docs/operations.md, "
-                   "\"Production quickstart: Slurm\", step 1) and point engine.options.python at it")
+ENGINE_VENV_FIX = ("build the engine's venv on a node of that architecture from the engines' lock "
+                   "(docs/quickstart-slurm.md, step 1) and point engine.options.python at it")
 
 
 def step_argv(settings: SlurmSettings, job: str, node: str, argv: list[str], name: str,

@@ -90,7 +90,7 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
     with pytest.raises(LaunchError) as e:
         node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
     assert f"engine.options.python={fake} is built for aarch64, but node node1 is {machine}" in str(e.value)
-    assert 'docs/operations.md, "Production quickstart: Slurm", step 1' in str(e.value)
+    assert 'docs/quickstart-slurm.md, step 1' in str(e.value)
     assert _jobs(slurm_conf) == []
 
 
