@@ -23,7 +23,7 @@ from submission.rules import load_rules
 from tasks.endpoints import install
 from tasks.ops import prerequisites
 from tasks.ops.prerequisites import host_checks
-from tests.unit.test_endpoints_client import PIN, fake_venv, git_install
+from tests.unit.test_endpoints_client import OTHER, PIN, fake_venv, git_install
 
 REPO = Path(__file__).parents[2]
 PLANS = REPO / "deployments" / "plans"
@@ -103,6 +103,11 @@ def _no_endpoints_client(plan: dict[str, Any], tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(install, "DEFAULT_VENV", tmp_path / "no-venv")
 
 
+def _endpoints_client_elsewhere(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed on the right Python, at a commit the round does not pin: preflight reads the commit back."""
+    monkeypatch.setattr(install, "DEFAULT_VENV", fake_venv(tmp_path / "venv-other", git_install(OTHER)))
+
+
 def _no_etcd(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan["benchmarks"][1]["engine"]["options"]["etcd"] = str(tmp_path / "bin" / "etcd")
 
@@ -126,6 +131,9 @@ PLANTED = {
                                      "LiveCodeBench tests", "set it to the LiveCodeBench release_v6 tests")),
     "no-endpoints-client": (_no_endpoints_client, ("benchmarks.1 (measured by the endpoints client): the endpoints "
                                                    "client is not installed", "make venv-endpoints")),
+    "endpoints-client-elsewhere": (_endpoints_client_elsewhere, (
+        "benchmarks.1 (measured by the endpoints client): the endpoints client in ", f"is at commit {OTHER[:12]}, "
+        f"but the v6.1 rules pin {PIN[:12]}", "make venv-endpoints")),
     "no-etcd": (_no_etcd, ("benchmarks.1.engine.options.etcd: ", "bin/etcd is not on this host",
                            "install etcd on this host", "or set engine.options.etcd to its path")),
     "inference-src-missing": (_inference_src_missing, ("inference_src: ", "no-inference does not exist",
@@ -166,9 +174,10 @@ def test_each_missing_piece_is_named_with_its_fix(name: str, ready: dict[str, An
 
 def test_every_missing_piece_in_one_report_exit_2_and_nothing_started(ready: dict[str, Any], tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PLANTED:
-        if name != "inference-src-missing":   # the same field as inference-src-elsewhere: that one is planted
-            PLANTED[name][0](ready, tmp_path, monkeypatch)
+    # each of these plants the same piece as another one (inference_src, the endpoints client's venv): left out
+    planted = [n for n in PLANTED if n not in ("inference-src-missing", "endpoints-client-elsewhere")]
+    for name in planted:
+        PLANTED[name][0](ready, tmp_path, monkeypatch)
     plan = _write(ready, tmp_path / "plan")
     workspace = tmp_path / "ws"
     before = _children()
@@ -176,9 +185,8 @@ def test_every_missing_piece_in_one_report_exit_2_and_nothing_started(ready: dic
     assert result.exit_code == 2, result.output
     report = result.output[result.output.index("error: "):]
     assert report.startswith(f"error: {plan}: 5 problems:")
-    for name, (_, expected) in PLANTED.items():
-        if name != "inference-src-missing":
-            assert [e for e in expected if e not in report] == [], (name, report)
+    for name in planted:
+        assert [e for e in PLANTED[name][1] if e not in report] == [], (name, report)
     assert report.count("\n  - ") == 5 and report.rstrip().endswith("then check again with `podium preflight PLAN`")
     assert "checked      b200x4-k8s/gpt-oss-120b: evaluator gpt-oss-120b known" in result.output
     assert not workspace.exists() and _children() <= before   # no workspace, no process left
