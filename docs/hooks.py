@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def _models(model: Any, anchor: str, title: str, path: str = "") -> list[str]:
         heading = title if name == model.__name__ else ", ".join(f"`{p}`" for p in paths[name])
         out += [f"## {heading} {{#{anchors[name]}}}", ""]
         if node.get("description"):
-            out += [" ".join(node["description"].split()), ""]
+            out += [_literal(" ".join(node["description"].split())), ""]
         links = {n: (anchors[n], paths[n][0] or title) for n in order}
         rows = [(f"`{field}`", _type(spec, links), _default(field, spec, node), _description(spec))
                 for field, spec in node.get("properties", {}).items()]
@@ -140,8 +141,7 @@ def _default(field: str, spec: dict, node: dict) -> str:
 
 
 def _description(spec: dict) -> str:
-    text = spec.get("description", "")
-    return " ".join(text.split())
+    return _literal(" ".join(spec.get("description", "").split()))
 
 
 def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
@@ -167,7 +167,13 @@ def cli_reference() -> str:
              "that fails prints one `error:` line with the fix and no traceback, and exits with its error's code "
              "(`podium check` has codes of its own, below):")
     title, _, rest = text.partition("\n\n")
-    return f"{title}\n\n{intro}\n\n" + "\n".join(_exit_codes()) + f"\n\n{rest.strip()}\n"
+    return f"{title}\n\n{intro}\n\n" + "\n".join(_exit_codes()) + f"\n\n{_literal(rest.strip())}\n"
+
+
+def _literal(markdown: str) -> str:
+    """Help text as written: `<tree>` outside code is text, not an HTML tag (code spans and blocks kept as they are)."""
+    parts = re.split(r"(^```.*?^```|`[^`\n]*`)", markdown, flags=re.DOTALL | re.MULTILINE)
+    return "".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
 
 
 def _exit_codes() -> list[str]:
