@@ -137,6 +137,12 @@ bench: bench-orchestration
 bench-orchestration: install
 	$(PY) bench/orchestration.py
 
+# What a userspace TCP relay adds to a request on loopback (docs/performance.md; ~15 s).
+.PHONY: bench-relay
+bench: bench-relay
+bench-relay: install
+	$(PY) bench/relay.py
+
 # The manual as a site in build/site (mkdocs.yml): the CLI and plan references generated from the code while it
 # builds (docs/hooks.py), every warning an error. `make test` builds it too.
 .PHONY: docs
