@@ -145,6 +145,7 @@ def checkout(folder: Path) -> Path:
     a page's commands write lands in the test's folder, not in the repository."""
     folder.mkdir(parents=True, exist_ok=True)
     for entry in REPO.iterdir():
-        if entry.name not in (".podium", "build", "site"):   # .git too: a page may ask `git rev-parse`
+        if entry.name not in (".podium", "build", "site"):   # what the pages write stays the test's (the Slurm
+            # page's site/); .git is linked too: a page may ask `git rev-parse`
             (folder / entry.name).symlink_to(entry)
     return folder
