@@ -101,7 +101,7 @@ engines: install venv-vllm venv-dynamo
 # Three test files at a time (pytest-xdist; most tests wait on services, docs/development.md), the longest files
 # first (tests/durations.json), and the 20 slowest tests named at the end. TEST_WORKERS=0: one test at a time.
 TEST_WORKERS ?= 3
-test: lint system-deps venv-vllm venv-dynamo venv-endpoints
+test: lint docs system-deps venv-vllm venv-dynamo venv-endpoints
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 # Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.
@@ -136,6 +136,18 @@ bench-harness: install venv-vllm venv-aiperf
 bench: bench-orchestration
 bench-orchestration: install
 	$(PY) bench/orchestration.py
+
+# What a userspace TCP relay adds to a request on loopback (docs/performance.md; ~15 s).
+.PHONY: bench-relay
+bench: bench-relay
+bench-relay: install
+	$(PY) bench/relay.py
+
+# The manual as a site in build/site (mkdocs.yml): the CLI and plan references generated from the code while it
+# builds (docs/hooks.py), every warning an error. `make test` builds it too.
+.PHONY: docs
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 down: install
 	$(PODIUM) dev down --workspace $(WORKSPACE)

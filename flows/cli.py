@@ -27,7 +27,7 @@ def run(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
             "--only", metavar="SYSTEM/BENCHMARK[/SCENARIO]",
             help="measure this scenario (or all of a benchmark's) afresh: its performance, accuracy and audit runs, "
                  "cached or not; every other run only from the cache, not run when it is not there (repeatable; a "
-                 "scenario is the smallest selection; docs/operations.md, \"When a run is INVALID\")")] = None,
+                 "scenario is the smallest selection; docs/runs.md, \"When a run is INVALID\")")] = None,
         workspace: Workspace = Path(".podium")) -> None:
     """Run a plan end to end: stage, serve, measure, score, assemble, check, publish."""
     from submission.plan import model as plans

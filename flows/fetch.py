@@ -29,7 +29,7 @@ def fetch(plan: str, dest: str | None = None, hf_token_secret: str = SECRET) -> 
     items = plans.load(plan).fetches()
     if not items:
         raise PlanError("the plan names nothing to fetch", where=plan,
-                        fix="add a fetch section to its benchmarks (docs/operations.md, \"Fetching the inputs\")")
+                        fix="add a fetch section to its benchmarks (docs/inputs.md, \"Fetching the inputs\")")
     log = run_logger("fetch")
     done = fetch_all(items, root=Path(dest) if dest else None, hub=hub_from(os.environ, hf_token_secret),
                      github=os.environ.get("PODIUM_GITHUB_URL") or GITHUB, say=log.info,

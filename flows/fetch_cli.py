@@ -70,7 +70,7 @@ def fetch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
           ) -> None:
     """Fetch what the plan's `fetch` sections name (checkpoints, data sets, the LiveCodeBench tests, source archives)
     to their destinations, each at its pinned commit or sha256 and verified; a second call verifies and fetches
-    nothing (docs/operations.md, "Fetching the inputs"). HF_TOKEN: the Hugging Face token; HF_ENDPOINT: another hub
+    nothing (docs/inputs.md, "Fetching the inputs"). HF_TOKEN: the Hugging Face token; HF_ENDPOINT: another hub
     (a mirror); PODIUM_GITHUB_URL: another GitHub (a mirror of its archives)."""
     from submission.base.errors import PlanError
     from submission.plan import model as plans

@@ -60,7 +60,7 @@ def cached_in(step: T, work_dir: str | Path) -> T:
     they name, whichever way its flow was started. Prefect would otherwise put them in its default result storage,
     which differs between `podium run` (`<workspace>/prefect/storage`) and a deployment run through a worker (the
     pool's S3 block): the same plan in the same workspace then measured everything again, and an entry found in S3
-    on a host without that workspace named logs that are not there (docs/operations.md, "The cache")."""
+    on a host without that workspace named logs that are not there (docs/runs.md, "The cache")."""
     return step.with_options(result_storage=Path(work_dir).resolve() / "cache")   # a Path: a local folder, no block
 
 

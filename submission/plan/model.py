@@ -46,10 +46,12 @@ SafeName = Annotated[str, AfterValidator(check_name)]
 
 
 class SystemSpec(Strict):
-    name: SafeName
-    nodes: int = Field(1, ge=1)
-    status: Literal["available", "preview", "rdi"] = "available"
-    system_type: Literal["datacenter", "edge", "datacenter,edge", "edge,datacenter"] = "datacenter"
+    name: SafeName = Field(description="the system's name in the tree: systems/<name>.json, results/<name>/")
+    nodes: int = Field(1, ge=1, description="the system's nodes (its description's number_of_nodes)")
+    status: Literal["available", "preview", "rdi"] = Field("available", description="the system's availability "
+                                                           "category in the round")
+    system_type: Literal["datacenter", "edge", "datacenter,edge", "edge,datacenter"] = Field(
+        "datacenter", description="the round's category the system is submitted in")
     description: dict[str, str] = Field(default_factory=dict,
                                         description="system-description fields that override host detection")
     work_pool: SafeName | None = Field(None, description="the Prefect work pool whose worker runs on this system's "
@@ -60,23 +62,28 @@ class SystemSpec(Strict):
 class ModelSpec(Strict):
     name: SafeName = Field(description="the model actually served; in the open division mapped to the benchmark")
     source: str = Field(description="a folder on a shared filesystem, or s3://bucket/prefix")
-    weight_data_types: str = "fp32"
+    weight_data_types: str = Field("fp32", description="the weights' data types as measurements.json states them "
+                                   "(e.g. mxfp4, fp8); the staged checkpoint is checked against it")
     parameters: float | None = Field(None, gt=0, description="total parameter count (e.g. 235e9) for the memory-fit "
                                      "check before the model is staged; default: the benchmark's reference model "
                                      "(submission/rules/models.yaml) when model.name is the benchmark's, else "
                                      "unknown until staged")
-    input_data_types: str = "int32"
-    weight_transformations: str = "none"
-    starting_weights_filename: str = ""
+    input_data_types: str = Field("int32", description="measurements.json's input_data_types")
+    weight_transformations: str = Field("none", description="measurements.json's weight_transformations: how the "
+                                        "weights were derived from the reference")
+    starting_weights_filename: str = Field("", description="measurements.json's starting_weights_filename; "
+                                           "default: model.source")
 
 
 class EngineSpec(Strict):
     """What runs (`name`, typed `options`: see submission/plan/engine_options.py) and where (`launcher` and its
     section)."""
 
-    name: str
-    options: dict[str, Any] = Field(default_factory=dict)
-    launcher: Literal["local", "slurm", "kubernetes"] = "local"
+    name: str = Field(description="the engine: trtllm, vllm, dynamo, external, smoke, smoke-vlm or simulated")
+    options: dict[str, Any] = Field(default_factory=dict, description="the engine's typed options, checked when the "
+                                    "plan loads: see benchmarks[].engine.options below, per engine")
+    launcher: Literal["local", "slurm", "kubernetes"] = Field("local", description="where the engine's processes "
+                                                              "run: this host, Slurm job steps, Kubernetes pods")
     _config: Any = PrivateAttr(None)
     _slurm: SlurmSettings | None = PrivateAttr(None)
     kubernetes: KubernetesSettings | None = None
@@ -118,8 +125,9 @@ class EngineSpec(Strict):
 
 
 class DatasetSpec(Strict):
-    performance: str
-    accuracy: str
+    performance: str = Field(description="the performance runs' data set: a file (or a folder holding one), local or "
+                             "s3://")
+    accuracy: str = Field(description="the accuracy runs' data set, as `performance`")
     scenarios: dict[str, str] = Field(default_factory=dict,
                                       description="a scenario's own data set for its performance and accuracy runs, "
                                                   "where the round gives it one, e.g. Interactive: "
@@ -133,20 +141,24 @@ class DatasetSpec(Strict):
 
 class GenerationSpec(Strict):
     max_tokens: int = Field(ge=2, description="performance runs; at least 2 tokens so loadgen can time TPOT")
-    accuracy_max_tokens: int | None = Field(None, ge=2)
-    temperature: float = Field(0.0, ge=0.0)
+    accuracy_max_tokens: int | None = Field(None, ge=2, description="accuracy runs; default: max_tokens")
+    temperature: float = Field(0.0, ge=0.0, description="the sampling temperature every request carries (0: "
+                               "greedy)")
     guided_decoding: bool = Field(False, description="Qwen3-VL: constrain answers to the answer JSON schema "
                                                      "(response_format), as the reference's use_guided_decoding")
 
 
 class ScenarioSpec(Strict):
-    target_qps: float | None = Field(None, gt=0)
+    target_qps: float | None = Field(None, gt=0, description="the rate loadgen (or the client) schedules: "
+                                     "required for Server and Interactive; for Offline it sizes the one query")
     expected_qps: float | None = Field(None, gt=0, description="the rate the system is expected to sustain (a "
                                        "measurement, the search's answer): an Offline run's pace in the predicted "
                                        "run length, and the plan refuses an endpoints Offline target_qps whose run "
                                        "would end under its min duration at that rate")
-    min_duration_ms: int | None = Field(None, ge=0)
-    min_query_count: int | None = Field(None, ge=1)
+    min_duration_ms: int | None = Field(None, ge=0, description="user.conf min_duration; default: "
+                                        "loadgen.min_duration_ms, else the round's")
+    min_query_count: int | None = Field(None, ge=1, description="user.conf min_query_count; default: "
+                                        "loadgen.min_query_count, else the round's")
     latency_ms: float | None = Field(None, gt=0, description="smoke profile, endpoints client only: the p99 latency "
                                      "bound a stand-in model on a shared CPU is judged by, in place of the round's "
                                      "(a named deviation: `latency-limit` in the checker)")
@@ -155,7 +167,8 @@ class ScenarioSpec(Strict):
                                   "`ttft_latency`; a named deviation: `latency-limit` in the checker)")
     tpot_ms: float | None = Field(None, gt=0, description="smoke profile, loadgen only: the TPOT p99 bound, as "
                                   "`ttft_ms` (user.conf `tpot_latency`)")
-    max_concurrency: int = Field(64, ge=1)
+    max_concurrency: int = Field(64, ge=1, description="requests the harness keeps on the wire at once; the rest "
+                                 "wait, holding no connection")
     harness_workers: int = Field(1, ge=1, le=256, description="client worker processes; each needs a request "
                                  "of its own, so at most max_concurrency")
 
@@ -175,22 +188,26 @@ class ScenarioSpec(Strict):
 class LoadgenSpec(Strict):
     """user.conf values shared by every scenario of a benchmark; a scenario's own values win."""
 
-    min_duration_ms: int | None = Field(None, ge=0)
-    min_query_count: int | None = Field(None, ge=1)
-    performance_sample_count: int | None = Field(None, ge=1)
-    accuracy_sample_count: int | None = Field(None, ge=1)
+    min_duration_ms: int | None = Field(None, ge=0, description="user.conf min_duration (under the round's: a "
+                                        "smoke profile's named deviation)")
+    min_query_count: int | None = Field(None, ge=1, description="user.conf min_query_count")
+    performance_sample_count: int | None = Field(None, ge=1, description="user.conf "
+                                                 "performance_sample_count_override")
+    accuracy_sample_count: int | None = Field(None, ge=1, description="samples of the accuracy runs (under the data "
+                                              "set's size: a smoke profile's named deviation)")
 
 
 class BenchmarkSpec(Strict):
-    benchmark: str
-    system: str
-    engine: EngineSpec
-    model: ModelSpec
-    dataset: DatasetSpec
-    generation: GenerationSpec
-    scenarios: dict[str, ScenarioSpec]
-    loadgen: LoadgenSpec = LoadgenSpec()
-    accuracy: bool = True
+    benchmark: str = Field(description="the round's benchmark, e.g. gpt-oss-120b (submission/rules/<round>.yaml)")
+    system: str = Field(description="the name of the system in systems[] it runs on")
+    engine: EngineSpec = Field(description="what serves the model and where")
+    model: ModelSpec = Field(description="the model served and its source")
+    dataset: DatasetSpec = Field(description="the data sets the runs read")
+    generation: GenerationSpec = Field(description="the generation settings every request carries")
+    scenarios: dict[str, ScenarioSpec] = Field(description="the scenarios to measure (Offline, Server, Interactive) "
+                                               "and their settings")
+    loadgen: LoadgenSpec = Field(LoadgenSpec(), description="user.conf values for every scenario")
+    accuracy: bool = Field(True, description="run an accuracy run per scenario")
     evaluator: str | None = Field(None, description="accuracy evaluator; default: the benchmark's reference one")
     harness: Harness | None = Field(None, description="the measuring client: loadgen or endpoints (the MLCommons "
                                                       "endpoints client); default: the round's for the benchmark")
@@ -256,14 +273,14 @@ class GatesSpec(Strict):
 MAX_LINK_EXPIRY_S = 7 * 24 * 3600   # SigV4 refuses X-Amz-Expires above 604800 s (AWS S3 API reference,
                                     # "Authenticating Requests: Using Query Parameters")
 LINK_EXPIRY_S = 3600   # long enough to mint a link, hand it on and fetch a tarball (a download begun before the
-                       # expiry completes); a fresh one is one `podium link` away (docs/operations.md, "Links")
+                       # expiry completes); a fresh one is one `podium link` away (docs/operations.md, "Download links")
 
 
 class StorageSpec(Strict):
     endpoint_url: str | None = Field(None, description="S3 endpoint; None means AWS")
-    bucket: str
-    prefix: str = ""
-    region: str = "us-east-1"
+    bucket: str = Field(description="the bucket the run folders go to")
+    prefix: str = Field("", description="the key prefix: runs go to <prefix>/<plan name>/<flow run id>/")
+    region: str = Field("us-east-1", description="the S3 region")
     embedded: bool = Field(False, description="use Podium's own local SeaweedFS server (started when not running)")
     link_expiry_s: int = Field(LINK_EXPIRY_S, description="how long a presigned URL `podium link` mints for this "
                                                           "storage stays valid, in seconds (at most 7 days)")
@@ -284,16 +301,20 @@ class StorageSpec(Strict):
 
 
 class Plan(Strict):
-    name: SafeName
-    round: str
-    division: Literal["closed", "open", "network"]
-    profile: Literal["submission", "smoke"]
-    submitter: SafeName
-    systems: list[SystemSpec] = Field(min_length=1)
-    benchmarks: list[BenchmarkSpec] = Field(min_length=1)
-    storage: StorageSpec
-    compliance: ComplianceSpec = ComplianceSpec()
-    gates: GatesSpec = GatesSpec()
+    name: SafeName = Field(description="the plan's name: its runs' folder in object storage, <prefix>/<name>/")
+    round: str = Field(description="the MLPerf round whose rules apply, e.g. v6.1 (submission/rules/<round>.yaml)")
+    division: Literal["closed", "open", "network"] = Field(description="the division the tree is submitted in")
+    profile: Literal["submission", "smoke"] = Field(description="submission: the round's rules in full; smoke: "
+                                                    "shortened runs, each shortcut a named deviation, never a "
+                                                    "submission")
+    submitter: SafeName = Field(description="the submitting organisation as MLCommons knows it: the tree's "
+                                "<division>/<submitter>/ folder and every result row")
+    systems: list[SystemSpec] = Field(min_length=1, description="the systems under test")
+    benchmarks: list[BenchmarkSpec] = Field(min_length=1, description="what to measure: each a benchmark on one "
+                                            "system, with its engine, model, data sets and scenarios")
+    storage: StorageSpec = Field(description="the S3-compatible object storage every run folder is published to")
+    compliance: ComplianceSpec = Field(ComplianceSpec(), description="the compliance audits")
+    gates: GatesSpec = Field(GatesSpec(), description="the acceptance gates of the report")
     inference_src: str | None = Field(None, description="mlcommons/inference, the folder `podium fetch-inference` "
                                                         "prints: its official compliance/TESTxx/run_verification.py "
                                                         "scripts and its submission checker run too")

@@ -1,5 +1,5 @@
 """`podium run PLAN --only SYSTEM/BENCHMARK/SCENARIO`: the scenarios of a plan to measure afresh, the rest of the plan
-taken from the cache only (docs/operations.md, "When a run is INVALID").
+taken from the cache only (docs/runs.md, "When a run is INVALID").
 
 A selected scenario has every one of its runs measured again: its performance run, its accuracy run and its
 compliance audits, cached or not, so that the scenario's folder in the tree comes from one sitting. A scenario is the

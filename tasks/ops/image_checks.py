@@ -167,5 +167,5 @@ def mismatch(image: str, nodes: Mapping[str, str], environ: Mapping[str, str], w
                       f"but {', '.join(named)} {'is' if len(named) == 1 else 'are'} {arch}",
                       fix=f"use a tag of the image published for linux/{arch}, or build and push one for both: "
                           f"docker buildx build --platform linux/{arch},{','.join(sorted(held))} -t {image} "
-                          "--push . (docs/operations.md, \"Production quickstart: Kubernetes\", step 5)", where=where)
+                          "--push . (docs/quickstart-kubernetes.md, step 8)", where=where)
             for arch, named in wanted.items() if arch not in archs]

@@ -40,7 +40,7 @@ def has_credentials() -> bool:
 def input_problems(plan: Plan, source: str | None = None) -> list[PlanError]:
     """One PlanError for each missing local source, and one for missing storage credentials."""
     fetched = [item.dest for item in plan.fetches()]
-    copy = ("copy it there (docs/operations.md, \"Staging models and data sets\"), or fix the path; the smoke plans' "
+    copy = ("copy it there (docs/inputs.md, \"Staging models and data sets\"), or fix the path; the smoke plans' "
             "assets: `make smoke-assets`")
     problems = [PlanError(f"{field}: {path} does not exist", where=source,
                           fix=f"fetch it: podium fetch {source or 'PLAN'}"

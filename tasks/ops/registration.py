@@ -65,8 +65,9 @@ def create_pools(pools: dict[str, str] | None = None) -> list[str]:
 
 
 def save_result_storage(cfg: storage.StorageConfig, name: str = RESULTS_BLOCK) -> str:
-    """Save the prefect-aws blocks that keep task results in `s3://<bucket>/prefect-results/`; returns the slug
-    for PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK. No keys in `cfg`: the workers' boto3 chain (instance role) applies."""
+    """Save the prefect-aws blocks that keep task results in `s3://<bucket>/<prefix>/prefect-results/` (`cfg`'s bucket
+    and prefix: `podium setup` gives no prefix, the local stack `runs`); returns the slug for
+    PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK. No keys in `cfg`: the workers' boto3 chain (instance role) applies."""
     from prefect_aws import AwsCredentials, S3Bucket
     from prefect_aws.client_parameters import AwsClientParameters
 

@@ -5,7 +5,7 @@
   any step runs in it; and the engine's interpreter's own `platform.machine()` (in the engine's container when there
   is one), a short step. GB200 nodes are aarch64 (Grace); a venv built on an x86_64 login node fails there with
   "Exec format error", or, under binfmt emulation, runs emulated. Either way the check names the interpreter, the
-  node and how to build it (docs/operations.md, "Production quickstart: Slurm");
+  node and how to build it (docs/quickstart-slurm.md, step 1);
 - **the engine's commands, on the nodes that run them**: every process of the engine as a launch places it (the
   backend's process specs: `trtllm-serve`, `PYTHON -m vllm.entrypoints.openai.api_server`, `PYTHON -m dynamo.vllm`,
   and Dynamo's etcd and nats-server on `options.services_node`), its command found on its node (a path, or a name
@@ -53,8 +53,8 @@ for command, module in json.loads(sys.argv[1]):
     if not found:
         print(json.dumps([command, module]))
 """
-ENGINE_VENV_FIX = ("build the engine's venv on a node of that architecture from the engines' lock (docs/operations.md, "
-                   "\"Production quickstart: Slurm\", step 1) and point engine.options.python at it")
+ENGINE_VENV_FIX = ("build the engine's venv on a node of that architecture from the engines' lock "
+                   "(docs/quickstart-slurm.md, step 1) and point engine.options.python at it")
 
 
 def step_argv(settings: SlurmSettings, job: str, node: str, argv: list[str], name: str,

@@ -60,7 +60,7 @@ def test_nodes_whose_architecture_the_image_lacks_are_named_with_the_buildx_fix(
     assert problem.message == (f"image {image} has no linux/arm64 platform (it has linux/amd64), but node1, node2 "
                                "are arm64")
     assert problem.fix == (f"use a tag of the image published for linux/arm64, or build and push one for both: docker "
-                           f"buildx build --platform linux/arm64,linux/amd64 -t {image} --push . (docs/operations.md, "
-                           "\"Production quickstart: Kubernetes\", step 5)")
+                           f"buildx build --platform linux/arm64,linux/amd64 -t {image} --push . "
+                           "(docs/quickstart-kubernetes.md, step 8)")
     index = f"{registry.host}/nvidia/tensorrt-llm/release:1.2.0"
     assert mismatch(index, {"gb200-1": "arm64", "node3": "x86_64"}, {}, "w") == []   # arm64/v8 is arm64

@@ -1,20 +1,25 @@
-"""docs/operations.md "Production quickstart: Kubernetes", followed as far as the recording fake API server allows
+"""docs/quickstart-kubernetes.md, followed as far as a recording fake API server allows
 (tests/integration/fake_kube.py: it keeps objects and authorises as RBAC does; nothing schedules or runs): the
-namespace and deployments/kubernetes/rbac.yaml applied as the admin, the work pool registered from its JSON on a real
-Prefect server and the run-k8s deployment's Job rendered from it, the plan reviewed, then, as the `podium` account,
-preflight's pod describing the engine's node and the plan's trtllm server launched and stopped, every call one the
-Role grants."""
+namespace, deployments/kubernetes/rbac.yaml and the claims applied as the admin, the work pool registered from its
+JSON on a real Prefect server and the run-k8s deployment's Job rendered from it; then every command the page does not
+mark as not run, in its order, with bash: the dry run, preflight on this host and, with `--nodes`, against the fake
+API as the `podium` account (its rights asked, the model's claim read, the engine's node described from a pod), and
+`prefect deploy` of the two deployments onto that Prefect server; PLAN pinned to the plan with its /mnt/mlperf
+sources in a temporary folder and the fake API's kubeconfig. Then, as the `podium` account, the plan's trtllm server
+launched and stopped, every call one the Role grants."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -27,12 +32,15 @@ from tasks.ops import registration
 from tasks.ops.kube_checks import describe_engine_node
 from tasks.serving.launch import make_launcher, model_dir_for
 from tests.integration.fake_kube import TOKEN, FakeApiServer, attributes
+from tests.manual import DOCS, Runner, bare, checkout, runnable, runner_env
 from tests.unit.test_kubernetes_deploy import pod, render
+from tests.unit.test_preflight import CLOSED_FIELDS
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
 RBAC = REPO / "deployments" / "kubernetes" / "rbac.yaml"
 PLAN = REPO / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
+PAGE = DOCS / "quickstart-kubernetes.md"
 LOG = logging.getLogger("test.k8s-quickstart")
 
 
@@ -68,21 +76,15 @@ def stand_in() -> Iterator[tuple[str, int]]:
     thread.join(timeout=10)
 
 
-def section() -> str:
-    text = (REPO / "docs" / "operations.md").read_text()
-    start = text.index("## Production quickstart: Kubernetes")
-    return text[start:text.index("\n## ", start + 1)]
-
-
 def test_the_quickstart_names_real_files_and_commands() -> None:
-    doc = section()
+    doc = PAGE.read_text()
     for path in ("deployments/kubernetes/rbac.yaml", "deployments/kubernetes/Dockerfile", str(PLAN.relative_to(REPO)),
                  "deployments/kubernetes/workspace-claim.yaml",
                  "deployments/prefect.yaml", "deployments/work-pools/kubernetes.json"):
         assert path in doc and (REPO / path).is_file(), path
     steps = ["kubectl create namespace mlperf", "kubectl apply -f deployments/kubernetes/rbac.yaml",
-             "create secret generic podium-s3", "podium fetch-inference",
-             f"podium launch {PLAN.relative_to(REPO)} --dry-run", f"podium preflight {PLAN.relative_to(REPO)}",
+             "create secret generic podium-s3", f"export PLAN={PLAN.relative_to(REPO)}", "podium fetch-inference",
+             'podium launch "$PLAN" --dry-run', 'podium preflight "$PLAN"',
              "docker buildx build --platform linux/amd64,linux/arm64 -f deployments/kubernetes/Dockerfile",
              "podium setup", "--pool podium-kubernetes",
              "--name run-k8s", "prefect deployment run 'podium-submission/run-k8s'"]
@@ -108,17 +110,70 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
                 ("rolebindings", "podium-worker"), ("clusterroles", "podium-nodes"),
                 ("clusterrolebindings", "podium-nodes")} <= set(api.cluster.objects)
         [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
-        # 2. the flow pod's workspace claim (the models' claim is the storage's own)
+        # 2. the flow pod's workspace claim, and the models' claim (the storage's own)
         k8s_utils.create_from_yaml(admin, str(REPO / "deployments" / "kubernetes" / "workspace-claim.yaml"))
         assert ("persistentvolumeclaims", "podium-workspace") in api.cluster.objects
+        k8s.CoreV1Api(admin).create_namespaced_persistent_volume_claim(settings.namespace, {
+            "metadata": {"name": settings.model_claim},
+            "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Ti"}}}})
         token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
 
-        _check_flow_job(settings, bench, account)
+        _check_flow_job(settings, bench, account)   # 9: the pool the page's `podium setup` registers
+        _the_pages_commands(api, token, tmp_path)
         _launch_as_podium(api, token, plan, tmp_path, stand_in)
 
 
+def _site_plan(folder: Path, kubeconfig: Path) -> Path:
+    """The shipped plan as a site has it on a host that mounts the claim: its sources there (here: small files in the
+    real schemas), the system described, the kubeconfig of the `podium` account; no fetch section (fetched)."""
+    data = yaml.safe_load(PLAN.read_text())
+    bench = data["benchmarks"][0]
+    (folder / "models" / "gpt-oss-120b").mkdir(parents=True)
+    prompts = folder / "prompts.parquet"
+    pd.DataFrame({"input_tokens": [[1, 2, 3]], "ground_truth": ["x"], "dataset": ["gpqa"]}).to_parquet(prompts)
+    (folder / "livecodebench_tests.jsonl").write_text("{}\n")
+    bench["model"]["source"] = str(folder / "models" / "gpt-oss-120b")
+    bench["dataset"] = {"performance": str(prompts), "accuracy": str(prompts), "compliance": {"TEST07": str(prompts)},
+                        "lcb_tests": str(folder / "livecodebench_tests.jsonl")}
+    bench.pop("fetch")
+    bench["engine"]["kubernetes"]["kubeconfig"] = str(kubeconfig)
+    for system in data["systems"]:   # the storage too: the fake API runs the describing pod's command on this
+        system["description"] = {   # host, where the claim's mount point /mnt/mlperf is not there to be measured
+            **dict.fromkeys(CLOSED_FIELDS, "as described"), "host_storage_capacity": "7.7 TB",
+            "host_storage_type": "NVMe SSD", **system["description"]}
+    path = folder / "site.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _the_pages_commands(api: FakeApiServer, token: str, tmp_path: Path) -> None:
+    """Steps 4 to 9 as the page has them: every command it does not mark as not run, in its order."""
+    from prefect.client.orchestration import get_client
+
+    root = checkout(tmp_path / "checkout")
+    plan = _site_plan(tmp_path / "site", api.kubeconfig(tmp_path / "kubeconfig", token))
+    env = runner_env(PLAN=str(plan), AWS_ACCESS_KEY_ID="AKIAQUICKSTART", AWS_SECRET_ACCESS_KEY="quickstart-secret")
+    runner = Runner(root, env, pinned=frozenset({"PLAN"}))
+    commands = runnable(PAGE)
+    out = {bare(c): runner.run(c, timeout_s=240).stdout for c in commands}
+    assert runner.ran == commands and len(commands) == 6, commands
+    assert re.fullmatch(r"REGISTRY/podium-flow:[0-9a-f]{7,}", runner.env["PODIUM_FLOW_IMAGE"])   # 8: the image's tag
+    review = out['podium launch "$PLAN" --dry-run']                                  # 6: the objects, reviewed
+    assert "ConfigMap" in review and "Deployment" in review and "Service" in review, review
+    assert out['podium preflight "$PLAN"'].rstrip().endswith("preflight: OK")       # 7: this host, then the cluster
+    nodes = out['podium preflight "$PLAN" --nodes']
+    assert nodes.rstrip().endswith("preflight: OK") and "described from node fake-node-0" in nodes, nodes
+    assert not [k for k in api.cluster.objects if k[0] in ("pods", "deployments", "services")]   # nothing left
+    with get_client(sync_client=True) as client:                                   # 9: the two deployments
+        for name in ("run-k8s", "bringup-k8s"):
+            deployment = client.read_deployment_by_name(f"podium-submission/{name}")
+            assert deployment.work_pool_name == "podium-kubernetes"
+            assert deployment.job_variables["image"] == runner.env["PODIUM_FLOW_IMAGE"]
+            assert deployment.job_variables["gpus"] == 0 and deployment.job_variables["namespace"] == "mlperf"
+
+
 def _check_flow_job(settings: Any, bench: Any, account: dict) -> None:
-    """Steps 6-7: the pool from its JSON on a real server; the run-k8s deployment's Job rendered from what it
+    """Step 9: the pool from its JSON on a real server; the run-k8s deployment's Job rendered from what it
     stored: no GPU, the `podium` account in the plan's namespace, the data claim, the storage Secret."""
     from prefect.client.orchestration import get_client
 
@@ -144,17 +199,18 @@ def _check_flow_job(settings: Any, bench: Any, account: dict) -> None:
 
 def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path: Path,
                       stand_in: tuple[str, int]) -> None:
-    """Steps 4 and 8: the review, then preflight's description of the engine's node and the launch and stop the flow
-    pod makes, every call granted by the Role."""
+    """Steps 6 and 10 inside the flow pod: the review, then preflight's description of the engine's node and the
+    launch and stop the flow pod makes, every call granted by the Role and in the plan's namespace."""
     bench = plan.benchmarks[0]
     settings = bench.engine.kubernetes
-    # 4. the review
+    before = len(api.cluster.requests)   # the page's preflight asked too (its access reviews are cluster-wide)
+    # 6. the review
     from tasks.serving.launch import review
 
     reviewed = review(plan, bench, tmp_path / "ws")
     assert [o["kind"] for o in reviewed["kubernetes"]] == ["ConfigMap", "Deployment", "Service"]
 
-    # 8. preflight in the flow pod describes the engine's node from a pod like the engine's, then the launch, as the
+    # 10. preflight in the flow pod describes the engine's node from a pod like the engine's, then the launch, as the
     #    flow pod would make it (in the cluster the token is the pod's own)
     engine = bench.engine.model_copy(update={"kubernetes": settings.model_copy(
         update={"kubeconfig": str(api.kubeconfig(tmp_path / "kubeconfig", token))})})
@@ -176,7 +232,7 @@ def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path
         assert engine_container["image"] == settings.image
         assert engine_container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert not [k for k in api.cluster.objects if k[0] in ("deployments", "services", "configmaps")]
-    calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests
+    calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests[before:]
              if r["auth"] == f"Bearer {token}"]
     assert calls and all(api.cluster.authorize(token, c) for c in calls)
     assert {c.namespace for c in calls} == {settings.namespace}

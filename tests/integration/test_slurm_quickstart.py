@@ -1,9 +1,10 @@
-"""docs/operations.md "Production quickstart: Slurm", followed on the local 4-node cluster (deployments/slurm/
-local-cluster.sh): its `# step N` commands run as written (the engine's interpreter against `uname -m`, the dry run,
-the sbatch run with the --time the dry run printed), with the simulated engine for Dynamo and the embedded S3 server.
-And preflight's checks on the nodes themselves: the engine interpreter's architecture on every node (the real one,
-then a fake one built for aarch64), etcd looked for on node 0 (`podium preflight PLAN --nodes`) and the system
-described from node 0 of the engine's allocation by a Slurm step."""
+"""docs/quickstart-slurm.md on the local 4-node cluster (deployments/slurm/local-cluster.sh): every command the page
+does not mark as not run, in its order, with bash, in a folder laid out like the repository's root: the engine's
+interpreter against `uname -m`, the plan copied, the dry run, preflight on this host and on the nodes, the sbatch run
+with the --time the dry run printed, the check and the package; PLAN pinned to the smoke plan on the simulated engine
+(Offline only) and the embedded S3 server. And preflight's checks on the nodes themselves: the engine interpreter's
+architecture on every node (the real one, then a fake one built for aarch64), etcd looked for on node 0 (`podium
+preflight PLAN --nodes`) and the system described from node 0 of the engine's allocation by a Slurm step."""
 
 from __future__ import annotations
 
@@ -25,37 +26,18 @@ from submission.tree.host_facts import detect_host
 from tasks.ops.slurm_checks import node_checks
 from tests.integration.conftest import write_plan
 from tests.integration.engines_support import engine_python
+from tests.manual import DOCS, Runner, bare, checkout, runnable, runner_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
-REPO = Path(__file__).parents[2]
-DOC = REPO / "docs" / "operations.md"
+PAGE = DOCS / "quickstart-slurm.md"
 
 
-def _steps(number: int) -> list[str]:
-    """The commands of the quickstart marked `# step <number>`, as written there."""
-    text = DOC.read_text()
-    section = text[text.index("## Production quickstart: Slurm"):]
-    section = section[:section.index("\n## ", 10)]
-    found = [line.split(f"# step {number}")[0].strip() for line in section.splitlines()
-             if line.rstrip().endswith(f"# step {number}")]
-    assert found, f"the quickstart has no step {number}"
-    return found
-
-
-def _run(command: str, env: dict[str, str], timeout_s: float = 120) -> str:
-    """One documented command, its $VARIABLES from `env`, no shell."""
-    argv = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], a) for a in shlex.split(command)]
-    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
-    assert done.returncode == 0, f"{command}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-def _slurm_plan(path: Path, store: Path, conf: Path, engine: dict) -> Path:
+def _slurm_plan(path: Path, store: Path, conf: Path, engine: dict, accuracy: bool = False) -> Path:
     write_plan(path, store)
     data = yaml.safe_load(path.read_text())
     data["benchmarks"][0]["engine"] = engine
     data["benchmarks"][0]["scenarios"] = {"Offline": data["benchmarks"][0]["scenarios"]["Offline"]}
-    data["benchmarks"][0]["accuracy"] = False
+    data["benchmarks"][0]["accuracy"] = accuracy
     data["compliance"] = {"run": "never"}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -95,7 +77,7 @@ def test_preflight_checks_the_engine_interpreter_on_the_nodes_and_describes_node
     _, problems = node_checks(plan, tmp_path / "pids", str(tmp_path), said.append)
     [wrong] = [p for p in problems if isinstance(p, LaunchError) and "is built for" in p.message]
     assert f"engine.options.python={fake} is built for aarch64, but node node1 is {machine}" in str(wrong)
-    assert 'docs/operations.md, "Production quickstart: Slurm", step 1' in str(wrong)
+    assert 'docs/quickstart-slurm.md, step 1' in str(wrong)
     assert _jobs(slurm_conf) == []
 
 
@@ -131,36 +113,55 @@ def test_preflight_looks_for_etcd_on_node_0_of_the_allocation(slurm_conf: Path, 
 
 
 def test_the_slurm_quickstart_on_the_local_cluster(slurm_conf: Path, smoke_store: Path, tmp_path: Path) -> None:
+    root = checkout(tmp_path / "checkout")
     engine = {"name": "simulated", "launcher": "slurm", "ready_timeout_s": 60, "warmup_requests": 0,
-              "slurm": {"python": sys.executable, "grace_s": 3}}   # step 5: the plan's slurm section
-    plan = _slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)
-    env = {**os.environ, "SLURM_CONF": str(slurm_conf), "ENGINE_PYTHON": sys.executable, "PLAN": str(plan),
-           "PODIUM_HOME": str(REPO), "PODIUM_WORKSPACE": str(tmp_path / "ws"), "PYTHONPATH": str(REPO)}
+              "slurm": {"python": sys.executable, "grace_s": 3}}   # step 3: the plan's slurm section
+    plan = _slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine, accuracy=True)
+    ws = tmp_path / "ws"
+    env = runner_env(SLURM_CONF=str(slurm_conf), ENGINE_PYTHON=sys.executable, PLAN=str(plan),
+                     PODIUM_WORKSPACE=str(ws))
+    runner = Runner(root, env, pinned=frozenset({"ENGINE_PYTHON", "PLAN", "PODIUM_WORKSPACE"}))
+    commands = runnable(PAGE)
+    out: dict[str, str] = {}
+    job_time = ""
+    for command in commands:
+        if command.startswith("sbatch "):   # step 7 on this cluster: no partition, 1 node, no GPUs, the time printed
+            argv = [a for a in shlex.split(command) if not a.startswith(("--partition", "--nodes", "--gpus-per-node",
+                                                                         "--time"))]
+            argv[1:1] = ["--wait", "--nodes=1", f"--time={job_time}", f"--output={tmp_path / 'job.out'}"]
+            # exit 6: the simulated engine (Dynamo's stand-in) answers no accuracy question right, so the run's
+            # accuracy step fails; its tree checks clean all the same (a smoke tree: a warning)
+            out["sbatch"] = runner.run(command, instead=shlex.join(argv).replace("'$PLAN'", '"$PLAN"'), expect=6,
+                                       timeout_s=300).stdout
+            continue
+        out[bare(command)] = runner.run(command, timeout_s=180).stdout
+        if "--dry-run" in command:
+            job_time = re.search(r"podium\.sbatch needs --time >= (\S+) for the whole plan",
+                                 out[bare(command)]).group(1)
+    assert runner.ran == commands
 
-    arch = [_run(c, env).strip() for c in _steps(1)]   # step 1: the interpreter and the node agree
-    assert arch == [os.uname().machine] * 2
+    machine = os.uname().machine                                            # step 1: the interpreter and the node
+    assert [out[bare(c)].strip() for c in commands if c.startswith("srun ")] == [machine] * 2
+    assert (root / "site" / "qwen3-vl.yaml").read_text() == \
+        (root / "deployments" / "plans" / "qwen3-vl-dynamo-50-50.yaml").read_text()          # step 3: the copy
+    review = out['.venv/bin/podium launch "$PLAN" --dry-run']                 # step 5: what Slurm must give
+    assert "Slurm time: 2 run(s) x their length x 1.5" in review   # Offline: performance, accuracy
+    host = out['.venv/bin/podium preflight "$PLAN"']                         # step 6: this host, then the nodes
+    assert host.rstrip().endswith("preflight: OK") and "not checked  the engines' nodes of cpu-smoke/gpt-oss-120b" \
+        " (slurm)" in host, host
+    nodes = out['.venv/bin/podium preflight "$PLAN" --nodes']
+    assert nodes.rstrip().endswith("preflight: OK") and re.search(r"described from node1, node 0 of Slurm job \d+",
+                                                                  nodes), nodes
 
-    review = _run(_steps(6)[0], env)                    # step 6: the dry run says what Slurm must give
-    checked = _run(_steps(6)[1], env)                   # and preflight checks this host, leaving the nodes
-    assert checked.rstrip().endswith("preflight: OK"), checked
-    assert "not checked  the engines' nodes of cpu-smoke/gpt-oss-120b (slurm)" in checked
-    assert "Slurm time: 1 run(s) x their length x 1.5" in review
-    job_time = re.search(r"podium\.sbatch needs --time >= (\S+) for the whole plan", review).group(1)
-
-    out = tmp_path / "job.out"                          # step 7, on this cluster: no partition, 1 node, no GPUs
-    argv = shlex.split(_steps(7)[0])
-    argv = [a for a in argv if not a.startswith(("--partition", "--nodes", "--gpus-per-node", "--time"))]
-    argv[1:1] = ["--wait", "--nodes=1", f"--time={job_time}", f"--output={out}"]
-    done = subprocess.run([re.sub(r"\$(\w+)", lambda m: env[m.group(1)], a) for a in argv],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
-    text = out.read_text() if out.exists() else ""
-    # The run went to the end: its one run VALID, the tree checked and published. The checker's one error is the
-    # accuracy folder this cut plan (Offline only, no accuracy run, for CI time) leaves out on purpose: exit 6.
-    assert done.returncode == 6, f"{done.stdout}{done.stderr}{text}"
-    assert "smoke: 1/1 runs VALID, checker 1 errors" in text and "s3://podium/runs/smoke/" in text
-    assert re.findall(r"`error` \*\*([\w-]+)\*\*", text) == ["accuracy-files"]
-    job = done.stdout.split("Submitted batch job ")[1].split()[0]
+    text = (tmp_path / "job.out").read_text()                              # step 7: the run, inside one job
+    assert "smoke: 1/1 runs VALID, 0/1 accuracy PASS, checker 0 errors" in text, text[-3000:]
+    assert "s3://podium/runs/smoke/" in text
+    job = out["sbatch"].split("Submitted batch job ")[1].split()[0]
     assert f"described from node1, node 0 of Slurm job {job}" in text     # preflight, inside the job
     assert f'"srun", "--jobid={job}", ' in text                          # the engine: a step of the same job
-    assert re.search(r"run folder: .*/ws/runs/", text)                    # step 8: where the results went
+    assert re.search(r"run folder: .*/ws/runs/", text)
+    checked = out['.venv/bin/podium check "$PODIUM_WORKSPACE/runs/latest/submission"']   # step 8
+    assert "1 scenario folder(s) checked against v6.1: no errors" in checked, checked
+    package = (ws / "runs" / "latest").resolve() / "submission.package"                  # step 9
+    assert (package / "submission.tar.gz").is_file() and (package / "submission.tar.gz.sha256").is_file()
     assert _jobs(slurm_conf) == []

@@ -4,11 +4,10 @@ docs/*.md, read as the command it is."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).parents[2]
+from tests.manual import REPO, code, pages
+
 TARGET = re.compile(r"^([A-Za-z][\w-]*)\s*:(?!=)", re.MULTILINE)
-CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
 
 
 def make_targets(makefile: str) -> set[str]:
@@ -18,8 +17,8 @@ def make_targets(makefile: str) -> set[str]:
 def named_targets(markdown: str) -> list[str]:
     """The targets of every `make` command in the code of a Markdown text (VAR=value and options skipped)."""
     found = []
-    for code in CODE.findall(markdown):
-        for line in code.strip("`").splitlines():
+    for snippet in code(markdown):
+        for line in snippet.strip("`").splitlines():
             for command in re.split(r"&&|\|\||;|\|", line.split(" # ")[0]):
                 words = command.split()
                 while words and "=" in words[0]:   # an environment assignment before the command
@@ -32,7 +31,7 @@ def named_targets(markdown: str) -> list[str]:
 def test_every_make_target_the_docs_name_exists() -> None:
     targets = make_targets((REPO / "Makefile").read_text())
     assert {"install", "test", "venv-endpoints"} <= targets
-    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+    for doc in pages():
         missing = sorted(set(named_targets(doc.read_text())) - targets)
         assert not missing, f"{doc.relative_to(REPO)} names make target(s) the Makefile lacks: {missing}"
 

@@ -51,8 +51,9 @@ def pod(config: dict) -> k8s.V1PodSpec:
 
 
 def job_variables(plan: plans.Plan) -> dict[str, Any]:
-    """The pool variables the quickstart (docs/operations.md) sets for a plan: the node's GPUs (`gpus_per_node`) only
-    when an engine runs `local`, inside the flow pod; nothing about GPUs when the launcher gives the engine its pods."""
+    """The pool variables the quickstart (docs/quickstart-kubernetes.md) sets for a plan: the node's GPUs
+    (`gpus_per_node`) only when an engine runs `local`, inside the flow pod; nothing about GPUs when the launcher gives
+    the engine its pods."""
     local = [b.engine.config() for b in plan.benchmarks if b.engine.launcher == "local"]
     return {"gpus": max(getattr(o, "gpus_per_node", 0) for o in local)} if local else {}
 

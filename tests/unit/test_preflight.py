@@ -24,7 +24,7 @@ from submission.rules import load_rules
 from tasks.endpoints import install
 from tasks.ops import prerequisites
 from tasks.ops.prerequisites import host_checks
-from tests.unit.test_endpoints_client import PIN, fake_venv, git_install
+from tests.unit.test_endpoints_client import OTHER, PIN, fake_venv, git_install
 
 REPO = Path(__file__).parents[2]
 PLANS = REPO / "deployments" / "plans"
@@ -105,6 +105,11 @@ def _no_endpoints_client(plan: dict[str, Any], tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(install, "DEFAULT_VENV", tmp_path / "no-venv")
 
 
+def _endpoints_client_elsewhere(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed on the right Python, at a commit the round does not pin: preflight reads the commit back."""
+    monkeypatch.setattr(install, "DEFAULT_VENV", fake_venv(tmp_path / "venv-other", git_install(OTHER)))
+
+
 def _no_etcd(plan: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan["benchmarks"][1]["engine"]["options"]["etcd"] = str(tmp_path / "bin" / "etcd")
 
@@ -128,6 +133,9 @@ PLANTED = {
                                      "LiveCodeBench tests", "set it to the LiveCodeBench release_v6 tests")),
     "no-endpoints-client": (_no_endpoints_client, ("benchmarks.1 (measured by the endpoints client): the endpoints "
                                                    "client is not installed", "make venv-endpoints")),
+    "endpoints-client-elsewhere": (_endpoints_client_elsewhere, (
+        "benchmarks.1 (measured by the endpoints client): the endpoints client in ", f"is at commit {OTHER[:12]}, "
+        f"but the v6.1 rules pin {PIN[:12]}", "make venv-endpoints")),
     "no-etcd": (_no_etcd, ("benchmarks.1.engine.options.etcd: ", "bin/etcd is not on this host",
                            "install etcd on this host", "or set engine.options.etcd to its path")),
     "inference-src-missing": (_inference_src_missing, ("inference_src: ", "no-inference does not exist",

@@ -1,0 +1,256 @@
+"""The manual reads as a manual and builds as a site: no page reads like a change log or names a path outside the
+repository; every section a file points at is there; the quickstarts go in numbered steps from fetching the inputs
+to submitting, and each shell block in them is run by a test or says why not; the generated references cover every
+plan field and every command; `mkdocs build --strict` passes; and the facts the review found wrong stay right."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.manual import DOCS, QUICKSTARTS, REPO, STEP, blocks, pages, shell_blocks
+
+# Phrases of a change log or a test diary: what a page said before, what a session did. History goes in
+# CHANGELOG.md and git log.
+PHRASES = ("before this change", "after this change", "before the change", "before the fix", "after the fix",
+           "this session", "other sessions", "was available to", "on this branch", "on the final code",
+           "device tool", "the issue's")
+# Paths of the machines the project is developed on, never a user's: absolute ones (not `<workspace>/work/...`) and
+# the folder beside the checkout (spelled in pieces: tests/unit/test_architecture.py scans this file too).
+NEIGHBOUR = "shared"
+OUTSIDE = re.compile(rf"(?<![\w>}}.-])(?:/work/|/root/|/tmp/pytest-)|\.\./{NEIGHBOUR}\b")
+# `docs/PAGE.md, "Heading"` (or `docs/PAGE.md "Heading"`, or `, step N`) anywhere in a tracked file
+REFERENCE = re.compile(r"docs/([\w-]+)\.md(?:,?\s+(?:\\?\"([^\"\\]+)\\?\"|step (\d+)))?")
+GENERATED = {"plan.md": "Plan fields", "cli.md": "Command line"}   # docs/hooks.py writes them while the site builds
+
+
+def findings(files: dict[str, str]) -> list[str]:
+    """Each change-log phrase and each path outside the repository in these texts, as `name:line what`."""
+    found = []
+    for name, text in sorted(files.items()):
+        lower = text.lower()
+        for phrase in PHRASES:
+            for at in (m.start() for m in re.finditer(re.escape(phrase), lower)):
+                found.append(f"{name}:{text.count(chr(10), 0, at) + 1} reads like a change log: {phrase!r}")
+        for m in OUTSIDE.finditer(text):
+            found.append(f"{name}:{text.count(chr(10), 0, m.start()) + 1} names a path outside the repository: "
+                         f"{m.group(0)!r}")
+    return found
+
+
+def test_no_page_reads_like_a_change_log_or_names_a_path_outside_the_repository() -> None:
+    files = {p.relative_to(REPO).as_posix(): p.read_text() for p in pages()}
+    assert "README.md" in files and "docs/quickstart-local.md" in files
+    assert findings(files) == []
+
+
+def test_the_finder_finds_each_kind() -> None:
+    planted = {"docs/a.md": "Before the fix the run failed.\nIt was available to this session.\n",
+               "docs/b.md": f"see /work/main/docs, ../{NEIGHBOUR}/notes.md and /root/.pyenv\n",
+               "docs/c.md": "runs land in `<workspace>/work/runs/<key>/`; `/tmp/junit.xml` is fine\n"}
+    assert findings(planted) == [
+        "docs/a.md:1 reads like a change log: 'before the fix'",
+        "docs/a.md:2 reads like a change log: 'this session'",
+        "docs/a.md:2 reads like a change log: 'was available to'",
+        "docs/b.md:1 names a path outside the repository: '/work/'",
+        f"docs/b.md:1 names a path outside the repository: '../{NEIGHBOUR}'",
+        "docs/b.md:1 names a path outside the repository: '/root/'",
+    ]
+
+
+# ----- references from code and pages to the manual's sections ---------------------------------------------------
+def headings(page: str) -> list[str]:
+    """The headings of a page as text (code marks and links dropped), the generated pages by their title."""
+    if page in GENERATED:
+        return [GENERATED[page]]
+    text = re.sub(r"^```.*?^```", "", (DOCS / page).read_text(), flags=re.DOTALL | re.MULTILINE)
+    found = re.findall(r"^#{1,4} (.+?)(?:\s*\{#[\w-]+\})?\s*$", text, re.MULTILINE)
+    return [re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h).replace("`", "") for h in found]
+
+
+def broken_references(files: dict[str, str]) -> list[str]:
+    """Each `docs/PAGE.md, "Heading"` whose page is not there or has no heading holding that text."""
+    broken = []
+    for name, text in sorted(files.items()):
+        for m in REFERENCE.finditer(text):
+            page, heading, step = m.group(1) + ".md", m.group(2), m.group(3)
+            line = f"{name}:{text.count(chr(10), 0, m.start()) + 1}"
+            if page not in GENERATED and not (DOCS / page).is_file():
+                broken.append(f"{line} {page} is not a page of the manual")
+            elif heading and not any(" ".join(heading.split()).lower() in h.lower() for h in headings(page)):
+                broken.append(f"{line} {page} has no section {' '.join(heading.split())!r}")
+            elif step and not any(h.startswith(f"{step}. ") for h in headings(page)):
+                broken.append(f"{line} {page} has no step {step}")
+    return broken
+
+
+def test_every_section_a_file_points_at_is_there() -> None:
+    names = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    # history names the pages as they were; these tests plant references that are not there
+    skip = {"CHANGELOG.md", "tests/unit/test_docs_pages.py", "tests/unit/test_architecture.py"}
+    files = {n: (REPO / n).read_text(errors="replace") for n in names
+             if n not in skip and n.endswith((".py", ".md", ".yaml", ".yml", ".sh", ".sbatch", ".toml", "Makefile"))
+             and (REPO / n).is_file()}
+    assert len(files) > 100
+    assert broken_references(files) == []
+
+
+def test_a_broken_reference_is_found() -> None:
+    planted = {"a.py": 'fix = "see docs/runs.md, \\"The cache\\" and docs/operations.md, \\"Production quickstart"\n',
+               "b.md": "docs/nowhere.md; docs/quickstart-slurm.md, step 1; docs/quickstart-slurm.md, step 12\n"}
+    assert broken_references(planted) == ["a.py:1 operations.md has no section 'Production quickstart'",
+                                          "b.md:1 nowhere.md is not a page of the manual",
+                                          "b.md:1 quickstart-slurm.md has no step 12"]
+
+
+# ----- the quickstarts -------------------------------------------------------------------------------------------
+# the steps every quickstart takes, in this order (a preflight and a dry run in either order)
+ORDER = (r"\bfetch\b", r"\bpreflight\b|\bdry run\b", r"^run\b", r"\bcheck\b", r"\bsubmit\b")
+
+
+@pytest.mark.parametrize("page", QUICKSTARTS)
+def test_a_quickstart_goes_in_numbered_steps_from_fetch_to_submit(page: str) -> None:
+    steps = [(int(n), title.lower()) for n, title in STEP.findall((DOCS / page).read_text())]
+    assert [n for n, _ in steps] == list(range(1, len(steps) + 1)), steps
+    at = []
+    for kinds in ORDER:
+        hits = [n for n, title in steps if re.search(kinds, title)]
+        assert hits, f"{page} has no step for {kinds}"
+        at.append((min(hits), max(hits)))
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(at)), f"{page}: {steps}"
+
+
+@pytest.mark.parametrize("page", QUICKSTARTS)
+def test_each_quickstart_block_is_run_by_its_test_or_says_why_not(page: str) -> None:
+    text = (DOCS / page).read_text()
+    [test] = re.findall(r"`(tests/integration/test_\w+\.py)`", text.split("## 1.")[0])
+    assert page in (REPO / test).read_text(), f"{test} does not read {page}"
+    for block in shell_blocks(DOCS / page):
+        assert block.commands(), f"{page}:{block.line} holds no command"
+        assert block.not_run is None or len(block.not_run) > 20, f"{page}:{block.line}: say why it is not run"
+    runnable = [b for b in shell_blocks(DOCS / page) if b.not_run is None]
+    assert runnable, f"{page}: the tests run none of its commands"
+
+
+def test_the_block_reader_finds_the_reason_and_joins_lines(tmp_path: Path) -> None:
+    page = tmp_path / "q.md"
+    page.write_text("## 1. Install\n\n<!-- not run by the tests: it installs -->\n\n```bash\nmake install\n```\n\n"
+                    "## 2. Run\n\n```bash\n# a comment\nexport A=1\nsrun x \\\n  --y\nbash -c 'a &&\n  b'\n```\n"
+                    "<!-- not run by the tests: a reason far from any block -->\n\nText.\n\n```yaml\nx: 1\n```\n")
+    found = blocks(page)
+    assert [(b.lang, b.step, b.not_run) for b in found] == [("bash", 1, "it installs"), ("bash", 2, None),
+                                                             ("yaml", 2, None)]
+    assert found[1].commands() == ["export A=1", "srun x \\\n  --y", "bash -c 'a &&\n  b'"]
+
+
+def _shipped(plan: str) -> dict:
+    return yaml.safe_load((REPO / "deployments" / "plans" / plan).read_text())
+
+
+@pytest.mark.parametrize(("page", "plan"), [("quickstart-slurm.md", "qwen3-vl-dynamo-50-50.yaml"),
+                                            ("quickstart-kubernetes.md", "gpt-oss-120b-trtllm-k8s.yaml")])
+def test_the_plan_step_names_every_field_a_site_must_change(page: str, plan: str) -> None:
+    """The fields the shipped plan fills with Podium's own values (`submitter: Podium`), its storage and its system
+    description are each named in the quickstart's step that edits the plan."""
+    text = (DOCS / page).read_text()
+    step = re.search(r"^## \d+\. The plan\n(.*?)^## ", text, re.DOTALL | re.MULTILINE).group(1)
+    ours = [k for k, v in _shipped(plan).items() if v == "Podium"]
+    assert ours == ["submitter"]
+    for field in [*ours, "storage", "systems[].description"]:
+        assert f"`{field}`" in step, f"{page}'s plan step does not name {field}"
+
+
+def test_the_first_page_links_to_the_three_quickstarts() -> None:
+    first = (DOCS / "index.md").read_text().split("\n## ", 2)
+    start = first[0] + first[1]   # the title and the section after it
+    for page in QUICKSTARTS:
+        assert f"]({page})" in start
+
+
+# ----- the generated references and the site ----------------------------------------------------------------------
+def _hooks():   # docs/hooks.py, as mkdocs loads it
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _models(model: type) -> list[type]:
+    """`model` and every model its fields name, once each."""
+    from pydantic import BaseModel
+
+    out, todo = [], [model]
+    while todo:
+        m = todo.pop()
+        if m in out:
+            continue
+        out.append(m)
+        for f in m.model_fields.values():
+            args = [f.annotation, *getattr(f.annotation, "__args__", ())]
+            args += [a for x in list(args) for a in getattr(x, "__args__", ())]
+            todo += [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    return out
+
+
+def test_the_plan_reference_has_every_field_of_every_model() -> None:
+    from submission.plan.engine_options import OPTIONS
+    from submission.plan.model import Plan
+    from submission.plan.slurm_options import SlurmSettings
+
+    text = _hooks().plan_reference()
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)
+    models = _models(Plan) + [m for o in {*OPTIONS.values(), SlurmSettings} for m in _models(o)]
+    for model in models:
+        fields = set(model.model_fields)
+        assert any(fields <= set(re.findall(r"^\| `(\w+)` \|", s, re.MULTILINE)) for s in sections), model.__name__
+    for name in OPTIONS:
+        assert f"`{name}`" in text
+    assert "| `submitter` | string | *required* |" in text and "| `target_qps` | number > 0 or null | `null` |" in text
+
+
+def test_the_cli_reference_has_every_command_and_exit_code() -> None:
+    import typer.main
+
+    from flows.cli import app
+    from submission.base import errors
+
+    text = _hooks().cli_reference()
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        for sub in getattr(command, "commands", {None: None}):
+            assert f"`podium {name}{' ' + sub if sub else ''}`" in text, name
+    for error in (errors.PlanError, errors.StorageError, errors.RunFailed):
+        assert f"| {error.exit_code} | `{error.__name__}` |" in text
+
+
+def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
+    """`make docs` as a test: mkdocs with --strict (a broken link or anchor, a page left out of the menu, a warning of
+    the generated pages: each fails it); the first page links to the quickstarts, the generated pages are there."""
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+                          env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    index = (tmp_path / "site" / "index.html").read_text()
+    for page in QUICKSTARTS:
+        assert f'href="{page.removesuffix(".md")}/"' in index
+    assert "benchmarks[].scenarios.&lt;name&gt;" in (tmp_path / "site" / "plan" / "index.html").read_text()
+    assert "podium preflight" in (tmp_path / "site" / "cli" / "index.html").read_text()
+
+
+def test_the_retention_rule_names_the_prefix_podium_setup_registers() -> None:
+    """The lifecycle rule's prefix for Prefect's results is the folder `podium setup` (no prefix) saves them in."""
+    from tasks.ops.registration import RESULTS_FOLDER
+    from tasks.storage.objects import StorageConfig, object_key
+
+    text = (DOCS / "operations.md").read_text()
+    rules = json.loads(re.search(r"```json\n(.*?)```", text.split("Retention rule")[1], re.DOTALL).group(1))
+    [rule] = [r for r in rules["Rules"] if r["ID"] == "prefect-results-30d"]
+    assert rule["Filter"]["Prefix"] == object_key(StorageConfig(None, "bucket"), RESULTS_FOLDER) + "/"
