@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 import shutil
 import subprocess
 import threading
@@ -30,6 +29,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from submission.base.files import replace_atomic, temporary
 from tasks.measuring import utc_now
@@ -89,7 +90,6 @@ COMBINE = {"kv_cache": max}   # others: the sum
 # dcgm-exporter's series (NVIDIA/dcgm-exporter etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL in %,
 # DCGM_FI_DEV_FB_USED in MiB, DCGM_FI_DEV_POWER_USAGE in W), one label set per GPU: `gpu` (its index), `Hostname`.
 DCGM = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_FB_USED": "memory_mib", "DCGM_FI_DEV_POWER_USAGE": "power_w"}
-LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 NVIDIA_SMI = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,power.draw", "--format=csv,noheader,nounits")
 GPU_FIELDS = ("index", "util_pct", "memory_mib", "power_w")
@@ -101,26 +101,18 @@ def source_for(engine: str) -> Source:
 
 
 def samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
-    """The Prometheus text exposition format as (metric name, labels, value) per line; comments, and lines that are
-    not `name[{labels}] value [timestamp]`, are skipped."""
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        labels = ""
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            labels, _, rest = rest.rpartition("}")
-        else:
-            name, _, rest = line.partition(" ")
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            continue
-        yield name.strip(), dict(LABEL.findall(labels)), value
+    """The Prometheus text exposition format as (sample name, labels, value), read by prometheus_client's parser. A
+    page it refuses as a whole is read line by line, so one malformed line costs that line only."""
+    try:
+        found = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError:
+        found = []
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                with contextlib.suppress(ValueError):
+                    found += [s for family in text_string_to_metric_families(line + "\n") for s in family.samples]
+    for sample in found:
+        yield sample.name, dict(sample.labels), float(sample.value)
 
 
 def parse(text: str) -> dict[str, list[float]]:

@@ -39,6 +39,12 @@ def test_parse_keeps_every_label_set_and_skips_comments_and_junk() -> None:
     assert not any(name.startswith("#") for name in parsed)
 
 
+def test_label_values_are_read_as_the_exposition_format_escapes_them() -> None:
+    """prometheus_client's parser: `\\"` and `\\\\` in a label value are a quote and a backslash."""
+    [(name, labels, value)] = telemetry.samples('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="rack \\"b\\" \\\\ 7"} 97\n')
+    assert (name, labels, value) == ("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0", "Hostname": 'rack "b" \\ 7'}, 97.0)
+
+
 def test_pick_sums_counts_and_takes_the_fullest_kv_cache() -> None:
     picked = telemetry.pick(telemetry.parse(VLLM_TEXT), telemetry.source_for('vllm 0.11 {"x": 1}'))
     assert picked == {"running": 5.0, "waiting": 7.0, "kv_cache": 0.5}
