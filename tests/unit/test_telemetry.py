@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tasks.engines import Endpoint, Watched
 from tasks.reporting.plots import plot_telemetry
-from tasks.serving import telemetry
+from tasks.serving import metrics, telemetry
 
 VLLM_TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -31,8 +32,12 @@ vllm:bad{x="1"} notanumber
 """
 
 
+def _endpoint(url: str, watched: Watched | None = None) -> Endpoint:
+    return Endpoint(url, "m", accepts_token_ids=False, returns_token_ids=False, watched=watched or Watched())
+
+
 def test_parse_keeps_every_label_set_and_skips_comments_and_junk() -> None:
-    parsed = telemetry.parse(VLLM_TEXT)
+    parsed = metrics.parse(VLLM_TEXT)
     assert parsed["vllm:num_requests_running"] == [3.0, 2.0]
     assert parsed["vllm:num_preemptions_total"] == [1.0]   # a label value with braces and a timestamp
     assert "vllm:bad" not in parsed and "broken" not in parsed
@@ -41,27 +46,27 @@ def test_parse_keeps_every_label_set_and_skips_comments_and_junk() -> None:
 
 def test_label_values_are_read_as_the_exposition_format_escapes_them() -> None:
     """prometheus_client's parser: `\\"` and `\\\\` in a label value are a quote and a backslash."""
-    [(name, labels, value)] = telemetry.samples('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="rack \\"b\\" \\\\ 7"} 97\n')
+    [(name, labels, value)] = metrics.samples('DCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="rack \\"b\\" \\\\ 7"} 97\n')
     assert (name, labels, value) == ("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0", "Hostname": 'rack "b" \\ 7'}, 97.0)
 
 
 def test_pick_sums_counts_and_takes_the_fullest_kv_cache() -> None:
-    picked = telemetry.pick(telemetry.parse(VLLM_TEXT), telemetry.source_for('vllm 0.11 {"x": 1}'))
+    picked = metrics.pick(metrics.parse(VLLM_TEXT), metrics.source_for('vllm 0.11 {"x": 1}'))
     assert picked == {"running": 5.0, "waiting": 7.0, "kv_cache": 0.5}
 
 
 def test_an_older_vllm_kv_name_and_an_unknown_engine() -> None:
-    old = telemetry.parse("vllm:gpu_cache_usage_perc 0.75\n")
-    assert telemetry.pick(old, telemetry.source_for("vllm")) == {"kv_cache": 0.75}
-    dynamo = telemetry.parse("dynamo_frontend_inflight_requests{model=\"m\"} 4\ndynamo_frontend_queued_requests 1\n")
-    assert telemetry.pick(dynamo, telemetry.source_for("external")) == {"running": 4.0, "waiting": 1.0}
-    assert (telemetry.source_for("trtllm").path, telemetry.source_for("trtllm").kind) == ("/metrics", "json")
+    old = metrics.parse("vllm:gpu_cache_usage_perc 0.75\n")
+    assert metrics.pick(old, metrics.source_for("vllm")) == {"kv_cache": 0.75}
+    dynamo = metrics.parse("dynamo_frontend_inflight_requests{model=\"m\"} 4\ndynamo_frontend_queued_requests 1\n")
+    assert metrics.pick(dynamo, metrics.source_for("external")) == {"running": 4.0, "waiting": 1.0}
+    assert (metrics.source_for("trtllm").path, metrics.source_for("trtllm").kind) == ("/metrics", "json")
 
 
 def test_nvidia_smi_rows() -> None:
-    rows = telemetry.gpus("0, 97, 81234, 612.40\n1, 0, 3, [N/A]\n")
-    assert rows == [{"index": 0, "util_pct": 97, "memory_mib": 81234, "power_w": 612.4},
-                    {"index": 1, "util_pct": 0, "memory_mib": 3}]
+    rows = metrics.gpus("0, 97, 81234, 612.40\n1, 0, 3, [N/A]\n", "gpu-7")
+    assert rows == [{"node": "gpu-7", "index": 0, "util_pct": 97, "memory_mib": 81234, "power_w": 612.4},
+                    {"node": "gpu-7", "index": 1, "util_pct": 0, "memory_mib": 3}]
 
 
 def test_an_absent_endpoint_is_recorded_once_and_never_raises(tmp_path: Path,
@@ -70,7 +75,7 @@ def test_an_absent_endpoint_is_recorded_once_and_never_raises(tmp_path: Path,
     with socket.socket() as s:   # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with telemetry.sampling(tmp_path / "run", f"http://127.0.0.1:{port}", "vllm", interval_s=0.05):
+    with telemetry.sampling(tmp_path / "run", _endpoint(f"http://127.0.0.1:{port}"), "vllm", interval_s=0.05):
         import time
         time.sleep(0.3)
     lines = [json.loads(x) for x in (tmp_path / "run" / telemetry.FILE).read_text().splitlines()]
@@ -122,18 +127,18 @@ DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-c2f76b33",Hostname="b200-node-1"} 61
 
 
 def test_trtllm_iteration_stats_from_the_newest_entry() -> None:
-    source = telemetry.source_for("trtllm 1.2.0")
-    assert telemetry.pick_json(TRTLLM_JSON, source) == {"running": 516.0, "waiting": 36.0, "kv_cache": 0.75}
-    assert telemetry.pick_json(TRTLLM_JSON[0], source)["kv_cache"] == 0.7   # one object, not a list
-    assert telemetry.pick_json([{"numActiveRequests": 1, "kvCacheStats": {"maxNumBlocks": 0}}], source) == \
+    source = metrics.source_for("trtllm 1.2.0")
+    assert metrics.pick_json(TRTLLM_JSON, source) == {"running": 516.0, "waiting": 36.0, "kv_cache": 0.75}
+    assert metrics.pick_json(TRTLLM_JSON[0], source)["kv_cache"] == 0.7   # one object, not a list
+    assert metrics.pick_json([{"numActiveRequests": 1, "kvCacheStats": {"maxNumBlocks": 0}}], source) == \
         {"running": 1.0}   # no KV pool reported: no ratio
 
 
 def test_dcgm_rows_per_gpu_with_their_host() -> None:
-    assert telemetry.dcgm_gpus(DCGM_TEXT) == [
-        {"index": 0, "host": "b200-node-1", "util_pct": 97, "memory_mib": 171234, "power_w": 812.5},
-        {"index": 1, "host": "b200-node-1", "util_pct": 95, "memory_mib": 170001}]
-    assert telemetry.dcgm_gpus('DCGM_FI_DEV_GPU_UTIL{UUID="x"} 5\nother 1\n') == []   # no gpu label: no row
+    assert metrics.dcgm_gpus(DCGM_TEXT) == [
+        {"node": "b200-node-1", "index": 0, "util_pct": 97, "memory_mib": 171234, "power_w": 812.5},
+        {"node": "b200-node-1", "index": 1, "util_pct": 95, "memory_mib": 170001}]
+    assert metrics.dcgm_gpus('DCGM_FI_DEV_GPU_UTIL{UUID="x"} 5\nother 1\n') == []   # no gpu label: no row
 
 
 class _Pages(BaseHTTPRequestHandler):
@@ -172,13 +177,14 @@ def test_a_trtllm_run_sampled_with_dcgm_gpus(tmp_path: Path, pages: str, monkeyp
     """The JSON source and a DCGM exporter together: an empty first read is no miss; the GPUs come from DCGM, and
     nvidia-smi is not asked even where it is on PATH."""
     monkeypatch.setattr(telemetry.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    with telemetry.sampling(tmp_path, pages, "trtllm", interval_s=0.05, dcgm_urls=(f"{pages}/dcgm",)):
+    endpoint = _endpoint(pages, Watched(dcgm=telemetry.expand_dcgm((f"{pages}/dcgm",), ("b200-node-1",))))
+    with telemetry.sampling(tmp_path, endpoint, "trtllm", interval_s=0.05):
         time.sleep(0.3)
     lines = telemetry.load(tmp_path / telemetry.FILE)
     assert lines[0]["format"] == "json" and lines[0]["dcgm"] == [f"{pages}/dcgm"] and lines[0]["nvidia_smi"] is None
     assert not [x for x in lines if x["kind"] in ("missed", "unavailable")]
     samples = [x for x in lines if x["kind"] == "sample"]
-    assert "engine" not in samples[0] and samples[0]["gpus"][0]["host"] == "b200-node-1"
+    assert "engine" not in samples[0] and samples[0]["gpus"][0]["node"] == "b200-node-1"
     assert samples[-1]["engine"] == {"running": 516.0, "waiting": 36.0, "kv_cache": 0.75}
     assert plot_telemetry(lines, tmp_path / "t.png", "trtllm") is not None
 
@@ -187,7 +193,7 @@ def test_trtllm_without_iteration_stats_says_why(tmp_path: Path, pages: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)
     monkeypatch.setattr(_Pages, "do_GET", _empty)
-    with telemetry.sampling(tmp_path, pages, "trtllm", interval_s=0.05):
+    with telemetry.sampling(tmp_path, _endpoint(pages), "trtllm", interval_s=0.05):
         time.sleep(0.2)
     [gone] = [x for x in telemetry.load(tmp_path / telemetry.FILE) if x["kind"] == "unavailable"]
     assert "enable_iter_perf_stats false" in gone["why"]
