@@ -214,3 +214,32 @@ def test_dcgm_urls_are_checked_when_the_plan_loads() -> None:
     assert EngineTelemetry(dcgm_urls=("http://gpu-node-1:9400/metrics",)).dcgm_urls
     with pytest.raises(ValidationError, match=r"'gpu-node-1:9400' is not an http\(s\) URL.*e\.g\. http://"):
         EngineTelemetry(dcgm_urls=("gpu-node-1:9400",))
+
+
+def test_the_dynamo_series_are_named_as_ai_dynamo_1_6_1_names_them() -> None:
+    """Every Dynamo name telemetry reads is built from the installed ai-dynamo's own constants
+    (dynamo/prometheus_names.py, pure Python), and its vLLM worker serves vLLM's `vllm:` series on its system port."""
+    import importlib.util
+
+    from tests.integration.engines_support import engine_python
+
+    python = engine_python(".venv-dynamo", "venv-dynamo")
+    [site] = python.parents[1].glob("lib/python3*/site-packages")
+    spec = importlib.util.spec_from_file_location("dynamo_names", site / "dynamo" / "prometheus_names.py")
+    assert spec is not None and spec.loader is not None
+    names = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(names)
+
+    def constant(path: str) -> str:
+        value: object = names
+        for part in path.split("."):
+            value = getattr(value, part)
+        return str(value)
+
+    for name, parts in metrics.DYNAMO_NAMES.items():
+        assert "_".join(constant(p) for p in parts) == name
+    read = {n for key in ("dynamo", "dynamo-worker") for kind in ("series", "rates", "means")
+            for names_ in getattr(metrics.SOURCES[key], kind).values() for n in names_}
+    assert {n for n in read if not n.startswith("vllm:")} == set(metrics.DYNAMO_NAMES)   # each one checked above
+    main = (site / "dynamo" / "vllm" / "main.py").read_text()
+    assert 'engine_metric_prefixes = ["vllm:", "lmcache:"]' in main
