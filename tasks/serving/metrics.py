@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tasks.launchers.gpu_sampler import GPU_FIELDS
+
 
 @dataclass(frozen=True)
 class Source:
@@ -102,9 +104,6 @@ COMBINE = {"kv_cache": max}   # others: the sum
 # dcgm-exporter's series (NVIDIA/dcgm-exporter etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL in %,
 # DCGM_FI_DEV_FB_USED in MiB, DCGM_FI_DEV_POWER_USAGE in W), one label set per GPU: `gpu` (its index), `Hostname`.
 DCGM = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_FB_USED": "memory_mib", "DCGM_FI_DEV_POWER_USAGE": "power_w"}
-
-NVIDIA_SMI = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,power.draw", "--format=csv,noheader,nounits")
-GPU_FIELDS = ("index", "util_pct", "memory_mib", "power_w")
 
 
 def source_for(engine: str) -> Source:

@@ -37,8 +37,9 @@ from pathlib import Path
 
 from submission.base.files import replace_atomic, temporary
 from tasks.engines import Endpoint, Watched
+from tasks.launchers.gpu_sampler import NVIDIA_SMI
 from tasks.measuring import utc_now
-from tasks.serving.metrics import NVIDIA_SMI, SOURCES, Reader, dcgm_gpus, gpus, source_for
+from tasks.serving.metrics import SOURCES, Reader, dcgm_gpus, gpus, source_for
 
 FILE = "telemetry.jsonl"
 INTERVAL_S = 1.0        # seconds between samples; read at call time so tests can shorten it
@@ -52,7 +53,7 @@ def expand_dcgm(urls: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[tuple[st
     a plain URL once, its node "" (its rows take the exporter's Hostname label)."""
     out: list[tuple[str, str]] = []
     for url in urls:
-        out += [(n, url.replace(NODE, n)) for n in dict.fromkeys(nodes)] if NODE in url else [("", url)]
+        out += [(n, url.replace(NODE, n)) for n in dict.fromkeys(nodes) if n] if NODE in url else [("", url)]
     return tuple(out)
 
 

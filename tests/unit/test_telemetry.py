@@ -214,6 +214,11 @@ def test_dcgm_urls_are_checked_when_the_plan_loads() -> None:
     assert EngineTelemetry(dcgm_urls=("http://gpu-node-1:9400/metrics",)).dcgm_urls
     with pytest.raises(ValidationError, match=r"'gpu-node-1:9400' is not an http\(s\) URL.*e\.g\. http://"):
         EngineTelemetry(dcgm_urls=("gpu-node-1:9400",))
+    template = EngineTelemetry(dcgm_urls=("http://{node}:9400/metrics",)).dcgm_urls   # filled with each engine node
+    assert telemetry.expand_dcgm(template, ("gpu-a", "gpu-b", "gpu-a", "")) == (
+        ("gpu-a", "http://gpu-a:9400/metrics"), ("gpu-b", "http://gpu-b:9400/metrics"))
+    with pytest.raises(ValidationError, match=r"\{host\} is not filled in; the one placeholder is \{node\}"):
+        EngineTelemetry(dcgm_urls=("http://{host}:9400/metrics",))
 
 
 def test_the_dynamo_series_are_named_as_ai_dynamo_1_6_1_names_them() -> None:
