@@ -248,3 +248,63 @@ def test_the_dynamo_series_are_named_as_ai_dynamo_1_6_1_names_them() -> None:
     assert {n for n in read if not n.startswith("vllm:")} == set(metrics.DYNAMO_NAMES)   # each one checked above
     main = (site / "dynamo" / "vllm" / "main.py").read_text()
     assert 'engine_metric_prefixes = ["vllm:", "lmcache:"]' in main
+
+
+def _split_run(prefill_util: float, decode_util: float) -> list[dict]:
+    """The telemetry of a disaggregated run on two nodes: the prefill worker's GPU on node-a, the decode worker's on
+    node-b; the measured phase from 1 s to 3 s."""
+    header = {"kind": "header", "gpu_roles": {"node-a": {"0": "prefill"}, "node-b": {"0": "decode"}},
+              "workers": [{"name": "prefill-0", "role": "prefill"}, {"name": "decode-0", "role": "decode"}]}
+    samples = [{"kind": "sample", "elapsed_s": t, "engine": {"running": 4, "waiting": t, "tokens_per_s": 100 * t},
+                "workers": {"prefill-0": {"waiting": 1}, "decode-0": {"kv_cache": 0.2 * t, "waiting": 2 * t}},
+                "gpus": [{"node": "node-a", "index": 0, "util_pct": prefill_util, "memory_mib": 10, "power_w": 100},
+                         {"node": "node-b", "index": 0, "util_pct": decode_util, "memory_mib": 20, "power_w": 600}]}
+               for t in range(5)]
+    return [header, *samples, {"kind": "phase", "name": "measured", "start_s": 1.0, "end_s": 3.0}]
+
+
+def test_a_runs_plot_has_each_nodes_gpus_and_its_workers_queues(tmp_path: Path) -> None:
+    from tasks.reporting.telemetry_plots import panels
+
+    lines = _split_run(30, 95)
+    found = {title: series for title, _, series in panels(lines)}
+    assert list(found) == ["requests running", "requests waiting (queue depth)", "KV-cache use", "output tokens/s",
+                           "GPU utilisation, node-a", "GPU memory used, node-a", "GPU power, node-a",
+                           "GPU utilisation, node-b", "GPU memory used, node-b", "GPU power, node-b"]
+    assert set(found["requests waiting (queue depth)"]) == {"engine", "prefill-0", "decode-0"}
+    assert found["GPU utilisation, node-b"] == {"GPU 0 decode": ([0, 1, 2, 3, 4], [95] * 5)}
+    assert plot_telemetry(lines, tmp_path / "t.png", "a disaggregated run") is not None
+    # the run at a glance, over its measured phase (samples 1 to 3): what the results table and a probe carry
+    assert telemetry.summary(lines) == {"gpu_util_pct": 62.5, "gpu_util_pct.prefill": 30, "gpu_util_pct.decode": 95,
+                                        "kv_cache_peak": 0.6, "waiting_peak": 6, "tokens_per_s": 200}
+
+
+def test_the_sweep_page_puts_each_splits_telemetry_side_by_side(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.reporting import telemetry_plots
+
+    drawn: list = []
+    monkeypatch.setattr(telemetry_plots, "save", lambda fig, path: drawn.append(fig) or path)
+    path = telemetry_plots.plot_sweep_telemetry([("1P:3D", _split_run(95, 40)), ("3P:1D", _split_run(30, 97)),
+                                                 ("2P:2D", [])], tmp_path / "sweep.png")
+    assert path == tmp_path / "sweep.png"
+    axes = drawn[0].axes
+    assert len(axes) == 4 * 3   # four rows, one column per split
+    assert [ax.get_title().split("\n")[0] for ax in axes[:3]] == ["1P:3D", "3P:1D", "2P:2D"]
+    utilisation = {line.get_label(): list(line.get_ydata()) for line in axes[1].get_lines()}
+    assert utilisation == {"prefill": [30] * 5, "decode": [97] * 5}   # the second split's GPUs, by role
+    assert telemetry_plots.plot_sweep_telemetry([("1P:3D", [])], tmp_path / "none.png") is None
+
+
+def test_the_results_row_carries_gpu_use_per_role_and_peak_kv_use(tmp_path: Path) -> None:
+    """A decode-bound split at a glance: idle prefill GPUs beside busy decode ones, from the run's telemetry."""
+    from submission.results.runs import RunRecord
+    from tasks.reporting import artifacts
+
+    (tmp_path / telemetry.FILE).write_text("".join(json.dumps(x) + "\n" for x in _split_run(30, 95)))
+    run = RunRecord(system="s", benchmark="b", scenario="Interactive", key="k", mode="performance",
+                    run_dir=str(tmp_path), valid=True, validity="VALID", metric=1.0, unit="Tokens/s")
+    [row] = artifacts.table([run])
+    assert (row["gpu_util"], row["kv_cache_peak"]) == ("prefill 30 %, decode 95 %", 0.6)
+    [row] = artifacts.table([run.model_copy(update={"run_dir": str(tmp_path / "none")})])
+    assert (row["gpu_util"], row["kv_cache_peak"]) == (None, None)   # no telemetry: empty cells
