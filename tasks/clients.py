@@ -44,7 +44,7 @@ class Client:
 CLIENTS: dict[str, Client] = {
     "loadgen": Client(review="tasks.harness.runner:review",
                       probe="tasks.harness.probe:probe", probe_length="tasks.harness.probe:probe_length",
-                      window="tasks.harness.timing:measured_window"),
+                      window="submission.results.logs:measured_window"),
     "endpoints": Client(review="tasks.endpoints.runner:review",
                         probe="tasks.endpoints.probe:probe", probe_length="tasks.endpoints.probe:probe_length",
                         window="tasks.endpoints.results:measured_window"),

@@ -9,16 +9,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-from submission.results.logs import DETAIL_FILE, parse_detail
-
 FILE = "query_times.json"
-# loadgen's `power_begin` and `power_end` in its detail log: the bounds of the measured phase (what a power
-# measurement is judged over), in UTC (measured: loadgen 6.0.17 under TZ=America/New_York logged the UTC time), in the
-# format the official power checker parses (tools/submission/submission_checker/checks/power_check.py)
-POWER_FORMAT = "%m-%d-%Y %H:%M:%S.%f"
 
 
 class QueryClock:
@@ -64,17 +57,3 @@ def read(run_dir: Path) -> dict | None:
     """The run's query times, or None when it has none (an older run, or an Offline run)."""
     path = Path(run_dir) / FILE
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def measured_window(run_dir: Path) -> tuple[float, float] | None:
-    """The measured phase of a loadgen run, as UNIX seconds: its `power_begin` to its `power_end`; None when its
-    detail log has neither."""
-    path = Path(run_dir) / DETAIL_FILE
-    if not path.is_file():
-        return None
-    detail = parse_detail(path)
-    begin, end = detail.get("power_begin"), detail.get("power_end")
-    if not begin or not end:
-        return None
-    start, stop = (datetime.strptime(v, POWER_FORMAT).replace(tzinfo=UTC).timestamp() for v in (begin, end))
-    return start, stop

@@ -387,7 +387,7 @@ class KubernetesLauncher(Launcher):
         from kubernetes import client
 
         by_process: dict[str, str] = {}
-        with contextlib.suppress(LaunchError):
+        with contextlib.suppress(Exception):   # an API that does not answer now costs the node names, not the launch
             pods = self._call("listing pods", client.CoreV1Api(self.api).list_namespaced_pod, self.settings.namespace,
                               label_selector=selector(labels(self.prefix)))
             for pod in pods.items or []:

@@ -308,3 +308,19 @@ def test_the_results_row_carries_gpu_use_per_role_and_peak_kv_use(tmp_path: Path
     assert (row["gpu_util"], row["kv_cache_peak"]) == ("prefill 30 %, decode 95 %", 0.6)
     [row] = artifacts.table([run.model_copy(update={"run_dir": str(tmp_path / "none")})])
     assert (row["gpu_util"], row["kv_cache_peak"]) == (None, None)   # no telemetry: empty cells
+
+
+def test_loadgens_measured_phase_is_read_in_utc(tmp_path: Path) -> None:
+    """power_begin..power_end of the detail log, which loadgen writes in UTC whatever the host's time zone."""
+    from datetime import UTC, datetime
+
+    from submission.results.logs import DETAIL_FILE, measured_window
+
+    meta = {"is_error": False, "is_warning": False, "file": "loadgen.cc", "line_no": 1, "pid": 1, "tid": 1}
+    (tmp_path / DETAIL_FILE).write_text("".join(
+        ":::MLLOG " + json.dumps({"key": key, "value": value, "time_ms": 1.0, "namespace": "mlperf::logging",
+                                  "event_type": "POINT_IN_TIME", "metadata": meta}) + "\n"
+        for key, value in (("power_begin", "12-06-2026 08:52:29.164"), ("power_end", "12-06-2026 08:52:33.252"))))
+    assert measured_window(tmp_path) == (datetime(2026, 12, 6, 8, 52, 29, 164000, tzinfo=UTC).timestamp(),
+                                         datetime(2026, 12, 6, 8, 52, 33, 252000, tzinfo=UTC).timestamp())
+    assert measured_window(tmp_path / "none") is None
