@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.reporting.figures import INVALID, LIMIT, VALID, figure, save
+from tasks.serving.telemetry import gpu_role, phase
 
 Series = dict[str, tuple[list[float], list[float]]]   # label -> (seconds into the run, values)
 Panel = tuple[str, str, Series]                       # title, unit, its series
@@ -49,12 +50,6 @@ def _roles(lines: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     return header.get("gpu_roles") or {}
 
 
-def phase(lines: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
-    """The run's measured phase on the elapsed axis, when its telemetry marks one."""
-    found = next((x for x in lines if x.get("kind") == "phase" and x.get("name") == "measured"), None)
-    return None if found is None else (float(found["start_s"]), float(found["end_s"]))
-
-
 def panels(lines: Sequence[Mapping[str, Any]]) -> list[Panel]:
     """The panels of one run's telemetry that have data: the engine's and its workers', then each node's GPUs."""
     samples = [x for x in lines if x.get("kind") == "sample"]
@@ -74,9 +69,8 @@ def panels(lines: Sequence[Mapping[str, Any]]) -> list[Panel]:
 
 
 def _gpu_label(gpu: Mapping[str, Any], roles: Mapping[str, Mapping[str, str]]) -> str:
-    index = str(int(gpu.get("index", -1)))
-    role = roles.get(str(gpu.get("node", "")), {}).get(index)
-    return f"GPU {index}" + (f" {role}" if role else "")
+    role = gpu_role(gpu, roles)
+    return f"GPU {int(gpu.get('index', -1))}" + (f" {role}" if role else "")
 
 
 def _draw(ax: Any, panel: Panel, measured: tuple[float, float] | None, xlabel: bool = True) -> None:
@@ -126,7 +120,7 @@ def _by_role(lines: Sequence[Mapping[str, Any]]) -> list[Panel]:
     def util(s: Mapping[str, Any]) -> dict[str, Any]:
         seen: dict[str, list[float]] = {}
         for g in s.get("gpus", []):
-            role = roles.get(str(g.get("node", "")), {}).get(str(int(g.get("index", -1)))) or "all GPUs"
+            role = gpu_role(g, roles) or "all GPUs"
             if g.get("util_pct") is not None:
                 seen.setdefault(role, []).append(float(g["util_pct"]))
         return {role: sum(v) / len(v) for role, v in seen.items()}

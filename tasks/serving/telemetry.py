@@ -271,7 +271,13 @@ def load(path: Path) -> list[dict]:
         return []
 
 
-def _phase(lines: list[dict]) -> tuple[float, float] | None:
+def gpu_role(row: dict, roles: dict[str, dict[str, str]]) -> str | None:
+    """The role of the process that holds the GPU of a sample's row, by the header's `gpu_roles`."""
+    return roles.get(str(row.get("node", "")), {}).get(str(int(row.get("index", -1))))
+
+
+def phase(lines: list[dict]) -> tuple[float, float] | None:
+    """The run's measured phase on the `elapsed_s` axis, when its telemetry marks one."""
     found = next((x for x in lines if x.get("kind") == "phase" and x.get("name") == "measured"), None)
     return None if found is None else (float(found["start_s"]), float(found["end_s"]))
 
@@ -283,9 +289,9 @@ def summary(lines: list[dict]) -> dict[str, float]:
     (`kv_cache_peak`, `waiting_peak`), and the mean output tokens/s (`tokens_per_s`). Empty without samples."""
     header = next((x for x in lines if x.get("kind") == "header"), {})
     roles = header.get("gpu_roles") or {}
-    phase = _phase(lines)
+    measured = phase(lines)
     taken = [x for x in lines if x.get("kind") == "sample"
-             and (phase is None or phase[0] <= float(x.get("elapsed_s", 0)) <= phase[1])]
+             and (measured is None or measured[0] <= float(x.get("elapsed_s", 0)) <= measured[1])]
     util: dict[str, list[float]] = {}
     peaks: dict[str, float] = {}
     tokens: list[float] = []
@@ -293,7 +299,7 @@ def summary(lines: list[dict]) -> dict[str, float]:
         for g in s.get("gpus", []):
             if g.get("util_pct") is not None:
                 util.setdefault("", []).append(float(g["util_pct"]))
-                role = roles.get(str(g.get("node", "")), {}).get(str(int(g.get("index", -1))))
+                role = gpu_role(g, roles)
                 if role:
                     util.setdefault(role, []).append(float(g["util_pct"]))
         for values in [s.get("engine", {}), *s.get("workers", {}).values()]:
