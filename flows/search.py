@@ -6,7 +6,9 @@ bisect with short probes -> one full-length confirmation (stepping down if it fa
 probe cache, so a re-run repeats no probe and, when everything is cached, does not even start the engine.
 
 `sweep_prefill_decode`: one search per prefill:decode split the GPUs allow (each its own deployment), then the
-split with the best scenario metric per GPU, written back as a plan fragment.
+split with the best scenario metric per GPU, written back as a plan fragment; each split's row carries the telemetry
+of the run that stands for it (mean GPU utilisation per role, peak KV-cache use), and a page puts those runs'
+telemetry side by side.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
 from tasks.engines import engine_identity
 from tasks.reporting import plots, progress
-from tasks.serving import warmup
+from tasks.reporting.telemetry_plots import plot_sweep_telemetry
+from tasks.serving import telemetry, warmup
 from tasks.serving.build import build_engine
 from tasks.serving.launch import model_dir_for, owner, read_in_place, where
 from tasks.serving.session import EngineSession
@@ -58,7 +61,8 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
                "model_dir": str(model_dir_for(bench.engine, Path(model["path"]))),
                "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine, owner(plan, bench)),
                "build_dir": built["path"],
-               "stall_s": bench.engine.stall_timeout_s, "warmup": warmup.planned(bench.engine, specs)}
+               "stall_s": bench.engine.stall_timeout_s, "warmup": warmup.planned(bench.engine, specs),
+               "dcgm_urls": bench.engine.telemetry.dcgm_urls}
     return specs, session, str(Path(model["path"]) / "tokenizer.json")
 
 
@@ -147,6 +151,8 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     full_run_s = prober.full_seconds(result.qps or result.start_qps)
     out = summarize(result, plan, bench, scenario, cfg, offline_probe=first, label=label, launches=launches,
                     ran=prober.ran, options=options, used=engine_time(result, full_run_s, cost.gpus(options)))
+    stands = standing(result)
+    out |= {"telemetry_run": stands.run_dir if stands else None, "telemetry": dict(stands.telemetry) if stands else {}}
     rows = trace_rows(result)
     png = plots.plot_search_trace([r for r in rows if r["stage"] != "offline"], folder / f"{tag}.png",
                                    result.qps if result.confirmed else None)
@@ -154,6 +160,14 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     record_artifacts(f"search-{tag}", rows, out["summary"], png)
     get_run_logger().info(out["summary"])
     return Completed(message=out["summary"].splitlines()[0], data=out | {"trace": rows, "plot": str(png)})
+
+
+def standing(result: SearchResult) -> Probe | None:
+    """The run whose telemetry stands for a search: its confirmation, else its fastest passing probe, else its last
+    run."""
+    runs = [p for p in result.trace if p.run_dir and p.stage != "offline"]
+    passed = [p for p in runs if p.valid]
+    return result.confirmation or max(passed, key=lambda p: p.qps, default=None) or (runs[-1] if runs else None)
 
 
 def runs_at_most(cfg: SearchSettings, start_qps: float | None) -> int:
@@ -215,6 +229,11 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
               if winner else "no split confirmed a rate")]
     lines += [note for note in (splits.sharing_note(rows),) if note]
     lines.append(total_time(rows))
+    side_by_side = plot_sweep_telemetry([(r["label"], telemetry.load(Path(r["telemetry_run"]) / telemetry.FILE)
+                                          if r["telemetry_run"] else []) for r in rows],
+                                        ws.root / "search" / f"{tag}-telemetry.png")
+    if side_by_side:
+        lines.append(f"each split's telemetry side by side: {side_by_side}")
     fragment_file = None
     if winner:
         note = (f"podium sweep: the best prefill:decode split of {bench.key} {scenario} on {gpus} GPUs\n"
@@ -229,6 +248,7 @@ def sweep_prefill_decode(plan_path: str, key: str | None = None, scenario: str =
     record_artifacts(tag, table, "\n".join(lines), png)
     get_run_logger().info("\n".join(lines))
     return Completed(message=lines[0], data={"rows": rows, "best": winner, "plot": str(png),
+                                             "telemetry_plot": str(side_by_side) if side_by_side else None,
                                              "summary": "\n".join(lines),
                                              "fragment": str(fragment_file) if fragment_file else None})
 
@@ -249,7 +269,8 @@ def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, s
                               label=split.ratio)
     except RunFailed as e:   # no rate passed on this split: a row without a result, the sweep goes on
         get_run_logger().warning("%s: %s", split.label, e)
-        out = {"qps": None, "confirmed": False, "metric": None, "runs": None, "engine_time": None}
+        out = {"qps": None, "confirmed": False, "metric": None, "runs": None, "engine_time": None,
+               "telemetry_run": None, "telemetry": {}}
     metric = out["metric"]
     return {"label": split.label, "ratio": split.ratio, "prefill": split.prefill, "decode": split.decode,
             "gpus": split.gpus, "qps": out["qps"], "confirmed": out["confirmed"], "metric": metric,
@@ -257,4 +278,7 @@ def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, s
             "valid": out["confirmed"], "runs": out["runs"], "shared_nodes": list(split.shared_nodes),
             "engine_seconds": (out.get("engine_time") or {}).get("seconds"),
             "gpu_hours": (out.get("engine_time") or {}).get("gpu_hours"),
+            "gpu_util_prefill_pct": out["telemetry"].get("gpu_util_pct.prefill"),
+            "gpu_util_decode_pct": out["telemetry"].get("gpu_util_pct.decode"),
+            "kv_cache_peak": out["telemetry"].get("kv_cache_peak"), "telemetry_run": out["telemetry_run"],
             "options": options.as_plan()}

@@ -5,7 +5,9 @@ they never ask which client measures a run. Adding one: docs/architecture.md, "W
 - `probe`: one run of the peak-QPS search at a rate, judged by the bar its checker applies
   (`probe(spec, stage, qps, engine, work_dir, tokenizer) -> Probe`; tasks.tuning.probes runs it as the probe task);
 - `probe_length`: how long a probe at a rate runs, in the client's own terms
-  (`probe_length(qps, settings, base) -> (min_duration_ms, min_query_count)`; None: the plan's own line stays).
+  (`probe_length(qps, settings, base) -> (min_duration_ms, min_query_count)`; None: the plan's own line stays);
+- `window`: a finished run's measured phase, read from its run folder (`window(run_dir) -> (start, end)` in UNIX
+  seconds, or None), which each run's telemetry marks (tasks/serving/telemetry.py).
 
 Each is named by dotted path and imported when first asked for (as tasks.engines.BACKENDS): a probe runs on an
 EngineSession, which launches through tasks.serving.launch, whose review asks this module how runs are measured. The
@@ -31,18 +33,21 @@ class Client:
     review: str
     probe: str
     probe_length: str
+    window: str
 
     def part(self, name: str) -> Callable[..., Any]:
-        """The function `name` (review, probe or probe_length) of this client."""
+        """The function `name` (review, probe, probe_length or window) of this client."""
         module, _, attr = getattr(self, name).partition(":")
         return getattr(importlib.import_module(module), attr)
 
 
 CLIENTS: dict[str, Client] = {
     "loadgen": Client(review="tasks.harness.runner:review",
-                      probe="tasks.harness.probe:probe", probe_length="tasks.harness.probe:probe_length"),
+                      probe="tasks.harness.probe:probe", probe_length="tasks.harness.probe:probe_length",
+                      window="submission.results.logs:measured_window"),
     "endpoints": Client(review="tasks.endpoints.runner:review",
-                        probe="tasks.endpoints.probe:probe", probe_length="tasks.endpoints.probe:probe_length"),
+                        probe="tasks.endpoints.probe:probe", probe_length="tasks.endpoints.probe:probe_length",
+                        window="tasks.endpoints.results:measured_window"),
 }
 
 

@@ -516,8 +516,10 @@ class EngineTelemetry(Strict):
     """Where the GPUs of the engine's nodes are read during each run (tasks/serving/telemetry.py)."""
 
     dcgm_urls: tuple[str, ...] = Field((), description="the metrics page of the dcgm-exporter on each node that runs "
-                                                      "the engine, e.g. http://gpu-node-1:9400/metrics; given: the "
-                                                      "GPUs are read there and nvidia-smi is not asked; none: "
+                                                      "the engine, e.g. http://gpu-node-1:9400/metrics, or one "
+                                                      "template filled with each engine node's name at launch, "
+                                                      "http://{node}:9400/metrics; given: the GPUs are read there; "
+                                                      "none: the launcher's per-node samplers (Slurm), else "
                                                       "nvidia-smi on the flow's host, where it is on PATH")
 
     @model_validator(mode="after")
@@ -526,6 +528,10 @@ class EngineTelemetry(Strict):
         if bad:
             raise ValueError(f"dcgm_urls: {', '.join(map(repr, bad))} is not an http(s) URL; give each engine node's "
                              "dcgm-exporter page, e.g. http://gpu-node-1:9400/metrics")
+        other = sorted({p for u in self.dcgm_urls for p in re.findall(r"\{[^}]*\}", u)} - {"{node}"})
+        if other:
+            raise ValueError(f"dcgm_urls: {', '.join(other)} is not filled in; the one placeholder is {{node}}, each "
+                             "engine node's name, e.g. http://{node}:9400/metrics")
         if len(set(self.dcgm_urls)) < len(self.dcgm_urls):
             raise ValueError("dcgm_urls: a URL is named twice; name each node's exporter once")
         return self

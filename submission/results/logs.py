@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,24 @@ def load_run(folder: Path) -> LoadgenRun:
         summary=summary,
         detail=detail,
     )
+
+
+# loadgen's `power_begin` and `power_end`: the bounds of the measured phase (what a power measurement is judged over),
+# in UTC (loadgen 6.0.17 under TZ=America/New_York logged the UTC time) and the format the official checker parses
+# (tools/submission/submission_checker/checks/power_check.py)
+POWER_FORMAT = "%m-%d-%Y %H:%M:%S.%f"
+
+
+def measured_window(folder: Path) -> tuple[float, float] | None:
+    """A loadgen run's measured phase as UNIX seconds, `power_begin` to `power_end` of its detail log; None when it
+    has neither (each run's telemetry marks it: tasks/clients.py `window`)."""
+    path = Path(folder) / DETAIL_FILE
+    detail = parse_detail(path) if path.is_file() else None
+    begin, end = (detail.get("power_begin"), detail.get("power_end")) if detail else (None, None)
+    if not begin or not end:
+        return None
+    start, stop = (datetime.strptime(v, POWER_FORMAT).replace(tzinfo=UTC).timestamp() for v in (begin, end))
+    return start, stop
 
 
 def parse_accuracy_log(path: Path) -> list[AccuracyEntry]:

@@ -77,8 +77,7 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
 
     def measure(speed: float | None) -> tuple[dict, LoadgenRun]:
         with (engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config),
-              telemetry.sampling(run_dir, endpoint.base_url, job.spec.engine,   # beside the run, as for every run
-                                 dcgm_urls=endpoint.dcgm_urls)):
+              telemetry.sampling(run_dir, endpoint, job.spec.engine, job.spec.harness)):   # as for every run
             stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed)
         return stats, load_run(run_dir)
 

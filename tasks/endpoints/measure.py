@@ -155,7 +155,7 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
 
     def measure(speed: float | None) -> tuple[str, ClientResult]:
         started_at = utc_now()
-        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine, dcgm_urls=endpoint.dcgm_urls):
+        with telemetry.sampling(run_dir, endpoint, spec.engine, spec.harness):
             return started_at, runner.run(spec, endpoint, run_dir, tokenizer=model_dir or Path(spec.dataset).parent,
                                           data_dir=work_dir / "endpoints-data", speed=speed)
 

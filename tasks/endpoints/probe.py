@@ -32,6 +32,7 @@ from tasks.endpoints.config import REPORT, min_duration_ms
 from tasks.endpoints.measure import invalid_reasons
 from tasks.endpoints.results import ClientResult, issued, query_times
 from tasks.measuring import Engine, set_aside
+from tasks.serving import telemetry
 from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
 
@@ -80,8 +81,10 @@ def probe(spec: RunSpec, stage: Stage, qps: float, engine: Engine, work_dir: str
         set_aside(run_dir)
     started = time.monotonic()
     try:
-        result = runner.run(spec, engine.endpoint(), run_dir, tokenizer=Path(tokenizer).parent,
-                            data_dir=Path(work_dir) / "endpoints-data")
+        endpoint = engine.endpoint()
+        with telemetry.sampling(run_dir, endpoint, spec.engine, spec.harness):   # as every measured run
+            result = runner.run(spec, endpoint, run_dir, tokenizer=Path(tokenizer).parent,
+                                data_dir=Path(work_dir) / "endpoints-data")
     except (CommandError, RunFailed) as error:
         if not engine.alive():
             report = engine.log_report()
@@ -94,5 +97,6 @@ def probe(spec: RunSpec, stage: Stage, qps: float, engine: Engine, work_dir: str
         samples, seconds = issued(run_dir / REPORT) or (None, None)   # what the failed run cost, as its report says
         return Probe(qps=qps, stage=stage, valid=False, reasons=(str(error).splitlines()[0],),
                      duration_s=round(time.monotonic() - started, 3), run_dir=str(run_dir), samples=samples,
-                     measured_s=None if seconds is None else round(seconds, 3))
-    return judge(spec, stage, qps, result, duration_s=time.monotonic() - started, run_dir=str(run_dir))
+                     measured_s=None if seconds is None else round(seconds, 3), telemetry=telemetry.of_run(run_dir))
+    probe = judge(spec, stage, qps, result, duration_s=time.monotonic() - started, run_dir=str(run_dir))
+    return probe.model_copy(update={"telemetry": telemetry.of_run(run_dir)})

@@ -14,12 +14,14 @@ with failed samples, or with samples issued and never completed, is an error her
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from submission.base.errors import RunFailed
+from submission.results.runs import CLIENT_REPORT
 
 SUMMARY = Path("performance") / "result_summary.json"
 ACCURACY = Path("accuracy") / "accuracy_results.json"
@@ -93,6 +95,22 @@ def query_times(report_dir: Path) -> dict[str, list] | None:
     t0 = min(r["issued"] for r in rows)
     return {"issued": [r["issued"] - t0 for r in rows], "done": [r["done"] - t0 for r in rows],
             "first": [r["first"] - t0 if "first" in r else float("nan") for r in rows]}
+
+
+def measured_window(run_dir: Path) -> tuple[float, float] | None:
+    """The measured phase of an endpoints client run, as UNIX seconds: its first `sample.issued` to its last
+    `sample.complete` event. The client stamps events on the monotonic clock (`time.monotonic_ns()`,
+    load_generator/session.py), which this host shares with it; None without events."""
+    times = [json.loads(line)["timestamp_ns"] / 1e9 for line in _lines(Path(run_dir) / CLIENT_REPORT / EVENTS)
+             if '"sample.issued"' in line or '"sample.complete"' in line]
+    if not times:
+        return None
+    offset = time.time() - time.monotonic()
+    return min(times) + offset, max(times) + offset
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines() if path.is_file() else []
 
 
 def issued(report_dir: Path) -> tuple[int, float] | None:

@@ -6,6 +6,7 @@ for its CLI. Look one up with `backend(name)`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -52,6 +53,54 @@ class ProcessSpec:
     files: dict[str, str] = field(default_factory=dict)   # path -> text of the config files it reads; the launcher
     #                                writes them before it starts the process (a pod gets them from a ConfigMap)
     bind: str | None = None        # the address it binds when that differs from `host` (0.0.0.0 in a pod)
+    metrics: str | None = None     # how its own metrics page on host:port is read beside the endpoint's, by each
+    #                                run's telemetry: a key of tasks/serving/metrics.py SOURCES (a Dynamo worker's
+    #                                system port: "dynamo-worker"); None: it has none worth reading
+
+
+@dataclass(frozen=True)
+class MetricsPage:
+    """A process's own metrics page, read beside the endpoint's: which process, its role, the node it runs on (by
+    name) and the base URL of its page; `source` says how it is read (tasks/serving/metrics.py SOURCES)."""
+
+    name: str
+    role: str
+    base_url: str
+    source: str
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What each run's telemetry reads beside the endpoint's own metrics, tagged by node: the deployment's nodes by
+    name (node 0 first), its processes' own metrics pages, which role holds which GPU of which node, the files the
+    per-node GPU samplers write (the Slurm launcher's), and the DCGM exporters (the plan's, node templates filled in
+    by the engine session). Every launcher fills it from its deployment (`Launcher.watched`)."""
+
+    nodes: tuple[str, ...] = ()
+    pages: tuple[MetricsPage, ...] = ()
+    gpu_roles: tuple[tuple[str, int, str], ...] = ()   # (node, GPU index, role)
+    gpu_logs: tuple[tuple[str, str], ...] = ()         # (node, file)
+    dcgm: tuple[tuple[str, str], ...] = ()             # (node, URL); node "": the exporter's own Hostname label
+
+
+def watched(specs: list[ProcessSpec], nodes: tuple[str, ...], **more: Any) -> Watched:
+    """What telemetry reads of a deployment whose node `i` is named `nodes[i]`: each process's metrics page and the
+    GPUs its role holds (`gpu_ids`, else the first `gpus` of each node it spans, split evenly); `more`: the
+    launcher's own fields (gpu_logs)."""
+    def name(index: int) -> str:
+        return nodes[index] if index < len(nodes) else str(index)
+
+    pages = tuple(MetricsPage(s.name, s.role, f"http://{s.host}:{s.port}", s.metrics, name(s.node_index))
+                  for s in specs if s.metrics and s.port)
+    roles: list[tuple[str, int, str]] = []
+    for s in specs:
+        if s.gpu_ids:
+            roles += [(name(s.node_index), i, s.role) for i in s.gpu_ids]
+        elif s.gpus:
+            per_node = -(-s.gpus // max(1, s.nodes))
+            roles += [(name(s.node_index + n), i, s.role) for n in range(max(1, s.nodes)) for i in range(per_node)]
+    return Watched(nodes=tuple(nodes), pages=pages, gpu_roles=tuple(dict.fromkeys(roles)), **more)
 
 
 @dataclass(frozen=True)
@@ -69,8 +118,12 @@ class Endpoint:
     #                                false}, Dynamo {"nvext": {"extra_fields": ["completion_token_ids"]}}
     token_ids_in: str = "choice"   # where a streamed chunk carries them: choices[].token_ids ("choice") or
     #                                nvext.completion_token_ids ("nvext", Dynamo)
-    dcgm_urls: tuple[str, ...] = ()   # the engine nodes' DCGM exporters, read for each run's GPU telemetry (the
-    #                                plan's engine.telemetry.dcgm_urls, set by the engine session)
+    watched: Watched = Watched()   # what each run's telemetry reads besides `base_url`'s metrics (the launcher's)
+
+    def for_client(self) -> dict[str, Any]:
+        """What a measuring client is given, as JSON (`watched` is telemetry's, not the client's)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "watched"}
+        return data | {"drop_fields": sorted(self.drop_fields)}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ discovery needs (engines.md §3): etcd for `discovery: etcd` (Slurm), NATS when 
 operator, see tasks/launchers/kubernetes.py).
 
 Workers are `python -m dynamo.vllm` (or `dynamo.mocker`, the simulated engine that runs on a CPU). Each worker gets
-its own system port (`DYN_SYSTEM_PORT`, readiness: its /health says `"status":"ready"`) and, for vLLM, its own
+its own system port (`DYN_SYSTEM_PORT`, readiness: its /health says `"status":"ready"`; its /metrics is read by each
+run's telemetry beside the frontend's) and, for vLLM, its own
 NIXL side-channel port and host, unique on its node; the prefill worker's explicit `--kv-transfer-config` is required
 by 1.6.1. The frontend comes last: it is ready when a one-token request goes through it. Output token ids stream in
 `nvext.completion_token_ids` when a request asks for them in `nvext.extra_fields`.
@@ -180,7 +181,7 @@ class DynamoBackend(EngineBackend):
                            env={**env, **host_env, **extra_env, **gpu_env(slot.gpu_ids), **o.env}, host=address,
                            port=system_port, gpus=len(slot.gpu_ids), gpu_ids=slot.gpu_ids, node_index=node,
                            side_ports=side, probes=(HttpProbe("/health", contains=WORKER_READY),),
-                           bind=placement.bind)
+                           bind=placement.bind, metrics="dynamo-worker")
 
     def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:

@@ -85,7 +85,7 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
 
     def measure(speed: float | None) -> tuple[str, dict, LoadgenRun]:
         started_at = utc_now()
-        with telemetry.sampling(run_dir, endpoint.base_url, spec.engine, dcgm_urls=endpoint.dcgm_urls):
+        with telemetry.sampling(run_dir, endpoint, spec.engine, spec.harness):
             stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed)
         return started_at, stats, load_run(run_dir)
 

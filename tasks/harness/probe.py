@@ -15,6 +15,7 @@ from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks.harness import runner, timing
 from tasks.measuring import set_aside
+from tasks.serving import telemetry
 from tasks.serving.session import EngineSession
 from tasks.tuning import overload
 from tasks.tuning.bisection import Probe, SearchSettings, Stage, margin
@@ -27,12 +28,14 @@ def probe_length(qps: float, settings: SearchSettings, base: RunSpec | None = No
 
 def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
               stall_s: float | None = None) -> Probe:
-    """Run one probe and judge it by loadgen's verdict (VALID, with no loadgen errors and no failed requests)."""
+    """Run one probe, sampled as every measured run is (tasks.serving.telemetry), and judge it by loadgen's verdict
+    (VALID, with no loadgen errors and no failed requests)."""
     run_dir = Path(work_dir) / "search-runs" / spec.key()
     if run_dir.exists():   # a crashed attempt's partial logs: kept apart, never judged
         set_aside(run_dir)
     started = time.monotonic()
-    stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
+    with telemetry.sampling(run_dir, endpoint, spec.engine, spec.harness):
+        stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
     duration = time.monotonic() - started
     run = load_run(run_dir)
     scenario = load_rules(spec.round).benchmark(spec.benchmark).scenario(spec.scenario)
@@ -52,7 +55,8 @@ def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
                  completed_qps=run.completed_samples_per_second or run.samples_per_second,
                  duration_s=round(duration, 3), run_dir=str(run_dir), signals=signals(run_dir),
                  samples=None if run.generated_query_count is None
-                 else run.generated_query_count * (run.generated_samples_per_query or 1))
+                 else run.generated_query_count * (run.generated_samples_per_query or 1),
+                 telemetry=telemetry.of_run(run_dir))
 
 
 def signals(run_dir: Path) -> overload.Signals | None:

@@ -82,8 +82,7 @@ def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | Non
     flight. `speed`: the child's accelerated clock (tasks.clock.ladder); None: the one PODIUM_CLOCK asks for."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(spec.model_dump_json(indent=2))
-    endpoint_data = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
-    (run_dir / "endpoint.json").write_text(json.dumps(endpoint_data, indent=2))
+    (run_dir / "endpoint.json").write_text(json.dumps(endpoint.for_client(), indent=2))
     # under the accelerated clock faketime is the child's parent: it then only dies with faketime (parent 0)
     speed = speed or clock.speed()
     parent = 0 if speed else os.getpid()

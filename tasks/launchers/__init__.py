@@ -5,15 +5,17 @@ always stops them. `launched(...)` is the one way the flows use them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from submission.base.errors import PlanError, did_you_mean
 from submission.plan.engine_options import OptionsLike
-from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec
+from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec, Watched, watched
 
 
 class Deployment(Protocol):
@@ -52,6 +54,11 @@ class Launcher(Protocol):
         it, computed without starting or asking anything; default: nothing more, the backend's endpoint."""
         return {}, endpoint
 
+    def watched(self, deployment: Deployment) -> Watched:
+        """What each run's telemetry reads of the deployment, by node name (tasks.engines.watched); default: every
+        process on this host."""
+        return watched(deployment.processes, (socket.gethostname(),))
+
     def log_report(self, deployment: Deployment, lines: int = 20) -> str | None:
         """The processes' states and last log lines for an error message; None when the logs are not on this host."""
         return None
@@ -78,7 +85,8 @@ def start_ready(backend: EngineBackend, options: OptionsLike, model_dir: Path, w
                 logger: logging.Logger | logging.LoggerAdapter, timeout_s: float = 300,
                 build_dir: Path | None = None) -> tuple[Deployment | None, Endpoint]:
     """Start the backend's processes and wait until the endpoint generates; stop them if it never does. An
-    external engine starts nothing: it is probed, and the deployment is None."""
+    external engine starts nothing: it is probed, and the deployment is None. The endpoint carries what its runs'
+    telemetry reads (`Launcher.watched`)."""
     if backend.external:
         backend.attach(options, timeout_s)
         return None, backend.endpoint(options, model_dir, [])
@@ -94,7 +102,8 @@ def start_ready(backend: EngineBackend, options: OptionsLike, model_dir: Path, w
     except BaseException:
         where.stop(deployment)
         raise
-    return deployment, where.endpoint(backend.endpoint(options, model_dir, specs), deployment)
+    endpoint = where.endpoint(backend.endpoint(options, model_dir, specs), deployment)
+    return deployment, dataclasses.replace(endpoint, watched=where.watched(deployment))
 
 
 @contextlib.contextmanager

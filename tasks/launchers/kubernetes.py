@@ -29,7 +29,7 @@ from typing import Any
 
 from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
-from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec
+from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec, Watched, watched
 from tasks.launchers import Launcher
 from tasks.launchers.kubernetes_manifests import (
     DGD,
@@ -377,6 +377,28 @@ class KubernetesLauncher(Launcher):
     def review(self, specs: list[ProcessSpec], endpoint: Endpoint) -> tuple[dict[str, Any], Endpoint]:
         unstarted = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=[], graph=self.graph)
         return {"kubernetes": self.objects(specs)}, self.endpoint(endpoint, unstarted)
+
+    def watched(self, deployment: KubernetesDeployment) -> Watched:
+        """The deployment by the nodes its pods run on (each pod's spec.nodeName): what a DCGM URL template is filled
+        with. A graph's pods are the operator's, and its workers are reached through it: only its frontend is read.
+        Nodes the API does not name (yet) are left out; telemetry never fails a launch."""
+        if deployment.graph:
+            return Watched()
+        from kubernetes import client
+
+        by_process: dict[str, str] = {}
+        with contextlib.suppress(Exception):   # an API that does not answer now costs the node names, not the launch
+            pods = self._call("listing pods", client.CoreV1Api(self.api).list_namespaced_pod, self.settings.namespace,
+                              label_selector=selector(labels(self.prefix)))
+            for pod in pods.items or []:
+                process = (pod.metadata.labels or {}).get(f"{LABEL}/process", "")
+                if pod.spec is not None and pod.spec.node_name:
+                    by_process.setdefault(process, pod.spec.node_name)
+        nodes: dict[int, str] = {}
+        for spec in deployment.processes:
+            if dns_name(spec.name) in by_process:
+                nodes.setdefault(spec.node_index, by_process[dns_name(spec.name)])
+        return watched(deployment.processes, tuple(nodes.get(i, "") for i in range(max(nodes, default=-1) + 1)))
 
     def alive(self, deployment: KubernetesDeployment) -> bool:
         """False once a pod of the deployment crashed or cannot run (the session then relaunches)."""

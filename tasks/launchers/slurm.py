@@ -7,6 +7,9 @@ an sbatch'd holder job would need a placeholder script on the first node and pol
 itself runs inside a job (`sbatch deployments/slurm/podium.sbatch`), the launcher uses that job instead and never
 cancels it (`allocation: auto|inherit`).
 
+Beside the engine, one GPU sampler step per node (tasks/launchers/gpu_sampler.py) prints that node's GPU figures,
+which srun brings to `<log_dir>/gpus-<node>.jsonl` on this host for each run's telemetry; it stops with the engine.
+
 A short step on each node finds its IPv4 address (its NodeAddr resolved there: Dynamo and etcd bind and advertise IP
 literals only) and ports free on it; ports differ across the deployment (nodes of a test cluster share one
 address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the run logger.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -36,7 +40,7 @@ from pydantic import ValidationError
 from submission.base.errors import CommandError, LaunchError, PlanError, PodiumError
 from submission.base.files import tail
 from submission.plan.slurm_options import SlurmSettings, settings_problems
-from tasks.engines import Node, Placement, ProcessSpec, write_files
+from tasks.engines import Node, Placement, ProcessSpec, Watched, watched, write_files
 from tasks.launchers import Launcher
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
@@ -85,6 +89,7 @@ class SlurmDeployment:
     processes: list[ProcessSpec]
     allocation: Allocation
     steps: list[Step] = field(default_factory=list)
+    samplers: list[Step] = field(default_factory=list)   # the GPU samplers, one per node: never judged alive or ready
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)   # set when every probe passed
     logger: Logger = field(default_factory=lambda: logging.getLogger("podium.slurm"))   # the launch's: what stop did
@@ -282,29 +287,63 @@ class SlurmLauncher(Launcher):
                 if spec.gpus:   # one GPU step at a time: Slurm hands out the lowest free GPUs, in the specs' order
                     self._find_steps(deployment)
             self._find_steps(deployment)
+            self._start_samplers(deployment, log_dir)
         except BaseException:
             self.stop(deployment)
             raise
         return deployment
 
-    def _find_steps(self, deployment: SlurmDeployment) -> None:
-        """Wait until Slurm lists every step (its id is what stop cancels); a step that exits first fails."""
+    def _start_samplers(self, deployment: SlurmDeployment, log_dir: Path) -> None:
+        """One GPU sampler step per node of the deployment, with the GPUs the engine's steps hold there; what it
+        prints goes to `<log_dir>/gpus-<node>.jsonl`. A sampler that does not start is a warning: telemetry never
+        fails a launch."""
+        alloc = deployment.allocation
+        held: dict[str, int] = {}
+        for spec in deployment.processes:
+            span = alloc.nodes[spec.node_index:spec.node_index + spec.nodes]
+            for node in span:
+                held[node] = held.get(node, 0) + math.ceil(spec.gpus / len(span))
+        for node, gpus in held.items():
+            name, log = f"{self.tag}-gpus-{node}", log_dir / f"gpus-{node}.jsonl"
+            argv = cli.sampler_argv(self.settings, alloc.job_id, node, gpus, name)
+            deployment.logger.info("starting the GPU sampler of %s: %s", node, json.dumps(argv))
+            with log.open("ab") as out:
+                srun = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
+                                        stdin=subprocess.DEVNULL, process_group=0)
+            step = Step(ProcessSpec(role="telemetry", name=f"gpus-{node}", argv=tuple(argv)), srun, log, name, (node,),
+                        srun_job=alloc.job_id)
+            deployment.samplers.append(step)
+            self.steps.append(step)
+        try:
+            self._find_steps(deployment, deployment.samplers)
+        except LaunchError as e:
+            deployment.logger.warning("a GPU sampler did not start, so runs lack that node's GPUs: %s", e.message)
+
+    def watched(self, deployment: SlurmDeployment) -> Watched:
+        """The deployment by the allocation's node names, with what its GPU samplers write."""
+        return watched(deployment.processes, deployment.allocation.nodes,
+                       gpu_logs=tuple((s.nodes[0], str(s.log)) for s in deployment.samplers))
+
+    def _find_steps(self, deployment: SlurmDeployment, steps: list[Step] | None = None) -> None:
+        """Wait until Slurm lists every step (its id is what stop cancels); a step that exits first fails. `steps`:
+        those of the deployment's to wait for (default: its processes')."""
+        steps = deployment.steps if steps is None else steps
         deadline = time.monotonic() + self.settings.step_timeout_s + 30   # srun gives up first (--immediate)
         job, tries = deployment.allocation.job_id, 0
         while True:
             listed = cli.run(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i|%j"], self.env)
             by_name = {name: sid for sid, _, name in (line.partition("|") for line in listed.split())}
-            for step in deployment.steps:
+            for step in steps:
                 if step.step_id is None and step.name in by_name:
                     step.step_id = by_name[step.name]
                     deployment.logger.info("Slurm step %s of %s on %s", step.step_id, step.spec.name,
                                            ",".join(step.nodes))
             self._write_record()
-            for step in deployment.steps:
+            for step in steps:
                 code = step.srun.poll()
                 if code is not None:
                     raise _failure(step, code, "while starting")
-            missing = [s for s in deployment.steps if s.step_id is None]
+            missing = [s for s in steps if s.step_id is None]
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -343,7 +382,7 @@ class SlurmLauncher(Launcher):
             # Any launcher object may stop a deployment (a flow keeps the one its launch task returned): what to
             # end is read from the deployment, not from this object.
             alloc = deployment.allocation
-            self.steps = [s for s in self.steps if s not in deployment.steps]
+            self.steps = [s for s in self.steps if s not in deployment.steps + deployment.samplers]
             if self.allocation is not None and self.allocation.job_id == alloc.job_id and alloc.owned:
                 self.allocation = None
             if alloc.owned:   # one deployment per allocation taken: it ends with it
@@ -365,12 +404,12 @@ class SlurmLauncher(Launcher):
         """Cancel every recorded step Slurm still lists, whether or not its srun still runs (srun may be gone while
         the step lives on): SIGTERM and SIGCONT (a stopped process acts on SIGTERM only once continued), then
         Slurm's own kill after `grace_s`. A step not yet created is withdrawn by ending its srun."""
-        log = deployment.logger
-        for s in deployment.steps:
+        log, steps = deployment.logger, deployment.steps + deployment.samplers
+        for s in steps:
             if s.step_id is None and s.srun.poll() is None:   # still asking Slurm for its step
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(s.srun.pid, signal.SIGTERM)
-        recorded = [s.step_id for s in deployment.steps if s.step_id]
+        recorded = [s.step_id for s in steps if s.step_id]
         ids = self._listed(deployment.allocation.job_id, recorded)
         if gone := [i for i in recorded if i not in ids]:
             log.info("Slurm step(s) %s already ended", ", ".join(gone))
@@ -388,7 +427,7 @@ class SlurmLauncher(Launcher):
                         self.settings.grace_s)
             with contextlib.suppress(CommandError):
                 cli.run(["scancel", *ids], self.env)
-        for step in deployment.steps:
+        for step in steps:
             try:
                 step.srun.wait(timeout=30)
             except subprocess.TimeoutExpired:   # srun itself stuck (or its step never created): end our srun

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from submission.base.errors import CommandError, LaunchError
 from submission.plan.slurm_options import SlurmSettings
 from tasks.engines import ProcessSpec
+from tasks.launchers import gpu_sampler
 
 QUERY_TIMEOUT_S = 60
 # Inputs srun/salloc read from the environment (SLURM_*, SALLOC_*, SRUN_*): inside a job they would silently change
@@ -281,6 +282,15 @@ def port_finder_argv(settings: SlurmSettings, job_id: str, node: str, host: str,
     return ["srun", f"--jobid={job_id}", f"--job-name={step_name}", "--nodes=1", f"--nodelist={node}",
             "--ntasks=1", "--overlap", settings.python, "-c", PORT_FINDER, host, str(count), str(max_port or 0),
             ",".join(map(str, sorted(skip)))]
+
+
+def sampler_argv(settings: SlurmSettings, job_id: str, node: str, gpus: int, step_name: str) -> list[str]:
+    """The GPU sampler's step on one node (tasks/launchers/gpu_sampler.py), bare as the port finder: `--overlap`
+    with the `gpus` the engine's steps hold there, so it sees them (a cgroup hides GPUs a step was not given) without
+    taking them from anyone (an overlapping step shares what it holds, see the module's doc)."""
+    return ["srun", f"--jobid={job_id}", f"--job-name={step_name}", "--nodes=1", f"--nodelist={node}",
+            "--ntasks=1", "--overlap", *([f"--gpus={gpus}"] if gpus else []),
+            f"--immediate={math.ceil(settings.step_timeout_s)}", "--unbuffered", *gpu_sampler.argv(settings.python)]
 
 
 def review(settings: SlurmSettings, specs: Sequence[ProcessSpec]) -> dict[str, object]:

@@ -23,10 +23,12 @@ from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
 from tasks.reporting.plots import plot_search_trace as plot_search_trace
 from tasks.reporting.plots import plot_sweep as plot_sweep
-from tasks.reporting.plots import plot_telemetry as plot_telemetry
+from tasks.reporting.telemetry_plots import plot_sweep_telemetry as plot_sweep_telemetry
+from tasks.reporting.telemetry_plots import plot_telemetry as plot_telemetry
+from tasks.serving import telemetry
 
-COLUMNS = ("system", "benchmark", "scenario", "metric", "unit", "valid", "ttft_p99_ms", "tpot_p99_ms", "accuracy",
-           "compliance")
+COLUMNS = ("system", "benchmark", "scenario", "metric", "unit", "valid", "ttft_p99_ms", "tpot_p99_ms", "gpu_util",
+           "kv_cache_peak", "accuracy", "compliance")
 AUDIT_COLUMNS = ("system", "benchmark", "scenario", "test", "verdict", "measured", "bound", "attempts", "official")
 INLINE_PLOT_BYTES = 1024 * 1024   # a larger PNG is named, not inlined, in the `plots` artifact (Prefect's database)
 
@@ -40,14 +42,17 @@ class LinkCommand:
 
 
 def table(records: list[RunRecord], audits: Sequence[AuditRecord] = ()) -> list[dict]:
-    """One row per scenario: the performance run's numbers, the accuracy run's score and the audits' verdicts."""
+    """One row per scenario: the performance run's numbers (with its telemetry at a glance: mean GPU utilisation per
+    role and peak KV-cache use), the accuracy run's score and the audits' verdicts."""
     rows: dict[tuple[str, str, str], dict] = {}
     for r in records:
         row = rows.setdefault((r.system, r.benchmark, r.scenario), dict.fromkeys(COLUMNS) | {
             "system": r.system, "benchmark": r.benchmark, "scenario": r.scenario})
         if r.mode == "performance":
+            glance = telemetry.of_run(r.run_dir)
             row |= {"metric": r.metric, "unit": r.unit, "valid": r.valid, "ttft_p99_ms": r.ttft_p99_ms,
-                    "tpot_p99_ms": r.tpot_p99_ms}
+                    "tpot_p99_ms": r.tpot_p99_ms, "gpu_util": gpu_util_cell(glance),
+                    "kv_cache_peak": glance.get("kv_cache_peak")}
         elif r.accuracy is not None:
             row["accuracy"] = accuracy_cell(r)
     for a in audits:
@@ -56,6 +61,16 @@ def table(records: list[RunRecord], audits: Sequence[AuditRecord] = ()) -> list[
             verdict = f"{a.test} {'PASS' if a.passed else 'FAIL'}"
             row["compliance"] = f"{row['compliance']}, {verdict}" if row["compliance"] else verdict
     return list(rows.values())
+
+
+def gpu_util_cell(glance: dict[str, float]) -> str | None:
+    """The mean GPU utilisation of a run's measured phase (tasks.serving.telemetry.summary): per role where the GPUs
+    have prefill and decode roles (a decode-bound split shows as idle prefill GPUs beside busy decode ones), else of
+    all its GPUs; None without GPU samples."""
+    roles = [role for role in ("prefill", "decode") if f"gpu_util_pct.{role}" in glance]
+    if roles:
+        return ", ".join(f"{role} {glance[f'gpu_util_pct.{role}']:g} %" for role in roles)
+    return None if "gpu_util_pct" not in glance else f"{glance['gpu_util_pct']:g} %"
 
 
 def accuracy_cell(r: RunRecord) -> str:

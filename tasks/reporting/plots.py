@@ -1,10 +1,10 @@
-"""Plots of a run as PNG files: latency distribution and telemetry per scenario, search trace, sweep and scaling.
+"""Plots of a run as PNG files: latency distribution and telemetry per scenario (tasks/reporting/telemetry_plots.py),
+search trace, sweep and scaling.
 
-Plain functions over plain data, each writing one PNG and returning its path; `tasks.reporting.artifacts` re-exports
-them. They use matplotlib's object API with the Agg canvas (no pyplot, no display, no global state), imported only when
-a plot is drawn. The latency plot reads the loadgen detail log of each performance run: loadgen records
-percentiles (50, 90, 95, 97, 99, 99.9 and min/mean/max), not every sample, so the "distribution" is the quantile
-curve those percentiles trace, with the round's limit drawn across it.
+Plain functions over plain data, each writing one PNG and returning its path (tasks/reporting/figures.py);
+`tasks.reporting.artifacts` re-exports them. The latency plot reads the loadgen detail log of each performance run:
+loadgen records percentiles (50, 90, 95, 97, 99, 99.9 and min/mean/max), not every sample, so the "distribution" is
+the quantile curve those percentiles trace, with the round's limit drawn across it.
 """
 
 from __future__ import annotations
@@ -16,28 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from submission.base.files import replace_atomic, temporary
 from submission.results.logs import load_run
 from submission.results.runs import RunRecord
+from tasks.reporting.figures import INVALID, LIMIT, VALID, figure, save
+from tasks.reporting.telemetry_plots import plot_telemetry
 
-DPI = 110
-VALID, INVALID, LIMIT = "#2b7bba", "#d95f02", "#7f7f7f"
 _PCT = re.compile(r"^\d+(\.\d+)?$")
-
-
-def _figure(width: float = 7.5, height: float = 4.2, rows: int = 1, cols: int = 1) -> tuple[Any, Any]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    return fig, fig.subplots(rows, cols, squeeze=False)
-
-
-def _save(fig: Any, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary(path)
-    fig.savefig(tmp, format="png")
-    return replace_atomic(tmp, path)
 
 
 def _quantiles(stats: dict[str, int]) -> tuple[list[float], list[float]]:
@@ -65,7 +49,7 @@ def plot_latency(record: RunRecord, path: Path, limits_ms: Mapping[str, float | 
     run = load_run(Path(record.run_dir))
     series = [("TTFT", run.ttft_ns), ("TPOT", run.tpot_ns), ("latency", run.latency_ns)]
     series = [(name, stats) for name, stats in series if any(_PCT.match(k) for k in stats)]
-    fig, axes = _figure(4.0 * max(1, len(series)), 3.6, 1, max(1, len(series)))
+    fig, axes = figure(4.0 * max(1, len(series)), 3.6, 1, max(1, len(series)))
     for ax, (name, stats) in zip(axes[0], series, strict=False):
         pct, ms = _quantiles(stats)
         x = [_nines(p) for p in pct]
@@ -82,67 +66,14 @@ def plot_latency(record: RunRecord, path: Path, limits_ms: Mapping[str, float | 
     if not series:
         axes[0][0].text(0.5, 0.5, "no latency percentiles in the detail log", ha="center", va="center")
     fig.suptitle(f"{record.benchmark} {record.scenario} on {record.system}: {record.validity or 'no verdict'}")
-    return _save(fig, path)
-
-
-# (title, unit, [(label, how to read it from a sample line)]) of each telemetry panel, drawn when it has data
-TELEMETRY_PANELS = (
-    ("requests", "requests", [("running", lambda s: s.get("engine", {}).get("running")),
-                              ("waiting (queue)", lambda s: s.get("engine", {}).get("waiting"))]),
-    ("KV-cache use", "fraction", [("KV cache", lambda s: s.get("engine", {}).get("kv_cache"))]),
-    ("GPU utilisation", "%", [("gpu", lambda s: [g.get("util_pct") for g in s.get("gpus", [])])]),
-    ("GPU memory used", "MiB", [("gpu", lambda s: [g.get("memory_mib") for g in s.get("gpus", [])])]),
-    ("GPU power", "W", [("gpu", lambda s: [g.get("power_w") for g in s.get("gpus", [])])]),
-)
-
-
-def _telemetry_lines(samples: Sequence[Mapping[str, Any]], read: Any) -> dict[str, tuple[list[float], list[float]]]:
-    """label suffix -> (elapsed s, values) of one series; a per-GPU reader gives one series per GPU."""
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    for s in samples:
-        value = read(s)
-        for key, v in (enumerate(value) if isinstance(value, list) else [("", value)]):
-            if v is not None:
-                xs, ys = out.setdefault(str(key), ([], []))
-                xs.append(float(s["elapsed_s"]))
-                ys.append(float(v))
-    return out
-
-
-def plot_telemetry(lines: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path | None:
-    """The series of a run's telemetry.jsonl (tasks.serving.telemetry) against time, one panel per kind that has
-    data (requests running and waiting, KV-cache use, GPU utilisation, memory, power); None when it has no sample."""
-    samples = [x for x in lines if x.get("kind") == "sample"]
-    panels = [(t, unit, [(label, _telemetry_lines(samples, read)) for label, read in series])
-              for t, unit, series in TELEMETRY_PANELS]
-    panels = [p for p in panels if any(found for _, found in p[2])]
-    if not panels:
-        return None
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = _figure(4.0 * cols, 3.0 * rows, rows, cols)
-    flat = [ax for row in axes for ax in row]
-    for ax, (name, unit, series) in zip(flat, panels, strict=False):
-        for label, found in series:
-            for key, (xs, ys) in found.items():
-                ax.plot(xs, ys, marker=".", label=f"{label} {key}".strip())
-        ax.set_title(name)
-        ax.set_xlabel("s into the run")
-        ax.set_ylabel(unit)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize="small")
-    for ax in flat[len(panels):]:
-        ax.set_visible(False)
-    gone = [f"{x['source']} unavailable" for x in lines if x.get("kind") == "unavailable"]
-    fig.suptitle(title + (f" ({'; '.join(gone)})" if gone else ""))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_search_trace(trace: Sequence[Mapping[str, Any]], path: Path, confirmed_qps: float | None = None) -> Path:
     """A peak-QPS search: each trial's `target_qps` in the order tried, coloured by `valid`; the measured
     `metric` (optional) on a second axis. Keys per trial: target_qps, valid, and optionally metric. The title
     names `confirmed_qps`, the rate a full-length run confirmed (a short probe's pass is not a result)."""
-    fig, axes = _figure()
+    fig, axes = figure()
     ax = axes[0][0]
     steps = list(range(1, len(trace) + 1))
     qps = [float(t["target_qps"]) for t in trace]
@@ -156,13 +87,13 @@ def plot_search_trace(trace: Sequence[Mapping[str, Any]], path: Path, confirmed_
         twin.plot(steps, [t.get("metric") for t in trace], color=VALID, linestyle=":", marker="x")
         twin.set_ylabel("measured metric")
     ax.set_title("peak-QPS search: " + (f"confirmed {confirmed_qps:g} QPS" if confirmed_qps else "no rate confirmed"))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_sweep(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     """A configuration sweep (e.g. prefill:decode ratios): one bar per row's `label` with its `metric`,
     invalid rows (`valid` False) in the warning colour. Keys per row: label, metric, and optionally valid."""
-    fig, axes = _figure()
+    fig, axes = figure()
     ax = axes[0][0]
     labels = [str(r["label"]) for r in rows]
     values = [float(r.get("metric") or 0.0) for r in rows]
@@ -172,7 +103,7 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ax.set_ylabel("metric")
     ax.set_title("sweep")
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_scaling(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
@@ -180,7 +111,7 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ordered = sorted(rows, key=lambda r: int(r["nodes"]))
     nodes = [int(r["nodes"]) for r in ordered]
     metric = [float(r["metric"]) for r in ordered]
-    fig, axes = _figure()
+    fig, axes = figure()
     ax = axes[0][0]
     if ordered:
         per_node = metric[0] / nodes[0]
@@ -194,7 +125,7 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
     ax.set_ylabel("metric")
     ax.set_title("scaling (labels: efficiency against linear)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_run(records: Sequence[RunRecord], folder: Path, round: str) -> list[Path]:

@@ -6,7 +6,6 @@ starting anything or asking any cluster.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import shlex
@@ -152,7 +151,7 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     if engine.launcher == "kubernetes":   # the objects it would create are part of the review (no cluster asked)
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
-    out["endpoint"] = dataclasses.asdict(endpoint) | {"drop_fields": sorted(endpoint.drop_fields)}
+    out["endpoint"] = endpoint.for_client()
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
     sized = sizing(plan, bench)

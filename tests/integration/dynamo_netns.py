@@ -5,8 +5,9 @@ deployment and the load that drives it live where nothing else can reach.
 
 SPEC.json names the dynamo interpreter, the model, the data set and a work folder; the script brings up loopback,
 launches frontend + prefill mocker + decode mocker with the dynamo backend and the local launcher, records what the
-frontend and the workers report, runs a loadgen Offline run through the harness, stops everything and writes
-`result.json` into the work folder.
+frontend and the workers report, runs a loadgen Offline run through the harness, sampled as every measured run
+(tasks.serving.telemetry: the frontend's and each worker's own metrics), stops everything and writes `result.json`
+into the work folder.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main(spec_file: Path) -> None:
     from tasks.engines import backend
     from tasks.harness import runner
     from tasks.launchers import launcher, start_ready
+    from tasks.serving import telemetry
     from tests.integration.engines_support import listening, loopback_up, offline_spec
 
     spec = json.loads(spec_file.read_text())
@@ -48,7 +50,9 @@ def main(spec_file: Path) -> None:
         result["listening"] = listening(set(result["pgids"]))
         run = offline_spec(Path(spec["data"]), "performance", samples=spec["samples"], max_tokens=spec["max_tokens"],
                            engine=result["version"], qps=spec["qps"])
-        result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+        telemetry.INTERVAL_S = 0.25   # a few seconds' run: samples enough to see it
+        with telemetry.sampling(work / "run", endpoint, "dynamo", run.harness):
+            result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
     finally:
         where.stop(deployment)
     result["left"] = [p.name for p in (work / "pids").glob("*.json")]

@@ -171,6 +171,8 @@ class FakeCluster:
                 continue
             state = {"waiting": {"reason": self.pod_waiting}} if self.pod_waiting else {"running": {}}
             out.append({"metadata": {"name": f"{name}-7d9f8-abcde", "labels": labels},
+                        "spec": {"nodeName": "fake-node-0",
+                                 "containers": obj["spec"]["template"]["spec"]["containers"]},
                         "status": {"phase": "Running", "containerStatuses": [
                             {"name": "engine", "image": "x", "imageID": "", "ready": not self.pod_waiting,
                              "restartCount": 3 if self.pod_waiting else 0, "state": state}]}})

@@ -1,7 +1,8 @@
 """Real NVIDIA Dynamo 1.6.1 (ai-dynamo installed with --no-deps, in its own virtualenv): the frontend, a prefill
 mocker and a decode mocker with file discovery, launched by the dynamo backend and the local launcher inside their
-own network namespace (the mocker listens on 0.0.0.0), driven by a loadgen Offline run from inside that namespace.
-The mocker's tokens are random: this checks plumbing (readiness, P/D registration, token ids, loadgen), not accuracy.
+own network namespace (the mocker listens on 0.0.0.0), driven by a loadgen Offline run from inside that namespace,
+whose telemetry holds the frontend's series and each worker's (its system port). The mocker's tokens are random:
+this checks plumbing (readiness, P/D registration, token ids, loadgen, metrics), not accuracy.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from submission.results.logs import load_run
 from tasks.launchers.local import reap_stale
+from tasks.serving import telemetry
 from tests.integration.engines_support import engine_python, run_driver
 
 pytestmark = [pytest.mark.integration, pytest.mark.engines]
@@ -53,7 +55,24 @@ def test_dynamo_frontend_prefill_and_decode_mockers(smoke_store: Path, tmp_path:
     assert stats["engine_token_mismatches"] == 0   # nvext.completion_token_ids agree with usage.completion_tokens
     run = load_run(tmp_path / "run")
     assert run.num_errors == 0 and run.valid, run
+    _check_the_workers_were_sampled(telemetry.load(tmp_path / "run" / telemetry.FILE))
     assert result["left"] == []
     for pgid in result["pgids"]:   # every process group the launcher started is gone
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
+
+
+def _check_the_workers_were_sampled(lines: list[dict]) -> None:
+    """The frontend's series (and its output tokens/s) and each worker's own, read from its system port: the decode
+    mocker's KV use and requests (the vLLM gauges it imitates), the prefill mocker's work handler; both tagged with
+    role and node."""
+    header = lines[0]
+    assert [(w["name"], w["role"]) for w in header["workers"]] == [("prefill-0", "prefill"), ("decode-0", "decode")]
+    assert all(w["node"] == header["nodes"][0] and w["url"].endswith("/metrics") for w in header["workers"])
+    samples = [x for x in lines if x["kind"] == "sample"]
+    seen = {name: set().union(*(s.get("workers", {}).get(name, {}) for s in samples)) for name in ("prefill-0",
+                                                                                                   "decode-0")}
+    assert {"running", "waiting", "kv_cache"} <= seen["decode-0"], seen
+    assert {"running", "waiting"} <= seen["prefill-0"], seen
+    assert max(s.get("workers", {}).get("decode-0", {}).get("kv_cache", 0) for s in samples) > 0
+    assert {"running", "waiting", "tokens_per_s"} <= set().union(*(s.get("engine", {}) for s in samples))

@@ -84,6 +84,7 @@ def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_pat
     where = _launcher(api, tmp_path)
     with launched(backend("smoke"), {}, model, where, tmp_path / "logs", LOG, timeout_s=60) as endpoint:
         assert endpoint.base_url == f"http://podium-smoke-smoke-server.{NS}.svc.cluster.local:8000"
+        assert endpoint.watched.nodes == ("fake-node-0",)   # the node its pod runs on: what a DCGM template takes
         created = dict(api.cluster.objects)
         assert json.loads((tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").read_text()) == [
             ["Deployment", "podium-smoke-smoke-server"], ["Service", "podium-smoke-smoke-server"]]

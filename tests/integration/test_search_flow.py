@@ -20,6 +20,7 @@ from submission.base.errors import RunFailed
 from submission.rules import load_rules
 from tasks.engines.simulated import config
 from tasks.engines.simulated.queueing import Protocol, loadgen_schedule, max_valid_qps
+from tasks.reporting.figures import DPI
 from tasks.tuning.bisection import round_qps
 
 pytestmark = pytest.mark.integration
@@ -154,6 +155,11 @@ def test_sweep_picks_the_known_best_split(prefect_server: None, tmp_path: Path) 
     assert winner["engine"]["options"]["decode_workers"] == 2 and winner["engine"]["options"]["prefill_workers"] == 1
     assert winner["scenarios"]["Server"]["target_qps"] == out["best"]["qps"]
     assert Path(out["plot"]).is_file()
+    # each split's row carries the telemetry of the run that stands for it; the page puts both splits side by side
+    for row in rows.values():
+        assert 0 < row["kv_cache_peak"] <= 1 and (Path(row["telemetry_run"]) / "telemetry.jsonl").is_file(), row
+    page = Path(out["telemetry_plot"]).read_bytes()
+    assert int.from_bytes(page[16:20], "big") == round(2 * 4.2 * DPI)   # the PNG's width: one column per split
 
 
 def _progress(state: object) -> tuple[float, str]:

@@ -7,10 +7,12 @@ refuses, a run killed before it stopped its allocation)."""
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from tasks.engines import HttpProbe, Placement, ProcessSpec, backend
 from tasks.harness import runner
 from tasks.launchers import launcher
 from tasks.launchers.slurm import SlurmLauncher
+from tasks.serving import telemetry
 from tests.integration.conftest import write_plan
 from tests.integration.engines_support import offline_spec
 
@@ -300,3 +303,85 @@ def test_podium_inside_sbatch_runs_its_engine_in_that_job(slurm_conf: Path, smok
     serving = next(line for line in text.splitlines() if line.startswith("serving 'simulated' at http://127.0.0.1:"))
     assert serving and f"STEP {job}.1 ON " in text and "CANCELLED" in text   # step 0 found the free port
     _until(lambda: _jobs(slurm_conf) == [])
+
+
+# A fake nvidia-smi for every node: one row per GPU Slurm gave the step, its values naming the node (nodeN, GPU i:
+# utilisation 10 N + i %, N GiB used, 100 N W)
+FAKE_SMI = """#!/bin/sh
+n=${SLURMD_NODENAME#node}
+for i in $(echo "${CUDA_VISIBLE_DEVICES:-0}" | tr , ' '); do
+    echo "$i, $((10 * n + i)), $((1024 * n)), $((100 * n))"
+done
+"""
+# one dcgm-exporter page per node, at /<node>/metrics: the node's number as its GPU 0's utilisation
+DCGM_PAGE = 'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="localhost"}} {n}\nDCGM_FI_DEV_FB_USED{{gpu="0"}} 1\n'
+
+
+def test_gpu_telemetry_from_every_engine_node_tagged_by_node(slurm_conf: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A two-node deployment (a prefill process holding a GPU of the first node, a decode process one of the third):
+    the launcher starts a GPU sampler step on each engine node and stops it with the engine; a run's telemetry has
+    samples from both nodes, each row tagged with its node, and the mean GPU use per role. A DCGM URL template
+    expands to the allocation's nodes, and its rows carry the node of their URL."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    monkeypatch.setattr(telemetry, "INTERVAL_S", 0.5)
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, nodes=3),
+                          environ={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"})
+    placement = where.placement(1, nodes=3)
+    simulated = backend("simulated")
+    specs = []
+    for role, index in (("prefill", 0), ("decode", 2)):
+        node = placement.node(index)
+        [spec] = simulated.processes({}, Path("/m"), Placement(node.host, node.ports))
+        specs.append(dataclasses.replace(spec, role=role, name=role, node_index=index, gpus=1))
+    deployment = where.start(specs, tmp_path / "logs", LOG)
+    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DcgmPages)
+    threading.Thread(target=pages.serve_forever, daemon=True).start()
+    try:
+        where.wait_ready(deployment, timeout_s=120)
+        endpoint = simulated.endpoint({}, Path("/m"), specs[:1])
+        seen = where.watched(deployment)
+        assert seen.nodes == ("node1", "node2", "node3")
+        assert [n for n, _ in seen.gpu_logs] == ["node1", "node3"] and len(deployment.samplers) == 2
+        with telemetry.sampling(tmp_path / "run", dataclasses.replace(endpoint, watched=seen), "simulated"):
+            time.sleep(3)
+        template = f"http://127.0.0.1:{pages.server_address[1]}/{{node}}/metrics"
+        dcgm = dataclasses.replace(seen, dcgm=telemetry.expand_dcgm((template,), seen.nodes))
+        with telemetry.sampling(tmp_path / "dcgm", dataclasses.replace(endpoint, watched=dcgm), "simulated"):
+            time.sleep(1.5)
+    finally:
+        pages.shutdown()
+        pages.server_close()
+        where.stop(deployment)
+    assert all(s.srun.poll() is not None for s in deployment.samplers) and _jobs(slurm_conf) == []
+    lines = telemetry.load(tmp_path / "run" / telemetry.FILE)
+    rows = [g for x in lines if x["kind"] == "sample" for g in x.get("gpus", [])]
+    assert {g["node"] for g in rows} == {"node1", "node3"}, lines
+    assert all(g["util_pct"] == 10 * int(g["node"][-1]) + g["index"] and g["memory_mib"] == 1024 * int(g["node"][-1])
+               for g in rows), rows
+    assert lines[0]["gpu_roles"] == {"node1": {"0": "prefill"}, "node3": {"0": "decode"}}
+    summary = telemetry.summary(lines)
+    assert (summary["gpu_util_pct.prefill"], summary["gpu_util_pct.decode"]) == (10, 30), summary
+    lines = telemetry.load(tmp_path / "dcgm" / telemetry.FILE)
+    assert lines[0]["dcgm"] == [template.replace("{node}", n) for n in ("node1", "node2", "node3")]
+    assert lines[0]["gpu_samplers"] == {}   # one source of GPU facts: the exporters
+    rows = [g for x in lines if x["kind"] == "sample" for g in x.get("gpus", [])]
+    assert {(g["node"], g["util_pct"]) for g in rows} == {("node1", 1), ("node2", 2), ("node3", 3)}, lines
+
+
+class DcgmPages(http.server.BaseHTTPRequestHandler):
+    """/<node>/metrics: that node's exporter page."""
+
+    def do_GET(self) -> None:
+        node = self.path.split("/")[1]
+        body = DCGM_PAGE.format(n=int(node.removeprefix("node"))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass

@@ -106,7 +106,7 @@ def test_audit_config_exists_only_while_the_run_runs(runner: dict, tmp_path: Pat
     assert Path(record.run_dir) == tmp_path / "runs" / job.spec.key()
     assert (Path(record.folder) / "verify_output_len.txt").read_text().count("TEST PASS") == 1
     header, *rest = telemetry.load(Path(record.run_dir) / telemetry.FILE)   # sampled like any run: nothing answers
-    assert header["kind"] == "header" and rest and {x["kind"] for x in rest} <= {"missed", "unavailable"}, rest
+    assert header["kind"] == "header" and rest and {x["kind"] for x in rest} <= {"missed", "unavailable", "phase"}, rest
 
 
 def test_audit_config_is_removed_when_the_run_crashes(runner: dict, tmp_path: Path) -> None:

@@ -137,3 +137,56 @@ def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Pat
     unstaged = Prober(interactive(144, duration_ms=6000), SearchSettings(), ProbeCache(tmp_path, base), None, "w")
     assert unstaged.full_seconds(144) == pytest.approx(online_s(144, 8000))   # one pass of the rules' set
     assert prober.planned_samples(base) == 952 and unstaged.planned_samples(unstaged.base) == 8000   # what it issues
+
+
+def test_an_endpoints_probe_is_sampled_and_carries_its_telemetry(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's run (here: its report, written after a pause) is sampled as every measured run: the probe's run
+    folder holds telemetry.jsonl, and the probe carries its summary."""
+    import http.server
+    import threading
+    import time
+
+    from tasks.endpoints import probe as endpoints_probe
+    from tasks.engines import Endpoint
+    from tasks.serving import telemetry
+
+    page = b"vllm:num_requests_running 3\nvllm:num_requests_waiting 5\nvllm:kv_cache_usage_perc 0.875\n"
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    class Engine:
+        stall_s = None
+
+        def endpoint(self) -> Endpoint:
+            return Endpoint(f"http://127.0.0.1:{server.server_address[1]}", "m", False, False)
+
+        def alive(self) -> bool:
+            return True
+
+    def client_run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, **kwargs: object) -> object:
+        time.sleep(0.3)
+        return read_result(report(run_dir / "report", 40, plain_ms=900, early_stopping_ms=1000), accuracy=False,
+                           log=run_dir / "client.log")
+
+    monkeypatch.setattr(telemetry, "INTERVAL_S", 0.05)
+    monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)   # the engine's series only, GPUs or not
+    monkeypatch.setattr(endpoints_probe.runner, "run", client_run)
+    try:
+        probe = endpoints_probe.probe(interactive(40), "probe", 40, Engine(), str(tmp_path), str(tmp_path / "t.json"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert probe.valid and probe.telemetry == {"kv_cache_peak": 0.875, "waiting_peak": 5.0}
+    assert (Path(str(probe.run_dir)) / telemetry.FILE).is_file()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from submission.base.errors import PlanError
-from tasks.engines import HttpProbe, Node, Placement, backend
+from tasks.engines import HttpProbe, Node, Placement, backend, watched
 from tasks.engines.common import OFFLINE_ENV
 
 MODEL = Path("/models/gpt-oss-120b")
@@ -239,6 +239,14 @@ def test_dynamo_frontend_six_prefill_tp2_four_decode_tp1_over_four_nodes() -> No
     endpoint = be.endpoint(QWEN_75_25, Path("/m/qwen3-vl"), specs)
     assert endpoint.base_url == "http://10.0.0.1:9000" and endpoint.token_ids_in == "nvext"
     assert endpoint.request_fields == {"nvext": {"extra_fields": ["completion_token_ids"]}}
+    # what each run's telemetry reads once a launcher named the nodes: every worker's system port, by node; which
+    # role holds which GPU (the 75:25 split: three nodes of prefill GPUs, one of decode GPUs)
+    seen = watched(specs, ("gpu-a", "gpu-b", "gpu-c", "gpu-d"))
+    assert [(p.name, p.role, p.node, p.base_url, p.source) for p in seen.pages[:1] + seen.pages[-1:]] == [
+        ("prefill-0", "prefill", "gpu-a", f"http://10.0.0.1:{p0.port}", "dynamo-worker"),
+        ("decode-3", "decode", "gpu-d", f"http://10.0.0.4:{d3.port}", "dynamo-worker")]
+    assert len(seen.pages) == 10 and Counter(role for _, _, role in seen.gpu_roles) == {"prefill": 12, "decode": 4}
+    assert {(n, i) for n, i, role in seen.gpu_roles if role == "decode"} == {("gpu-d", i) for i in range(4)}
 
 
 def test_a_kv_router_without_an_event_plane_predicts_instead_of_waiting_for_events() -> None:

@@ -32,6 +32,7 @@ METRICS = {   # name -> help of each gauge `GET /metrics` serves, named after vL
     "simulated:num_requests_waiting": "Requests waiting for a prefill worker or a decode slot.",
     "simulated:kv_cache_usage_perc": "Decode slots in use over all slots (1 means all).",
 }
+TOKENS = ("simulated:generation_tokens", "Output tokens sent.")   # a counter, as vLLM's vllm:generation_tokens
 
 
 class SimServer:
@@ -43,6 +44,7 @@ class SimServer:
         self.chunk_tokens = chunk_tokens
         self.model = SimModel(config)
         self.served = 0
+        self.tokens_sent = 0
         self.in_flight: dict[int, Timeline] = {}   # request number -> its timeline, until its answer is sent
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -97,8 +99,9 @@ class SimServer:
         await writer.drain()
 
     def metrics(self) -> str:
-        """The gauges of `METRICS` now, in the Prometheus text format: a request waits until its prefill starts
-        and again between its first token and its decode slot; it runs otherwise, and holds a slot while decoding."""
+        """The gauges of `METRICS` now and the tokens sent so far, in the Prometheus text format: a request waits
+        until its prefill starts and again between its first token and its decode slot; it runs otherwise, and holds
+        a slot while decoding."""
         now = asyncio.get_running_loop().time()
         prefill_s = self.config.prefill_ms / 1000.0
         waiting = sum(now < t.first_token - prefill_s or t.first_token <= now < t.decode_start
@@ -108,8 +111,10 @@ class SimServer:
         values = {"simulated:num_requests_running": len(self.in_flight) - waiting,
                   "simulated:num_requests_waiting": waiting,
                   "simulated:kv_cache_usage_perc": min(1.0, decoding / slots)}
+        counter, about = TOKENS
         return "".join(f"# HELP {name} {METRICS[name]}\n# TYPE {name} gauge\n{name} {values[name]:g}\n"
-                       for name in METRICS)
+                       for name in METRICS) + \
+            f"# HELP {counter} {about}\n# TYPE {counter} counter\n{counter}_total {self.tokens_sent}\n"
 
     async def _complete(self, writer: asyncio.StreamWriter, request: dict, *, chat: bool, keep: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -142,6 +147,7 @@ class SimServer:
                  "total_tokens": _prompt_tokens(request) + timeline.tokens}
         if not request.get("stream"):
             await _sleep_until(loop, times[-1] if times else loop.time())
+            self.tokens_sent += len(tokens)
             await self._json(writer, 200, self._completion(tokens, "".join(texts), usage, chat=chat), keep)
             return
         connection = b"keep-alive" if keep else b"close"
@@ -149,6 +155,7 @@ class SimServer:
                      b"Transfer-Encoding: chunked\r\nConnection: " + connection + b"\r\n\r\n")
         for first, last in _chunks(len(times), self.chunk_tokens):
             await _sleep_until(loop, times[last - 1])
+            self.tokens_sent += last - first
             ids = tokens[first:last]
             text = "".join(texts[first:last])
             choice = ({"index": 0, "delta": {"content": text}, "token_ids": ids} if chat else
