@@ -8,6 +8,12 @@ frontend go on the allocation's first node, a prefill mocker on the second and a
 by the dynamo backend and the Slurm launcher as one flow does (placement, processes, start, wait until ready); a
 loadgen Offline run through the harness from the head (where Podium runs) follows, then the stop.
 
+The run is sampled as every measured run is (tasks/serving/telemetry.py), its GPU figures from the launcher's GPU
+sampler steps, which run the `nvidia-smi` of the spec's `fake_bin` on each node. Then a dcgm-exporter stand-in is
+started in each node's network and UTS namespaces (entered through its slurmd, on the same port on every node, as an
+exporter runs on a cluster) and the spec's DCGM URL template, filled with the allocation's node names, is scraped from
+the head, where each name resolves to its node's own address.
+
 Writes `result.json` into the work folder: the nodes and the addresses their names resolve to, every process as
 launched (argv, the address settings of its env) and where it ran (node, network namespace, listening sockets), what
 the frontend saw, the loadgen stats and what was left after the stop; when the launch fails, the error and the last
@@ -16,12 +22,15 @@ lines of every process's log instead.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +39,22 @@ import httpx
 ADDRESS_ENV = ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST", "DYN_SYSTEM_HOST",
                "ETCD_ENDPOINTS")
 NODE_OF = {"etcd": 0, "frontend": 0, "prefill": 1, "decode": 2}   # which node of the allocation runs each role
+# A dcgm-exporter stand-in, run in a node's namespaces: `python -c EXPORTER PORT` serves on every address of the node
+# one GPU whose utilisation is 50 + N on the node whose host name (its own UTS namespace's) is nodeN.
+EXPORTER = """
+import http.server, socket, sys
+n = int(socket.gethostname().removeprefix("node"))
+page = f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="{socket.gethostname()}"}} {50 + n}\\n'.encode()
+class Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("0.0.0.0", int(sys.argv[1])), Page).serve_forever()
+"""
 
 
 def options(spec: dict[str, Any]) -> dict[str, Any]:
@@ -87,13 +112,77 @@ def _squeue(*args: str) -> list[str]:
     return done.stdout.split()
 
 
-def _slurm_launcher(work: Path) -> Any:
-    """The Slurm launcher on this cluster, with a new allocation and its state in `work`/pids."""
+def _slurm_launcher(work: Path, fake_bin: str) -> Any:
+    """The Slurm launcher on this cluster, with a new allocation and its state in `work`/pids; its steps find
+    `fake_bin`'s nvidia-smi first on PATH."""
     from tasks.launchers import launcher
 
     return launcher("slurm", state_dir=work / "pids",
                     settings={"slurm_conf": os.environ["SLURM_CONF"], "allocation": "new", "python": sys.executable,
-                              "grace_s": 5, "step_timeout_s": 30})
+                              "grace_s": 5, "step_timeout_s": 30},
+                    environ={**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"})
+
+
+def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} in {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_exporters(nodes: list[str], port: int) -> dict[str, subprocess.Popen]:
+    """A dcgm-exporter stand-in on each node, in the network and UTS namespaces of its slurmd (its pid file under
+    PODIUM_SLURM_DIR), serving on `port` there; each answers by its node's name from here before this returns."""
+    run = Path(os.environ["PODIUM_SLURM_DIR"]) / "run"
+    started: dict[str, subprocess.Popen] = {}
+    try:
+        for node in nodes:
+            slurmd = (run / f"slurmd-{node}.pid").read_text().strip()
+            started[node] = subprocess.Popen(["nsenter", f"--target={slurmd}", "--net", "--uts", "--",
+                                              sys.executable, "-c", EXPORTER, str(port)])
+        for node in nodes:
+            _until(lambda n=node: _answers(f"http://{n}:{port}/metrics"), f"the exporter of {node} did not answer")
+    except BaseException:
+        stop_exporters(started)
+        raise
+    return started
+
+
+def stop_exporters(started: dict[str, subprocess.Popen]) -> None:
+    for proc in started.values():
+        proc.terminate()
+    for proc in started.values():
+        proc.wait(timeout=30)
+
+
+def _gpu_nodes(sampler: Any) -> set[str]:
+    """The nodes of the GPU rows `sampler` has sampled so far."""
+    return {g["node"] for line in list(sampler.lines) if line["kind"] == "sample" for g in line.get("gpus", [])}
+
+
+def _scrape_dcgm(result: dict[str, Any], spec: dict[str, Any], endpoint: Any, seen: Any) -> None:
+    """Sample the engine with the spec's DCGM URL template filled with the allocation's nodes (as the engine session
+    fills a plan's `engine.telemetry.dcgm_urls`) until every node's exporter has been read; into `result`, where each
+    exporter ran."""
+    from tasks.serving import telemetry
+
+    exporters = start_exporters(list(seen.nodes), spec["dcgm_port"])
+    try:
+        result["exporters"] = {node: os.readlink(f"/proc/{p.pid}/ns/net") for node, p in exporters.items()}
+        dcgm = telemetry.expand_dcgm((spec["dcgm_template"],), seen.nodes)
+        watched = dataclasses.replace(endpoint, watched=dataclasses.replace(seen, dcgm=dcgm))
+        with telemetry.sampling(Path(spec["work"]) / "dcgm", watched, "dynamo") as sampler:
+            _until(lambda: _gpu_nodes(sampler) == set(seen.nodes), "no DCGM rows from every node")
+    finally:
+        stop_exporters(exporters)
 
 
 def _allocation_facts(alloc: Any) -> dict[str, Any]:
@@ -113,10 +202,12 @@ def _as_launched(specs: list[Any]) -> dict[str, Any]:
 
 
 def _serve_and_measure(result: dict[str, Any], spec: dict[str, Any], be: Any, opts: dict[str, Any],
-                       specs: list[Any], deployment: Any, job: str) -> None:
+                       specs: list[Any], where: Any, deployment: Any, job: str) -> None:
     """Into `result`, as each is known: the endpoint, where each step ran, the frontend's health and the stats of a
-    loadgen Offline run through the harness from here (the head)."""
+    loadgen Offline run through the harness from here (the head), sampled into `work`/run/telemetry.jsonl (until
+    every node's GPU sampler has been read); then the DCGM scrape (`_scrape_dcgm`)."""
     from tasks.harness import runner
+    from tasks.serving import telemetry
     from tests.integration.engines_support import offline_spec
 
     work = Path(spec["work"])
@@ -128,7 +219,12 @@ def _serve_and_measure(result: dict[str, Any], spec: dict[str, Any], be: Any, op
     result["frontend_health"] = httpx.get(f"{endpoint.base_url}/health", timeout=10).json()
     run = offline_spec(Path(spec["data"]), "performance", samples=spec["samples"], max_tokens=spec["max_tokens"],
                        engine=result["version"], qps=spec["qps"])
-    result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+    seen = where.watched(deployment)   # as tasks.launchers.start_ready gives it to each run
+    watched = dataclasses.replace(endpoint, watched=seen)
+    with telemetry.sampling(work / "run", watched, run.engine, run.harness) as sampler:
+        result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+        _until(lambda: _gpu_nodes(sampler) == set(seen.nodes), "no sampled GPU rows from every node")
+    _scrape_dcgm(result, spec, endpoint, seen)
 
 
 def _left(job: str, work: Path) -> dict[str, list]:
@@ -150,7 +246,7 @@ def main(spec_file: Path) -> None:
     opts = options(spec)
     be = backend("dynamo")
     result: dict[str, Any] = {"version": be.version(opts), "head": socket.gethostname()}
-    where = _slurm_launcher(work)
+    where = _slurm_launcher(work, spec["fake_bin"])
     # What tasks.launchers.start_ready does, in its steps, so the specs are on record even when the launch fails.
     placement = placement_for(be, opts, where)
     alloc = where.allocation
@@ -170,7 +266,7 @@ def main(spec_file: Path) -> None:
         except PodiumError as e:   # a process exited while starting, or never got ready
             result["launch_error"] = f"{e.message}\nfix: {e.fix}"
             return
-        _serve_and_measure(result, spec, be, opts, specs, deployment, alloc.job_id)
+        _serve_and_measure(result, spec, be, opts, specs, where, deployment, alloc.job_id)
     finally:
         if deployment is not None:
             where.stop(deployment)
