@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import re
 import signal
@@ -298,12 +297,7 @@ class SlurmLauncher(Launcher):
         prints goes to `<log_dir>/gpus-<node>.jsonl`. A sampler that does not start is a warning: telemetry never
         fails a launch."""
         alloc = deployment.allocation
-        held: dict[str, int] = {}
-        for spec in deployment.processes:
-            span = alloc.nodes[spec.node_index:spec.node_index + spec.nodes]
-            for node in span:
-                held[node] = held.get(node, 0) + math.ceil(spec.gpus / len(span))
-        for node, gpus in held.items():
+        for node, gpus in cli.held_gpus(deployment.processes, alloc.nodes).items():
             name, log = f"{self.tag}-gpus-{node}", log_dir / f"gpus-{node}.jsonl"
             argv = cli.sampler_argv(self.settings, alloc.job_id, node, gpus, name)
             deployment.logger.info("starting the GPU sampler of %s: %s", node, json.dumps(argv))

@@ -293,13 +293,27 @@ def sampler_argv(settings: SlurmSettings, job_id: str, node: str, gpus: int, ste
             f"--immediate={math.ceil(settings.step_timeout_s)}", "--unbuffered", *gpu_sampler.argv(settings.python)]
 
 
+def held_gpus(specs: Sequence[ProcessSpec], nodes: Sequence[str]) -> dict[str, int]:
+    """The GPUs the specs' steps hold on each node they run on (of the allocation's `nodes`), in node order of first
+    use: what each node's GPU sampler step asks for."""
+    held: dict[str, int] = {}
+    for spec in specs:
+        span = nodes[spec.node_index:spec.node_index + spec.nodes]
+        for node in span:
+            held[node] = held.get(node, 0) + math.ceil(spec.gpus / len(span))
+    return held
+
+
 def review(settings: SlurmSettings, specs: Sequence[ProcessSpec]) -> dict[str, object]:
-    """What a launch would run, for `podium launch --dry-run`: the salloc (unless Podium runs inside a job) and each
-    process's srun, with `$JOB` for the job id and `node<i>` for the i-th node of the allocation."""
+    """What a launch would run, for `podium launch --dry-run`: the salloc (unless Podium runs inside a job), each
+    process's srun and each engine node's GPU sampler step, with `$JOB` for the job id and `node<i>` for the i-th
+    node of the allocation."""
     nodes = max((s.node_index + s.nodes for s in specs), default=1)
     names = [f"node{i}" for i in range(max(nodes, settings.nodes or 0))]
     steps = {s.name: srun_argv(settings, "$JOB", s, names[s.node_index:s.node_index + s.nodes],
                                f"{settings.job_name}-<launch>-{s.name}") for s in specs}
+    samplers = {node: sampler_argv(settings, "$JOB", node, gpus, f"{settings.job_name}-<launch>-gpus-{node}")
+                for node, gpus in held_gpus(specs, names).items()}
     salloc = None if settings.allocation == "inherit" else \
         salloc_argv(settings, settings.nodes or nodes, f"{settings.job_name}-<launch>")
-    return {"salloc": salloc, "srun": steps}
+    return {"salloc": salloc, "srun": steps, "samplers": samplers}

@@ -23,8 +23,7 @@ from submission.rules import load_rules
 from submission.tree.host_facts import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
-from tasks.launchers import Launcher, launched, launcher
-from tasks.launchers.slurm_cli import sbatch_argv
+from tasks.launchers import Launcher, launched, launcher, slurm_cli
 from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
@@ -151,6 +150,8 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     if engine.launcher == "kubernetes":   # the objects it would create are part of the review (no cluster asked)
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
+    if engine.launcher == "slurm":   # the steps it would run: salloc, each process's srun, each node's GPU sampler
+        out["slurm"] = slurm_cli.review(engine.slurm_settings() or SlurmSettings(), specs)
     out["endpoint"] = endpoint.for_client()
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
@@ -171,7 +172,7 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
     n, settings = need(plan, bench), bench.engine.slurm_settings() or SlurmSettings()
     job = slurm_time(job_need(plan))
     nodes = settings.nodes or backend(bench.engine.name).demand(bench.engine.config())[0]
-    sbatch = sbatch_argv(settings, nodes, job, ["run", "PLAN.yaml"])
+    sbatch = slurm_cli.sbatch_argv(settings, nodes, job, ["run", "PLAN.yaml"])
     text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {settings.time_limit} (used when Podium takes the "
                         f"allocation itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
                         f"{job} for the whole plan (preflight checks the job's time left)"]
@@ -284,12 +285,23 @@ def render(items: list[dict[str, Any]]) -> str:
         if "kubernetes" in r:
             kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
             lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+        lines += _sampler_steps(r.get("slurm"))
         lines += _measuring(r["measuring"])
         lines += r["capacity"]["text"]
         lines += (r.get("slurm_time") or {}).get("text", [])
         lines += r["description"]["text"]
         lines.append("")
     return "\n".join(lines)
+
+
+def _sampler_steps(slurm: dict[str, Any] | None) -> list[str]:
+    """The GPU sampler step a Slurm launch starts on each engine node, its script named rather than printed."""
+    lines = []
+    for node, argv in ((slurm or {}).get("samplers") or {}).items():
+        script = argv.index("-c") + 1
+        shown = [*argv[:script], "<tasks/launchers/gpu_sampler.py SCRIPT>", *argv[script + 1:]]
+        lines.append(f"  GPU sampler on {node}: {shlex.join(shown)}")
+    return lines
 
 
 @contextlib.contextmanager

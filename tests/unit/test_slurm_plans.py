@@ -4,6 +4,7 @@ system description free of fields nothing can tell (refused with the list and th
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,24 @@ def test_the_dry_run_prints_the_sbatch_of_the_plans_allocation(tmp_path: Path) -
     assert f"with engine.slurm's allocation: {' '.join(sbatch)}" in launch.render([review])
     script = (PLANS.parent / "slurm" / "podium.sbatch").read_text()
     assert "#SBATCH --mem=0" in script   # the script's default is the shipped plans' (all of each node's memory)
+
+
+def test_the_dry_run_lists_a_gpu_sampler_step_on_every_engine_node(tmp_path: Path) -> None:
+    """Beside the engine's steps, a launch starts one GPU sampler step per engine node (tasks/launchers/
+    gpu_sampler.py), overlapping the GPUs the engine holds there; the dry run lists each with its srun."""
+    from tasks.serving import launch
+
+    [review] = launch.reviews(plans.load(QWEN), tmp_path / "ws")
+    samplers = review["slurm"]["samplers"]
+    assert list(samplers) == ["node0", "node1", "node2", "node3"]
+    for node, argv in samplers.items():
+        assert argv[:7] == ["srun", "--jobid=$JOB", f"--job-name=podium-<launch>-gpus-{node}", "--nodes=1",
+                            f"--nodelist={node}", "--ntasks=1", "--overlap"]
+        assert "--gpus=4" in argv and argv[-3:] == list(cli.gpu_sampler.NVIDIA_SMI)
+    assert set(review["slurm"]["srun"]) == {p["name"] for p in review["processes"]}
+    text = launch.render([review])
+    for node, argv in samplers.items():
+        assert f"  GPU sampler on {node}: {shlex.join(argv[:argv.index('-c') + 1])} '<" in text
 
 
 def test_an_allocation_shorter_than_its_runs_stops_before_the_flow(tmp_path: Path) -> None:
