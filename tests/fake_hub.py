@@ -24,10 +24,11 @@ import io
 import json
 import re
 import tarfile
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlsplit
+
+from tests.local_http import LocalServer
 
 LFS_SUFFIXES = (".safetensors", ".parquet", ".bin")
 
@@ -36,20 +37,14 @@ def git_blob(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-class FakeHub:
+class FakeHub(LocalServer):
     def __init__(self) -> None:
         self.repos: dict[tuple[str, str], dict[str, dict[str, bytes]]] = {}   # (type, repo) -> commit -> files
         self.files: dict[str, bytes] = {}
         self.token: str | None = None
         self.corrupt: set[str] = set()
         self.downloads: Counter[str] = Counter()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.hub = self   # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(Handler)
 
     @property
     def github_url(self) -> str:
@@ -63,15 +58,6 @@ class FakeHub:
         key = f"github/{repo}/archive/{commit}.tar.gz"
         self.files[key] = archive
         return key
-
-    def start(self) -> FakeHub:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -87,7 +73,7 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
-        hub = self.server.hub   # type: ignore[attr-defined]
+        hub = self.server.fake   # type: ignore[attr-defined]
         if hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
             return self._reply(401, b"", {"X-Error-Message": "Invalid credentials in Authorization header"})
         path = unquote(urlsplit(self.path).path)
@@ -116,7 +102,7 @@ class Handler(BaseHTTPRequestHandler):
         return self._reply(404, b"")
 
     def _commit(self, repo_type: str, repo: str, rev: str) -> dict[str, bytes] | None:
-        hub = self.server.hub   # type: ignore[attr-defined]
+        hub = self.server.fake   # type: ignore[attr-defined]
         commits = hub.repos.get((repo_type, repo))
         if commits is None:
             self._reply(404, b"", {"X-Error-Code": "RepoNotFound"})
@@ -144,7 +130,7 @@ class Handler(BaseHTTPRequestHandler):
         self._reply(200, json.dumps(entries).encode(), {"Content-Type": "application/json"})
 
     def _bytes(self, key: str, data: bytes, headers: dict[str, str], body: bool) -> None:
-        hub = self.server.hub   # type: ignore[attr-defined]
+        hub = self.server.fake   # type: ignore[attr-defined]
         if key in hub.corrupt:
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         start = 0

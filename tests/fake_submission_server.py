@@ -14,10 +14,11 @@ Every request is kept in `requests` (method, path, headers, body).
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from tests.local_http import LocalServer
 
 
 @dataclass
@@ -28,29 +29,14 @@ class Seen:
     body: bytes
 
 
-class FakeSubmissionServer:
+class FakeSubmissionServer(LocalServer):
     def __init__(self, ids: dict[str, str]) -> None:
         self.ids = ids   # submitter id -> submitter name
         self.requests: list[Seen] = []
         self.uploads: dict[str, bytes] = {}
         self.checked: list[str] = []   # submission ids whose check was started
         self.put_status = 200
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.fake = self   # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FakeSubmissionServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        super().__init__(Handler)
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -24,12 +24,14 @@ import re
 import subprocess
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
+
+from tests.local_http import LocalServer
 
 TOKEN = "podium-test-token"
 OBJECT = re.compile(r"^/(?:api/v1|apis/apps/v1|apis/nvidia\.com/v1alpha1|apis/rbac\.authorization\.k8s\.io/v1)"
@@ -311,16 +313,11 @@ class Handler(BaseHTTPRequestHandler):
         self._handle("DELETE")
 
 
-class FakeApiServer:
+class FakeApiServer(LocalServer):
     def __init__(self) -> None:
         self.cluster = FakeCluster()
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(handler)
 
     def kubeconfig(self, path: Path, token: str = TOKEN) -> Path:
         path.write_text(yaml.safe_dump({
@@ -330,14 +327,6 @@ class FakeApiServer:
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "podium"}}]}))
         return path
 
-    def __enter__(self) -> FakeApiServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
 
 
 def node(name: str, architecture: str, labels: dict[str, str] | None = None) -> dict:

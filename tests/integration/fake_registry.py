@@ -17,11 +17,12 @@ import base64
 import hashlib
 import json
 import secrets
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.local_http import LocalServer
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -117,27 +118,9 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"token": token})
 
 
-class FakeRegistry:
+class FakeRegistry(LocalServer):
     def __init__(self) -> None:
         self.registry = Registry()
         handler = type("BoundHandler", (Handler,), {"registry": self.registry})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        super().__init__(handler)
         handler.base = self.url
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}"
-
-    def __enter__(self) -> FakeRegistry:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
