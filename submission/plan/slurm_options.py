@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from submission.base.errors import did_you_mean
 from submission.base.schema import Strict
@@ -59,6 +59,38 @@ class SlurmSettings(Strict):
     container_mount_home: bool = False
     srun_args: tuple[str, ...] = Field((), description="more srun options for every step, e.g. --network=...")
     salloc_args: tuple[str, ...] = Field((), description="more salloc options, e.g. --switches=1")
+    local_stage: str | None = Field(
+        None, description="a folder on each engine node's local disk, e.g. /local/nvme/podium: before the engine "
+                          "starts, one short step per node copies the staged model there from the shared copy, "
+                          "verified against its manifest (size and sha256 of every file; a complete copy is kept), "
+                          "and the engine reads it there. `{node}` stands for the node's name (nodes that share one "
+                          "filesystem, as a test cluster's, each get their own folder); with container_image, mount "
+                          "it at the same path (container_mounts). None: the engine reads the shared copy")
+
+    @field_validator("local_stage")
+    @classmethod
+    def _local_stage(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.startswith("/"):
+            raise ValueError(f"{v!r} is not an absolute path; give the folder on each node's local disk, e.g. "
+                             "/local/nvme/podium")
+        if any(c in v.replace("{node}", "") for c in "{}"):
+            raise ValueError(f"{v!r}: the only placeholder is {{node}} (the node's name), e.g. /local/nvme/{{node}}")
+        return v.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _local_stage_in_container(self) -> SlurmSettings:
+        """The copy runs on the node itself, the engine in its container: the container must see the folder where
+        the node has it."""
+        if self.local_stage and self.container_image:
+            root = self.local_stage.split("{node}")[0]
+            same = [src for src, dst, *_ in (m.split(":") for m in self.container_mounts)
+                    if src == dst and (root.rstrip("/") + "/").startswith(src.rstrip("/") + "/")]
+            if not same:
+                raise ValueError(f"local_stage: {self.local_stage} is not mounted in the engine's container at the "
+                                 f"same path; add it to container_mounts, e.g. {root.rstrip('/')}:{root.rstrip('/')}")
+        return self
 
     @field_validator("time_limit")
     @classmethod
@@ -99,6 +131,8 @@ def settings_problems(settings: dict[str, Any], launcher: str) -> list[str]:
 
 def _line(err: Any) -> str:
     field = ".".join(str(p) for p in err["loc"])
+    if not field:   # a check across fields: its message names them
+        return f"slurm.{err['msg'].removeprefix('Value error, ')}"
     if err["type"] == "extra_forbidden":
         return f"slurm.{field}: unknown setting; {did_you_mean(field, SlurmSettings.model_fields)}"
     return f"slurm.{field}: {err['msg'].removeprefix('Value error, ')}"

@@ -41,6 +41,12 @@ class Launcher(Protocol):
     def release(self) -> None:
         """Give back what `placement` took when nothing was started on it (a Slurm allocation)."""
 
+    def model_on_nodes(self, specs: list[ProcessSpec], model_dir: Path,
+                       logger: logging.Logger | logging.LoggerAdapter) -> list[ProcessSpec]:
+        """The specs reading the model where their nodes hold it, after `placement` and before `start` (a Slurm
+        engine's `local_stage` copies it onto each node first); default: the model folder as given."""
+        return specs
+
     def alive(self, deployment: Deployment) -> bool:
         """Whether every process still runs (default: no way to tell from here, so yes)."""
         return True
@@ -92,7 +98,7 @@ def start_ready(backend: EngineBackend, options: OptionsLike, model_dir: Path, w
         return None, backend.endpoint(options, model_dir, [])
     placement = placement_for(backend, options, where)
     try:
-        specs = backend.processes(options, model_dir, placement, build_dir)
+        specs = where.model_on_nodes(backend.processes(options, model_dir, placement, build_dir), model_dir, logger)
     except BaseException:
         where.release()
         raise

@@ -10,6 +10,9 @@ cancels it (`allocation: auto|inherit`).
 Beside the engine, one GPU sampler step per node (tasks/launchers/gpu_sampler.py) prints that node's GPU figures,
 which srun brings to `<log_dir>/gpus-<node>.jsonl` on this host for each run's telemetry; it stops with the engine.
 
+With `engine.slurm.local_stage`, one short step per node that reads the model first copies the staged model onto
+the node's local disk, verified, and the engine reads it there (tasks/launchers/slurm_stage.py).
+
 A short step on each node finds its IPv4 address (its NodeAddr resolved there: Dynamo and etcd bind and advertise IP
 literals only) and ports free on it; ports differ across the deployment (nodes of a test cluster share one
 address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the run logger.
@@ -40,7 +43,7 @@ from submission.base.errors import CommandError, LaunchError, PlanError, PodiumE
 from submission.base.files import tail
 from submission.plan.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, Watched, watched, write_files
-from tasks.launchers import Launcher
+from tasks.launchers import Launcher, slurm_stage
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
 
@@ -245,6 +248,18 @@ class SlurmLauncher(Launcher):
         workdir.mkdir(parents=True, exist_ok=True)
         return Placement(per_node[0].host, per_node[0].ports, nodes=tuple(per_node) if nodes > 1 else (),
                          workdir=str(workdir))
+
+    def model_on_nodes(self, specs: list[ProcessSpec], model_dir: Path, logger: Logger) -> list[ProcessSpec]:
+        """With `local_stage`: the model copied onto each node that reads it (tasks/launchers/slurm_stage.py), and
+        the specs reading it there."""
+        if not self.settings.local_stage or not slurm_stage.readers(specs, model_dir):
+            return specs
+        alloc = self.allocate(max(s.node_index + s.nodes for s in specs), logger)
+        local = slurm_stage.localised(self.settings, specs, model_dir, alloc.nodes)
+        nodes = [alloc.nodes[i] for i in slurm_stage.reader_nodes(specs, model_dir)]
+        slurm_stage.copy_to_nodes(self.settings, self.env, alloc.job_id, nodes, model_dir, f"{self.tag}-local-stage",
+                                  logger)
+        return local
 
     def _probe_node(self, alloc: Allocation, index: int, count: int, skip: set[int],
                     max_port: int | None) -> tuple[str, tuple[int, ...]]:

@@ -23,7 +23,7 @@ from submission.rules import load_rules
 from submission.tree.host_facts import accelerators
 from tasks import clients
 from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
-from tasks.launchers import Launcher, launched, launcher, slurm_cli
+from tasks.launchers import Launcher, launched, launcher, slurm_cli, slurm_stage
 from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
@@ -151,7 +151,14 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
     if engine.launcher == "slurm":   # the steps it would run: salloc, each process's srun, each node's GPU sampler
-        out["slurm"] = slurm_cli.review(engine.slurm_settings() or SlurmSettings(), specs)
+        settings = engine.slurm_settings() or SlurmSettings()
+        copies: dict[str, list[str]] = {}
+        if settings.local_stage:   # and first the model's copy on each node that reads it, which the argv then names
+            names = [f"node{i}" for i in range(max(s.node_index + s.nodes for s in specs))]
+            copies = slurm_stage.review(settings, specs, model_dir, names)
+            specs = slurm_stage.localised(settings, specs, model_dir, names)
+            out["processes"] = [process_view(s) for s in specs]
+        out["slurm"] = {**slurm_cli.review(settings, specs), "local_stage": copies}
     out["endpoint"] = endpoint.for_client()
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
@@ -285,6 +292,7 @@ def render(items: list[dict[str, Any]]) -> str:
         if "kubernetes" in r:
             kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
             lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+        lines += _local_copies(r.get("slurm"))
         lines += _sampler_steps(r.get("slurm"))
         lines += _measuring(r["measuring"])
         lines += r["capacity"]["text"]
@@ -292,6 +300,17 @@ def render(items: list[dict[str, Any]]) -> str:
         lines += r["description"]["text"]
         lines.append("")
     return "\n".join(lines)
+
+
+def _local_copies(slurm: dict[str, Any] | None) -> list[str]:
+    """The step a Slurm launch with `local_stage` runs on each node that reads the model, before the engine."""
+    lines = []
+    for node, argv in ((slurm or {}).get("local_stage") or {}).items():
+        script = argv.index("-c") + 1
+        shown = [*argv[:script], "<tasks/launchers/slurm_stage.py NODE_COPY>", *argv[script + 1:]]
+        lines.append(f"  model copied onto {node} (verified against its manifest) before the engine starts: "
+                     f"{shlex.join(shown)}")
+    return lines
 
 
 def _sampler_steps(slurm: dict[str, Any] | None) -> list[str]:
