@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import json
 import logging
 import os
 import subprocess
@@ -21,12 +22,14 @@ import pytest
 import yaml
 
 from submission.base.errors import LaunchError
+from submission.base.files import sha256_file
 from submission.results.logs import load_run
 from tasks.engines import HttpProbe, Placement, ProcessSpec, backend
 from tasks.harness import runner
-from tasks.launchers import launcher
+from tasks.launchers import launcher, slurm_stage
 from tasks.launchers.slurm import SlurmLauncher
 from tasks.serving import telemetry
+from tasks.staging.stage import stage
 from tests.integration.conftest import write_plan
 from tests.integration.engines_support import offline_spec
 
@@ -385,3 +388,63 @@ class DcgmPages(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+def test_local_stage_copies_the_model_onto_each_node_verified_and_keeps_a_complete_copy(slurm_conf: Path,
+                                                                                        tmp_path: Path) -> None:
+    """`engine.slurm.local_stage`: a step per node that reads the model copies the staged folder onto that node's
+    disk (here one filesystem: a folder per node by `{node}`), verified against the manifest; the engine's argv names
+    the node's copy. A second launch copies nothing, a file changed on one node is copied again there, and a
+    folder that cannot be written or a shared copy that no longer matches its manifest fail naming node and field."""
+    source = tmp_path / "source" / "tiny"
+    (source / "sub").mkdir(parents=True)
+    (source / "config.json").write_text('{"model_type": "llama"}')
+    (source / "model.safetensors").write_bytes(os.urandom(3 << 20))
+    (source / "sub" / "tokenizer.json").write_text("{}")
+    model = Path(stage(source, tmp_path / "stage").path)
+    manifest = json.loads((model / ".podium-manifest.json").read_text())
+    total = sum(m["size"] for m in manifest.values())
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf, nodes=2,
+                                                        local_stage=str(tmp_path / "nvme" / "{node}")))
+    reader = (sys.executable, "-c", "pass", "--model", str(model), "--tokenizer", f"{model}/sub/tokenizer.json")
+    specs = [ProcessSpec(role="server", name="a", argv=reader), ProcessSpec(role="server", name="b", argv=reader,
+                                                                            node_index=1),
+             ProcessSpec(role="router", name="router", argv=(sys.executable, "-c", "pass"))]
+    try:
+        local = where.model_on_nodes(specs, model, LOG)
+        nodes = where.allocation.nodes
+        copies = [tmp_path / "nvme" / n / model.name for n in nodes]
+        assert local[0].argv[4] == str(copies[0]) and local[1].argv[4] == str(copies[1])
+        assert local[1].argv[6] == f"{copies[1]}/sub/tokenizer.json" and local[2] == specs[2]
+        for copy in copies:
+            for rel, meta in manifest.items():
+                assert sha256_file(copy / rel) == meta["sha256"] and (copy / rel).stat().st_size == meta["size"]
+
+        def copy_all(folder: Path = model) -> dict[str, dict]:
+            return slurm_stage.copy_to_nodes(where.settings, where.env, where.allocation.job_id, nodes, folder,
+                                             "copy", LOG)
+
+        again = copy_all()
+        assert {n: (r["copied"], r["kept"]) for n, r in again.items()} == {n: (0, total) for n in nodes}
+        weights = copies[1] / "model.safetensors"
+        weights.write_bytes(os.urandom(weights.stat().st_size))   # same size, other bytes (and another mtime)
+        fixed = copy_all()
+        assert (fixed[nodes[0]]["copied"], fixed[nodes[1]]["copied"]) == (0, weights.stat().st_size)
+        assert sha256_file(weights) == manifest["model.safetensors"]["sha256"]
+
+        (tmp_path / "nvme" / nodes[0] / model.name).rename(tmp_path / "gone")   # node 0 copies afresh...
+        shared = model / "sub" / "tokenizer.json"
+        shared.write_text("{} ")   # ...from a shared copy that no longer matches its manifest
+        with pytest.raises(LaunchError, match=rf"local_stage: the model's copy on {nodes[0]} failed: sub/tokenizer"
+                                              r".json: sha256 \w+ after the copy") as err:
+            copy_all()
+        assert "stage the model again" in str(err.value)
+        blocked = tmp_path / "blocked"
+        blocked.write_text("a file, not a folder")
+        where.settings = where.settings.model_copy(update={"local_stage": f"{blocked}/{{node}}"})
+        with pytest.raises(LaunchError, match=rf"on {nodes[0]} failed: cannot write in {blocked}/{nodes[0]}") as err:
+            where.model_on_nodes(specs, model, LOG)
+        assert "point engine.slurm.local_stage at a folder the job may write" in str(err.value)
+    finally:
+        where.release()
+    assert _jobs(slurm_conf) == []
