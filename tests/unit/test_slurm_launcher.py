@@ -3,6 +3,7 @@ environment of Slurm's commands, the translation of Slurm's messages, and the va
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -11,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from submission.base.errors import PlanError
+from submission.base.errors import LaunchError, PlanError
 from submission.plan.model import EngineSpec
 from submission.plan.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import HttpProbe, ProcessSpec
-from tasks.launchers import launcher
+from tasks.launchers import launcher, slurm_stage
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.slurm import SlurmLauncher
 
@@ -186,3 +187,36 @@ def test_a_node_address_that_is_not_the_nodes_own_is_refused() -> None:
     assert other.returncode != 0 and "192.0.2.7 is not an IPv4 address of this node" in other.stderr
     nowhere = _node_probe("no-such-node.invalid", 1)
     assert nowhere.returncode != 0 and "no IPv4 address of this node for no-such-node.invalid" in nowhere.stderr
+
+
+def test_local_stage_settings_name_the_field_and_the_fix() -> None:
+    assert SlurmSettings(local_stage="/local/nvme/{node}/").local_stage == "/local/nvme/{node}"
+    text = "\n".join(settings_problems({"local_stage": "nvme/podium"}, "slurm")
+                     + settings_problems({"local_stage": "/nvme/{host}"}, "slurm")
+                     + settings_problems({"local_stage": "/local/nvme", "container_image": "img",
+                                          "container_mounts": ["/local:/mnt"]}, "slurm"))
+    assert "slurm.local_stage: 'nvme/podium' is not an absolute path" in text
+    assert "slurm.local_stage: '/nvme/{host}': the only placeholder is {node}" in text
+    assert ("slurm.local_stage: /local/nvme is not mounted in the engine's container at the same path; add it to "
+            "container_mounts, e.g. /local/nvme:/local/nvme") in text
+    assert not settings_problems({"local_stage": "/local/nvme/{node}", "container_image": "img",
+                                  "container_mounts": ["/local:/local:rw"]}, "slurm")
+
+
+def test_local_stage_substitutes_the_model_folder_per_node_and_refuses_one_process_on_two_folders() -> None:
+    model = Path("/shared/stage/models/tiny-0123456789ab")
+    argv = ("serve", str(model), "--tokenizer", f"{model}/tok", "--other", f"{model}x")
+    specs = [ProcessSpec(role="server", name="a", argv=argv), ProcessSpec(role="server", name="b", argv=argv,
+                                                                          node_index=1)]
+    same = SlurmSettings(local_stage="/nvme")
+    out = slurm_stage.localised(same, specs, model, ["n1", "n2"])
+    assert out[1].argv == ("serve", "/nvme/tiny-0123456789ab", "--tokenizer", "/nvme/tiny-0123456789ab/tok",
+                           "--other", f"{model}x")
+    per_node = SlurmSettings(local_stage="/nvme/{node}")
+    assert slurm_stage.localised(per_node, specs, model, ["n1", "n2"])[1].argv[1] == "/nvme/n2/tiny-0123456789ab"
+    wide = [dataclasses.replace(specs[0], nodes=2, mpi_ranks=8)]
+    assert slurm_stage.localised(same, wide, model, ["n1", "n2"])[0].argv[1] == "/nvme/tiny-0123456789ab"
+    with pytest.raises(LaunchError, match=re.escape("a spans nodes n1, n2, and engine.slurm.local_stage=/nvme/{node} "
+                                                    "names another folder on each")) as err:
+        slurm_stage.localised(per_node, wide, model, ["n1", "n2"])
+    assert "the same on every node (without {node})" in str(err.value)

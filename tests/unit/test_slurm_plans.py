@@ -158,3 +158,29 @@ def test_a_job_too_short_for_the_plan_is_told_the_whole_sbatch(monkeypatch: pyte
         in short.fix
     monkeypatch.setattr(slurm_checks, "job_time_left", lambda env, job: None)   # unlimited
     assert slurm_checks._job_time(plan, plan.benchmarks[0].engine.slurm_settings(), 4, {}, "42") == []
+
+
+def test_the_dry_run_lists_the_models_copy_on_each_node_that_reads_it(tmp_path: Path) -> None:
+    """With engine.slurm.local_stage, a launch first copies the model onto each node whose processes read it (a step
+    per node), and their argv names that copy; the dry run lists the steps and shows the argv as launched."""
+    from tasks.serving import launch
+
+    data = yaml.safe_load(QWEN.read_text())
+    data["benchmarks"][0]["engine"]["slurm"]["local_stage"] = "/local/nvme/podium"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(data))
+    [review] = launch.reviews(plans.load(plan_file), tmp_path / "ws")
+    model = data["benchmarks"][0]["model"]["source"]
+    local = f"/local/nvme/podium/{Path(model).name}"
+    copies = review["slurm"]["local_stage"]
+    assert list(copies) == ["node0", "node1", "node2", "node3"]   # every node runs a worker that reads it
+    for node, argv in copies.items():
+        assert argv[:7] == ["srun", "--jobid=$JOB", "--job-name=podium-<launch>-local-stage", "--nodes=1",
+                            f"--nodelist={node}", "--ntasks=1", "--overlap"]
+        assert argv[-2:] == [model, local]
+    workers = [p for p in review["processes"] if p["role"] in ("prefill", "decode")]
+    assert workers and all(local in p["argv"] and model not in p["argv"] for p in workers)
+    assert all(local in argv for name, argv in review["slurm"]["srun"].items()
+               if name in {p["name"] for p in workers})
+    text = launch.render([review])
+    assert "  model copied onto node3 (verified against its manifest) before the engine starts: srun" in text
