@@ -27,8 +27,6 @@ from tasks.launchers import slurm_cli as cli
 
 Logger = logging.Logger | logging.LoggerAdapter
 FIELD = "engine.slurm.local_stage"
-MANIFEST = ".podium-manifest.json"   # tasks.staging.sources.MANIFEST: what a staged folder carries
-RECORD = ".podium-local.json"        # beside the local copy: the manifest's digest, each file's size and mtime
 
 # Runs on a node: copy SRC (a staged folder) to DEST, verified against SRC's manifest; keep the files DEST's record
 # vouches for (the record names the manifest by the sha256 of its bytes). Prints one JSON line: what it copied and
@@ -36,6 +34,7 @@ RECORD = ".podium-local.json"        # beside the local copy: the manifest's dig
 NODE_COPY = r"""
 import concurrent.futures, errno, hashlib, json, os, shutil, socket, sys
 src, dest = sys.argv[1], sys.argv[2]
+# the manifest a staged folder carries (tasks.staging.sources.MANIFEST); the record beside the local copy
 MANIFEST, RECORD, CHUNK = ".podium-manifest.json", ".podium-local.json", 16 << 20
 node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
@@ -159,7 +158,7 @@ def localised(settings: SlurmSettings, specs: Sequence[ProcessSpec], model_dir: 
     for spec in specs:
         span = nodes[spec.node_index:spec.node_index + spec.nodes]
         paths = {local_dir(settings, n, model_dir) for n in span}
-        if spec in readers(specs, model_dir) and len(paths) > 1:
+        if any(_under(a, model_dir) for a in spec.argv) and len(paths) > 1:
             raise LaunchError(f"{spec.name} spans nodes {', '.join(span)}, and {FIELD}={settings.local_stage} names "
                               "another folder on each, but one argv names one model folder",
                               fix=f"give {FIELD} a path that is the same on every node (without {{node}})")
