@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from urllib3.exceptions import HTTPError
+
 from submission.base.errors import LaunchError, PlanError, PodiumError
 from submission.plan.model import BenchmarkSpec, Plan
 from submission.tree import host_facts
@@ -95,6 +97,15 @@ def describe_engine_nodes(plan: Plan, state_dir: Path | None = None,
     return facts
 
 
+def unreachable(bench: BenchmarkSpec, error: Exception, where: str | None) -> PlanError:
+    """The API server did not answer at all (refused, unresolvable, timed out): no verdict on rights or nodes."""
+    reason = getattr(error, "reason", None) or error
+    return PlanError(f"{bench.system}: the Kubernetes API server does not answer: {type(error).__name__}: "
+                     f"{str(reason)[:200]}",
+                     fix="check the kubeconfig's server and the network to it (`kubectl cluster-info`), or set "
+                         "engine.kubernetes.kubeconfig/context to the cluster's", where=where)
+
+
 def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = None) -> list[PodiumError]:
     """What keeps `bench`'s Kubernetes engine from starting, asked of the API server before anything is created:
     each call of `ACCESS` (`GRAPH_ACCESS` too for a Dynamo graph) the account may not make in the engine's namespace,
@@ -123,6 +134,8 @@ def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = N
                 refused.append((verb, group, resource))
     except PodiumError as e:
         return [PlanError(f"{bench.system}: {e.message}", fix=e.fix, where=where)]
+    except (HTTPError, OSError) as e:
+        return [unreachable(bench, e, where)]
     problems: list[PodiumError] = []
     if refused:
         problems.append(PlanError(
@@ -176,6 +189,8 @@ def image_problems(bench: BenchmarkSpec, state_dir: Path, environ: Mapping[str, 
         return [PlanError(f"{bench.system}: {error.message}", fix=error.fix, where=where)]
     except PodiumError as e:
         return [PlanError(f"{bench.system}: {e.message}", fix=e.fix, where=where)]
+    except (HTTPError, OSError) as e:
+        return [unreachable(bench, e, where)]
     if not nodes:
         return [PlanError(f"{bench.system}: " + (f"no node matches engine.kubernetes.node_selector "
                                                  f"{k8s.node_selector}" if k8s.node_selector
