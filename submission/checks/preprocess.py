@@ -44,7 +44,8 @@ KNOWN_CRASHES = {
         "submission_checker_old.check_compliance_dir, whose check_compliance_acc_dir knows only TEST01 and TEST06 "
         "and reaches `raise NotImplemented(...)` (submission_checker_old.py line 3669, a TypeError) on TEST07's "
         "verify_accuracy.txt, the file the official checker requires (submission_checker/checks/"
-        "compliance_check.py line 147); no later mlcommons/inference commit changes that line"),
+        "compliance_check.py line 147); no later mlcommons/inference commit changes that line (its TEST07 check came "
+        "with mlcommons/inference#2532, the raise with mlcommons/inference#1616)"),
 }
 ENDPOINTS_DROPPED = (
     f"a known defect at {PIN}: it judges every scenario folder with submission_checker_old's loadgen readers "
