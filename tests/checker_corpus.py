@@ -214,6 +214,8 @@ def assemble_corpus(runs: dict[str, Path], root: Path, backup: Path) -> Path:
     tree = Tree(root, "closed", ORG)
     write(tree.system_json(SYSTEM), json.dumps(system_description(), indent=2) + "\n")
     write(tree.src / "podium" / "README.md", "Podium ran this submission: `podium run plan.yaml`.\n")
+    for benchmark in (GPT, QWEN):  # each benchmark's code folder, as the tree writer gives it (Tree.code)
+        write(tree.code(benchmark) / "README.md", f"# {benchmark}\n\nThe plan: src/podium/plan.yaml.\n")
     write(tree.calibration, "# Calibration\n\nNo calibration: the weights are used as published.\n")
     for sc in ("Offline", "Server", "Interactive"):
         gpt_scenario(tree, sc, runs)

@@ -45,6 +45,19 @@ def write_plan(tree: Tree, plan: Plan) -> Path:
     return write_atomic(tree.org / plan_file(plan), yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
 
 
+def write_code_readmes(tree: Tree, plans_by_folder: dict[str, list[Plan]]) -> None:
+    """src/<benchmark folder>/README.md for each benchmark folder of results/ (`Tree.code`), naming the plans whose
+    runs fill it and what measured them."""
+    for folder, plans in plans_by_folder.items():
+        lines = [f"# {folder}", "", "Podium's harness and engine configuration for this benchmark are the plan(s) "
+                 "below (under src/podium/plans/); `podium run <plan>` reproduces the runs.", ""]
+        for plan in plans:
+            harnesses = sorted({HARNESS_SRC[plan.harness(b)] for b in plan.benchmarks
+                                if benchmark_folder(plan, b) == folder})
+            lines.append(f"- `{plan_file(plan)}`: measured by {'; '.join(harnesses)}")
+        write_atomic(tree.code(folder) / "README.md", "\n".join(lines) + "\n")
+
+
 def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: str, harness: str) -> str:
     smoke = plan.profile == "smoke"
     lines = [f"# {bench.benchmark} {scenario} on {bench.system}", ""]
@@ -183,6 +196,7 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
     if mapping:
         write_atomic(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
     write_plan(tree, plan)
+    write_code_readmes(tree, {benchmark_folder(plan, b): [plan] for b in plan.benchmarks})
     write_atomic(tree.src / "podium" / "README.md",
                  f"Podium (commit {commit}) ran this submission from `{plan_file(plan)}`: `podium run "
                  f"{Path(plan_file(plan)).name}`.\n"

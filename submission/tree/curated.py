@@ -15,7 +15,8 @@ from pathlib import Path
 from submission.base.errors import CurationError
 from submission.base.files import write_atomic
 from submission.base.markdown import table as md_table
-from submission.tree.assemble import plan_file, write_plan
+from submission.plan.model import Plan
+from submission.tree.assemble import plan_file, write_code_readmes, write_plan
 from submission.tree.curation import LEGACY_PLAN, Candidate, Choice, Curation, Source
 from submission.tree.paths import README, SMOKE_MARKER, Tree
 
@@ -77,13 +78,19 @@ def _calibration(root: Path, chosen: list[Choice]) -> None:
 
 
 def _src(root: Path, result: Curation) -> None:
-    """Each contributing source's plan where `plan_file` says, and a README naming them."""
+    """Each contributing source's plan where `plan_file` says, a README naming them, and one per benchmark folder."""
     by_tree: dict[Path, list[Source]] = {}
+    by_folder: dict[Tree, dict[str, list[Plan]]] = {}
     for c in (choice.candidate for choice in result.chosen):
         tree = _tree(root, c)
         if c.source not in by_tree.setdefault(tree.org, []):
             write_plan(tree, c.source.plan)
             by_tree[tree.org].append(c.source)
+        plans = by_folder.setdefault(tree, {}).setdefault(c.folder, [])
+        if c.source.plan not in plans:
+            plans.append(c.source.plan)
+    for tree, folders in by_folder.items():
+        write_code_readmes(tree, folders)
     for org, sources in by_tree.items():
         write_atomic(org / "src" / "podium" / README, "\n".join([
             f"Podium curated this submission (`podium assemble --pick {result.pick}`) from {len(sources)} run(s); "

@@ -3,6 +3,8 @@
     <division>/<submitter>/
       systems/<system>.json             (one per results/<system>; <system>_power.yaml optional, v6.1)
       src/                              (required; Podium writes the plan and how to reproduce)
+        podium/                         (Podium's README and the plans, `assemble.plan_file`)
+        <benchmark>/README.md           (one per benchmark folder of results/: the code of that benchmark)
       documentation/calibration.md      (closed division; calibration.md beside systems/ is accepted too)
       model_mapping.json                (open division: custom model name -> benchmark)
       results/<system>/<benchmark>/<Scenario>/
@@ -17,6 +19,10 @@
           accuracy/accuracy_results.json
           audit/audit_<test name>.json    (compliance records; see ENDPOINTS_AUDIT_NAMES)
 
+`src/<benchmark>/` is where tools/submission/submission_structure.md puts each benchmark's code
+(`code/<benchmark_name>`, named `src/` from v6.0 on: constants.py SRC_PATH; the samples hold
+`src/<benchmark>/README.md`); preprocess_submission.py copies it with a result it moves from closed to open, and
+stops with FileNotFoundError when it is missing.
 Sources: tools/submission/submission_structure.md, submission_checker/constants.py (*_PATH, REQUIRED_*_FILES,
 ENDPOINTS_COMPLIANCE_MAPPING), checks/compliance_check.py, parsers/endpoints_parser.py (reference §1.1-1.5).
 Benchmark folders carry the checker's benchmark names; Interactive is a scenario folder.
@@ -137,6 +143,10 @@ class Tree:
     @property
     def src(self) -> Path:
         return self.org / "src"
+
+    def code(self, benchmark_folder: str) -> Path:
+        """src/<benchmark folder>/: the code of one benchmark folder of results/ (its README names the plan)."""
+        return self.src / _name(benchmark_folder)
 
     @property
     def calibration(self) -> Path:

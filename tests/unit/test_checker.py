@@ -12,7 +12,7 @@ import pytest
 from submission.checks.checker import check_tree
 from submission.plan import model as plans
 from submission.results.runs import RunRecord
-from submission.tree.assemble import assemble
+from submission.tree.assemble import assemble, plan_file
 from submission.tree.paths import Tree
 from submission.tree.systems import describe
 from tests import checker_corpus as corpus
@@ -87,6 +87,17 @@ def test_smoke_tree_has_only_named_deviations(tmp_path: Path, runs: dict[str, Pa
     assert "SMOKE tree: not a valid MLPerf submission" in report.summary()
     mapping = json.loads((root / "open" / "Podium" / "model_mapping.json").read_text())
     assert mapping == {"tiny-llama": "gpt-oss-120b"}
+
+
+def test_each_benchmark_folder_has_its_code_folder(tmp_path: Path, runs: dict[str, Path]) -> None:
+    """src/<benchmark folder>/ beside src/podium/, as submission_structure.md and the samples lay out the code, and
+    where preprocess_submission.py copies a result's code from (`<division>/<org>/src/<results folder>`)."""
+    root = build(tmp_path, runs)
+    src = root / "open" / "Podium" / "src"
+    assert sorted(p.name for p in src.iterdir()) == ["podium", "tiny-llama"]   # the results folder's name
+    readme = (src / "tiny-llama" / "README.md").read_text()
+    assert readme.startswith("# tiny-llama\n") and f"`{plan_file(plans.load(SMOKE))}`: measured by" in readme
+    assert "Podium's loadgen SUT" in readme
 
 
 def test_same_tree_fails_the_submission_profile(tmp_path: Path, runs: dict[str, Path]) -> None:
@@ -230,6 +241,7 @@ def test_endpoints_runs_assemble_into_the_endpoints_layout(tmp_path: Path) -> No
         readme = (folder / "README.md").read_text()
         assert "measured by the MLCommons endpoints client (`inference-endpoint`" in readme
         assert "user.conf" not in readme
+    assert "the MLCommons endpoints client" in tree.code(corpus.QWEN).joinpath("README.md").read_text()
     report = check_tree(root, "v6.1")
     assert report.scenarios_checked == 3 and report.ok, [f.line() for f in report.errors]
     found = [f.line() for f in report.findings if f.rule in ("endpoints-files", "unexpected-file")]

@@ -344,25 +344,37 @@ INFERENCE_SRC = Path(os.environ.get("PODIUM_INFERENCE_SRC", "/nonexistent")).exp
                            "preprocess_submission.py (`podium fetch-inference` prints one)")
 def test_the_round_tools_on_the_corpus(corpus: tuple[Path, dict[str, Path], Path], tmp_path: Path) -> None:
     """`podium submit`'s official steps, run for real from the round's pinned sources: the checker passes the corpus
-    and ends with its counts; preprocess_submission.py stops half-way on the closed tree (its old checker raises
-    `NotImplemented(...)` for TEST07; a result it moves to open needs src/<benchmark>/), and on the same tree in the
-    open division it runs and drops the qwen3-vl results, whose endpoints layout it does not read."""
+    (src/<benchmark>/ included) and ends with its counts. preprocess_submission.py, at the pin: on the closed tree it
+    stops with the TypeError of submission_checker_old.py line 3669 (TEST07), named as the known defect; without
+    gpt-oss-120b it runs through (the src/<benchmark>/ it copies a moved result's code from is there) but drops both
+    qwen3-vl results, whose endpoints layout it reads with loadgen readers; in the open division it keeps gpt-oss-120b
+    and drops qwen3-vl again. Both drops are refused, naming the folders."""
     from submission.checks import official
-    from submission.checks.preprocess import PreprocessFailed, run_preprocess
+    from submission.checks.preprocess import PreprocessDroppedResults, PreprocessFailed, run_preprocess
+    from submission.tree.changes import compare
 
     root, _, _ = corpus
     theirs = official.run_official(root, INFERENCE_SRC, "v6.1", tmp_path / "official.csv")
     assert theirs.ok and theirs.summary[-1] == "SUMMARY: submission looks OK", theirs.output_tail
     assert theirs.summary[:2] == ["Results=5, NoResults=0, Power Results=0", "Closed Results=5, Closed Power Results=0"]
-    with pytest.raises(PreprocessFailed, match=r"preprocess_submission\.py exited with code 1: \w+Error: ") as failed:
+    with pytest.raises(PreprocessFailed, match=r"exited with code 1: TypeError: 'NotImplementedType' object is not "
+                                               r"callable; a known defect at mlcommons/inference b66003e1") as failed:
         run_preprocess(root, INFERENCE_SRC, "v6.1", tmp_path / "closed")
-    assert "Traceback (most recent call last)" in failed.value.log and "--no-preprocess" in str(failed.value)
+    assert "line 3669, in check_compliance_acc_dir" in failed.value.log and "FileNotFoundError" not in failed.value.log
+    results = f"{ORG}/results/{SYSTEM}/{QWEN}"
+    no_gpt = tmp_path / "no-gpt"
+    shutil.copytree(root, no_gpt)
+    shutil.rmtree(no_gpt / "closed" / ORG / "results" / SYSTEM / GPT)
+    with pytest.raises(PreprocessDroppedResults) as dropped:
+        run_preprocess(no_gpt, INFERENCE_SRC, "v6.1", tmp_path / "closed-qwen")
+    assert dropped.value.folders == [f"closed/{results}/{sc}" for sc in ("Interactive", "Offline")]
+    assert (tmp_path / "closed-qwen" / "open" / ORG / "src" / QWEN / "README.md").is_file()   # copied to open
     opened = tmp_path / "open-tree"
     shutil.copytree(org(root), opened / "open" / ORG)
     _edit_json(opened / "open" / ORG / "systems" / f"{SYSTEM}.json", lambda d: d.update(division="open"))
-    done = run_preprocess(opened, INFERENCE_SRC, "v6.1", tmp_path / "preprocessed")
-    dropped = f"open/{ORG}/results/{SYSTEM}/{QWEN}"
-    files = {sc: sum(p.is_file() for p in qwen(root, sc).rglob("*")) for sc in ("Interactive", "Offline")}
-    assert done.changes.lines()[1:] == [f"removed {dropped}/{sc} ({n} files)" for sc, n in files.items()]
-    assert not (done.changes.added or done.changes.changed) and done.changes.unchanged > 50
-    assert any("Offline scenario result is invalid" in note and QWEN in note for note in done.notes), done.notes
+    with pytest.raises(PreprocessDroppedResults) as dropped:
+        run_preprocess(opened, INFERENCE_SRC, "v6.1", tmp_path / "preprocessed")
+    assert dropped.value.folders == [f"open/{results}/{sc}" for sc in ("Interactive", "Offline")]
+    kept = compare(opened, tmp_path / "preprocessed")
+    assert not (kept.added or kept.changed) and {Path(p).parts[4] for p in kept.removed} == {QWEN}
+    assert (tmp_path / "preprocessed" / "open" / ORG / "results" / SYSTEM / GPT).is_dir()

@@ -295,6 +295,8 @@ def test_the_curated_tree(tmp_path: Path) -> None:
         readme = (_scenario(tmp_path / "out", "Offline", system) / "README.md").read_text()
         assert f"the plan is in {plan_file(plan)}" in readme
     assert "run-a" in (org / "src" / "podium" / "README.md").read_text()
+    code = (org / "src" / "tiny-llama" / "README.md").read_text()   # one code folder, naming both plans
+    assert all(f"`{plan_file(plan)}`" in code for plan in (one, two))
     assert (tmp_path / "out" / "submission" / "SMOKE-NOT-A-SUBMISSION.md").is_file()
     assert not (tmp_path / "out" / "submission" / "closed").exists()
 
