@@ -5,7 +5,7 @@ The server is Podium's simulated one (tasks/engines/simulated/server.py); its tr
 is known exactly (`max_valid_qps`: loadgen's fixed-seed schedule replayed through the same model with loadgen's rules).
 
     python bench/search.py [--mode live|virtual|both] [--reps 3] [--configs decode-bound,tpot-bound]
-                           [--probe-queries 640] [--full-queries 2048] [--virtual-full 2048,6400] [--merge]
+                           [--probe-queries 640] [--full-queries 2048] [--virtual-full 2048,6400,10s] [--merge]
 
 Methods (every one starts from the same measured Offline throughput, a 10 s Offline run, which is not counted):
   podium      tasks.tuning.bisection: probes of --probe-queries queries, bracket from Offline, bisection to 2 % (aimed
@@ -17,7 +17,11 @@ Methods (every one starts from the same measured Offline throughput, a 10 s Offl
 
 `live` runs the real loadgen through Podium's harness against the real HTTP server (median of --reps); `virtual`
 asks the model instead (deterministic, seconds computed from loadgen's schedule plus 1.5 s to start each run), so
-the algorithms compare on many configurations in a moment. Results: bench/results/search.json.
+the algorithms compare on many configurations in a moment. A full-length run is 2048 or 6400 queries (at least 1 s),
+or "10s": at least 10 s (and 640 queries), as a plan's min_duration bounds it; a regime whose 10 s run is under two
+probes' queries is left out of "10s" (its probes would be as long as its full-length runs). Each answer is checked by
+an independent full-length run at it and one at 1.04 x it; "in full runs" is everything the method measured over the
+seconds a full-length run at the answer took. Results: bench/results/search.json.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from tasks.engines.simulated.queueing import (
 )
 from tasks.harness.probe import run_probe
 from tasks.launchers.local import free_port
-from tasks.tuning.bisection import SearchSettings, search
+from tasks.tuning.bisection import SearchSettings, full_run_seconds, search
 from tasks.tuning.probes import ProbeCache, Prober, target_qps, with_rate
 from tasks.tuning.simulated import judge
 
@@ -77,11 +81,28 @@ CONFIGS = {   # engine options of the simulated engine (submission.plan.engine_o
     # prefill (TTFT) bound: one 19 ms prefill worker; over capacity the prefill queue grows TTFT
     "prefill-bound": {"prefill_workers": 1, "prefill_ms": 19, "decode_workers": 4, "decode_slots": 64, "tpot_ms": 5,
                       "tpot_load": 0.0, "output_tokens": TOKENS, "chunk_tokens": 5},
+    # regimes no test uses, to measure the search on servers it was not tuned on: decode-bound over 3 x 40 slots
+    # (TPOT x2.4 in a full batch, capacity 139 q/s)
+    "decode-wide": {"prefill_workers": 1, "prefill_ms": 5, "decode_workers": 3, "decode_slots": 40, "tpot_ms": 24,
+                    "tpot_load": 1.4, "output_tokens": TOKENS, "chunk_tokens": 5},
+    # TTFT-bound: two 29 ms prefill workers (69 q/s), decode far from full
+    "ttft-two": {"prefill_workers": 2, "prefill_ms": 29, "decode_workers": 4, "decode_slots": 48, "tpot_ms": 7,
+                 "tpot_load": 0.2, "output_tokens": TOKENS, "chunk_tokens": 5},
+    # balanced: prefill (156 q/s) and decode (164 q/s) both near capacity
+    "balanced": {"prefill_workers": 1, "prefill_ms": 6.4, "decode_workers": 2, "decode_slots": 24, "tpot_ms": 13,
+                 "tpot_load": 0.5, "output_tokens": TOKENS, "chunk_tokens": 5},
 }
 
 
-def protocol(queries: int) -> Protocol:
-    return Protocol(SERVER.ttft_ms, SERVER.tpot_ms, 1000, queries, SAMPLES, SEED, max_tokens=TOKENS)
+def protocol(queries: int, min_duration_ms: int = 1000) -> Protocol:
+    return Protocol(SERVER.ttft_ms, SERVER.tpot_ms, min_duration_ms, queries, SAMPLES, SEED, max_tokens=TOKENS)
+
+
+def full_protocol(length: str, probe_queries: int) -> Protocol:
+    """A full-length run: `length` queries (at least 1 s), or "<N>s": at least N seconds and a probe's queries."""
+    if length.endswith("s"):
+        return protocol(probe_queries, int(float(length[:-1]) * 1000))
+    return protocol(int(length))
 
 
 def spec(dataset: Path, scenario: str, conf: list[tuple[str, str]]) -> RunSpec:
@@ -135,9 +156,8 @@ def outcome(answer: float | None, true: float, seconds: float, runs: int, valid:
 
 # ---------------------------------------------------------------- virtual: the model judges, time is computed
 
-def _p99_ok(cfg: SimConfig, qps: float, queries: int) -> tuple[bool, float]:
+def _p99_ok(cfg: SimConfig, qps: float, p: Protocol) -> tuple[bool, float]:
     """Loadgen's PerfConstraintsMet alone (what FindPeakPerformance judges by) and the run's seconds."""
-    p = protocol(queries)
     n = query_count(SEED, qps, p.min_duration_ms, p.min_queries, SAMPLES)
     arrivals = loadgen_schedule(SEED, qps, n)
     ttft, tpot = replay(cfg, arrivals, TOKENS)
@@ -146,12 +166,12 @@ def _p99_ok(cfg: SimConfig, qps: float, queries: int) -> tuple[bool, float]:
     return bool(ok), float(np.max(arrivals + ttft + tpot * (TOKENS - 1))) + 1.5
 
 
-def findpeak_virtual(cfg: SimConfig, lower: float, queries: int, decimals: int = 0) -> tuple[float, float, int]:
+def findpeak_virtual(cfg: SimConfig, lower: float, full: Protocol, decimals: int = 0) -> tuple[float, float, int]:
     """Loadgen's FindPeakPerformance (FindBoundaries doubling, then bisection to `decimals`) on the model."""
-    ok, seconds = _p99_ok(cfg, lower, queries)
+    ok, seconds = _p99_ok(cfg, lower, full)
     runs, low, high = 1, lower, lower * 2
     while True:
-        ok, s = _p99_ok(cfg, high, queries)
+        ok, s = _p99_ok(cfg, high, full)
         runs, seconds = runs + 1, seconds + s
         if not ok:
             break
@@ -159,28 +179,33 @@ def findpeak_virtual(cfg: SimConfig, lower: float, queries: int, decimals: int =
     scale = 10 ** decimals
     while np.floor(low * scale) + 1 < np.floor(high * scale):
         mid = low + (high - low) / 2
-        ok, s = _p99_ok(cfg, mid, queries)
+        ok, s = _p99_ok(cfg, mid, full)
         runs, seconds = runs + 1, seconds + s
         low, high = (mid, high) if ok else (low, mid)
     return low, seconds, runs
 
 
-def virtual(name: str, options: dict, args: argparse.Namespace, full_queries: int) -> dict:
+def virtual(name: str, options: dict, args: argparse.Namespace, length: str) -> dict | None:
+    """Every method on one regime judged by the model, a full-length run `length` long (None: a "10s" run under two
+    probes' queries at the regime's peak)."""
     cfg = sim_config(options)
-    true = max_valid_qps(cfg, protocol(full_queries))
+    full = full_protocol(length, args.probe_queries)
+    true = max_valid_qps(cfg, full)
+    if full.min_duration_ms > 1000 and true * full.min_duration_ms / 1000 < 2 * args.probe_queries:
+        return None
     offline = offline_virtual(cfg)
-    model = judge(cfg, protocol(args.probe_queries), protocol(full_queries))
+    model = judge(cfg, protocol(args.probe_queries), full)
     settings = SearchSettings(precision=WITHIN, probe_queries=args.probe_queries, probe_duration_ms=1000)
     methods = {}
-    full = protocol(full_queries)
     for method, refine in (("podium", False), ("podium refine_up", True)):
         result = search(model, offline, settings.model_copy(update={"refine_up": refine}))
         confirms = sum(p.stage == "confirm" for p in result.trace)
         methods[method] = outcome(result.qps, true, result.run_seconds, result.runs, result.confirmed, confirms)
-        if result.qps:   # an independent full-length run at the answer, and one at 1.06x it
+        if result.qps:   # an independent full-length run at the answer, and one at 1.04x it
             methods[method] |= {"valid_full": bool(valid_at(cfg, full, result.qps)),
-                                "invalid_at_1_06": not bool(valid_at(cfg, full, result.qps * 1.06)),
-                                "in_full_runs": round(result.run_seconds / model.full_seconds(result.qps), 2)}
+                                "invalid_at_1_04": not bool(valid_at(cfg, full, result.qps * 1.04)),
+                                "in_full_runs": round(result.run_seconds / full_run_seconds(model, result.trace,
+                                                                                              result.qps), 2)}
     qps, seconds, runs = offline, 0.0, 0
     while True:
         probe = model(qps, "confirm")
@@ -189,10 +214,10 @@ def virtual(name: str, options: dict, args: argparse.Namespace, full_queries: in
             break
         qps = float(f"{qps - 0.015 * offline:.4g}")
     methods["linear"] = outcome(qps, true, seconds, runs, probe.valid)
-    methods["linear"]["in_full_runs"] = round(seconds / model.full_seconds(qps), 2)
-    found, seconds, runs = findpeak_virtual(cfg, 0.5 * offline, full_queries)
+    methods["linear"]["in_full_runs"] = round(seconds / probe.duration_s, 2)
+    found, seconds, runs = findpeak_virtual(cfg, 0.5 * offline, full)
     methods["findpeak"] = outcome(found, true, seconds, runs, model(found, "confirm").valid)
-    return {"config": name, "full_queries": full_queries, "capacity": round(cfg.capacity(TOKENS), 2),
+    return {"config": name, "full_length": length, "capacity": round(cfg.capacity(TOKENS), 2),
             "offline": round(offline, 3), "true_max": round(true, 3), "methods": methods}
 
 
@@ -272,22 +297,37 @@ def median(runs: list[dict]) -> dict:
 
 
 def table(results: list[dict], kind: str) -> str:
-    lines = [f"| {kind} | config | full run | true max (q/s) | method | runs | full-length runs | load seconds | "
-             "in full runs | answer (q/s) | vs true max | within 2 % | VALID | INVALID at 1.06x |",
+    lines = [f"| {kind} | config | full run | peak (q/s) | method | runs | full-length runs | load seconds | "
+             "in full runs | answer (q/s) | answer / peak | within 2 % | VALID | INVALID at 1.04x |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        length = r.get("full_length") or f"{r.get('full_queries', '-')}"
         for method, m in r["methods"].items():
             reps = r.get("reps")
             within = f"{m['within_2pct']}/{reps}" if reps else ("yes" if m["within_2pct"] else "no")
             valid = f"{m['valid']}/{reps}" if reps else ("yes" if m["valid"] else "no")
             answer = "-" if m["answer"] is None else f"{m['answer']:.4g}"
-            error = "-" if m["error"] is None else f"{100 * m['error']:+.1f} %"
-            over = {True: "yes", False: "no"}.get(m.get("invalid_at_1_06"), "-")
-            lines.append(f"| {kind} | {r['config']} | {r.get('full_queries', '-')} q | {r['true_max']:.4g} | {method} "
+            ratio = "-" if m["error"] is None else f"{1 + m['error']:.3f}"
+            over = {True: "yes", False: "no"}.get(m.get("invalid_at_1_04"), "-")
+            lines.append(f"| {kind} | {r['config']} | {length} | {r['true_max']:.4g} | {method} "
                          f"| {m['runs']:g} | {m.get('full_runs', '-')} | "
-                         f"{m['seconds']:.0f} | {m.get('in_full_runs', '-')} | {answer} | {error} | {within} | {valid} "
+                         f"{m['seconds']:.0f} | {m.get('in_full_runs', '-')} | {answer} | {ratio} | {within} | {valid} "
                          f"| {over} |")
     return "\n".join(lines)
+
+
+def summary(results: list[dict], method: str = "podium") -> str:
+    """One line: in how many regimes `method`'s answer was within 2 % of the peak, passed a full-length run and
+    failed at 1.04x, with at most two full-length runs and four full-length runs' time; its answer / peak."""
+    rows = [r["methods"][method] for r in results]
+    done = [m for m in rows if m["within_2pct"] and m.get("valid_full") and m.get("invalid_at_1_04")
+            and m["full_runs"] <= 2 and (m.get("in_full_runs") or 0) <= 4]
+    ratios = sorted(1 + m["error"] for m in rows if m["error"] is not None)
+    return (f"{method}: {len(done)}/{len(rows)} regimes within 2 % of the peak, VALID at full length and INVALID at "
+            f"1.04x, with <= 2 full-length runs and <= 4 full-length runs' time; answer / peak "
+            f"{ratios[0]:.3f}-{ratios[-1]:.3f} (median {statistics.median(ratios):.3f}); "
+            f"full-length runs {max(m['full_runs'] for m in rows)} at most, in full runs "
+            f"{max(m.get('in_full_runs') or 0 for m in rows):g} at most")
 
 
 def main() -> None:
@@ -297,8 +337,9 @@ def main() -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="virtual: these; live: the first")
     parser.add_argument("--probe-queries", type=int, default=640)
     parser.add_argument("--full-queries", type=int, default=2048, help="a full-length run (live)")
-    parser.add_argument("--virtual-full", default="2048,6400",
-                        help="full-length runs the virtual mode compares at (6400: 10x a 640-query probe)")
+    parser.add_argument("--virtual-full", default="2048,6400,10s",
+                        help="full-length runs the virtual mode compares at: queries (6400: 10x a 640-query probe) "
+                             "or seconds (10s: a plan's min_duration)")
     parser.add_argument("--merge", action="store_true", help="keep the other mode's results already in --out")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "search.json")
     args = parser.parse_args()
@@ -309,9 +350,12 @@ def main() -> None:
                     "full_queries": args.full_queries, "configs": {n: CONFIGS[n] for n in names},
                     "load_average_at_start": round(__import__("os").getloadavg()[0], 2)}
     if args.mode in ("virtual", "both"):
-        lengths = [int(x) for x in args.virtual_full.split(",") if x]
-        report["virtual"] = [virtual(n, CONFIGS[n], args, full) for full in lengths for n in names]
+        lengths = [x for x in args.virtual_full.split(",") if x]
+        rows = [virtual(n, CONFIGS[n], args, length) for length in lengths for n in names]
+        report["virtual"] = [r for r in rows if r is not None]
+        report["virtual_summary"] = summary(report["virtual"])
         print(table(report["virtual"], "virtual"))
+        print(report["virtual_summary"])
     if args.mode in ("live", "both"):
         with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
             data = dataset(Path(tmp))

@@ -37,7 +37,8 @@ from tasks.serving.launch import model_dir_for, owner, read_in_place, where
 from tasks.serving.session import EngineSession
 from tasks.staging.stage import S3Access, stage_task
 from tasks.tuning import spend, splits
-from tasks.tuning.bisection import Probe, SearchResult, SearchSettings, search
+from tasks.tuning.bisection import Probe, SearchResult, SearchSettings, full_run_seconds, search
+from tasks.tuning.forecast import highest_within
 from tasks.tuning.probes import ProbeCache, Prober, deployment_key
 from tasks.workspace import Workspace
 
@@ -71,18 +72,30 @@ def scenario_spec(specs: list[RunSpec], scenario: str) -> RunSpec | None:
 
 
 def trace_rows(result: SearchResult) -> list[dict[str, Any]]:
-    """One row per run: its verdict, p99s and margin, the overload signals (served vs offered, backlog), what it cost
-    (wall seconds; samples issued and seconds measured as its client's report says; samples planned) and why it
-    passed or failed."""
+    """One row per run: its verdict, p99s and margin, what predicted it (served against offered, the p99 trend from
+    the first part of the run to the last, the queue fitted to it, the margin a full-length run would have by its
+    queue's growth; for a full-length run the rate its own record puts at the limits), what it cost (wall seconds;
+    samples issued and seconds measured as its client's report says; samples planned) and why it passed or
+    failed."""
     return [{"step": i, "stage": p.stage, "target_qps": p.qps, "verdict": p.verdict, "valid": p.valid,
              "ttft_p99_ms": p.ttft_p99_ms, "tpot_p99_ms": p.tpot_p99_ms, "latency_p99_ms": p.latency_p99_ms,
              "margin": p.margin, "metric": p.metric,
              "served_qps": p.signals.served_qps if p.signals else None,
+             "served_pct": round(100 * p.signals.served_qps / p.qps, 1) if p.signals else None,
+             "p99_trend": p.signals.p99_trend() if p.signals else None,
+             "queue": p.signals.describe_queues() if p.signals else None,
+             "full_margin": p.full_margin, "forecast_qps": forecast_at(p),
              "backlog": p.signals.backlog if p.signals else None,
              "seconds": p.duration_s, "samples": p.samples, "measured_s": p.measured_s,
              "planned_samples": p.planned_samples, "cached": p.cached, "reason": "; ".join(p.reasons)[:160],
              "why": p.why}
             for i, p in enumerate(result.trace, 1)]
+
+
+def forecast_at(run: Probe) -> float | None:
+    """The rate a full-length run's own record puts at its limits (None for a probe, or with no forecast)."""
+    at = highest_within(run.outlook, 1.0) if run.stage == "confirm" else None
+    return None if at is None else round(at, 4)
 
 
 def engine_time(result: SearchResult, full_run_s: float | None, gpu_count: int) -> dict[str, Any]:
@@ -148,7 +161,7 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
         launches = engine.launches
     if first is not None:
         result = result.model_copy(update={"trace": (first, *result.trace)})
-    full_run_s = prober.full_seconds(result.qps or result.start_qps)
+    full_run_s = full_run_seconds(prober, result.trace, result.qps or result.start_qps)
     out = summarize(result, plan, bench, scenario, cfg, offline_probe=first, label=label, launches=launches,
                     ran=prober.ran, options=options, used=engine_time(result, full_run_s, cost.gpus(options)))
     stands = standing(result)

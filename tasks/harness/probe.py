@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from submission.budget import cost
 from submission.results.logs import load_run
 from submission.results.runs import RunSpec
 from submission.rules import load_rules
@@ -53,16 +54,20 @@ def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
                  reasons=tuple(reasons), ttft_p99_ms=ttft, tpot_p99_ms=tpot, latency_p99_ms=latency,
                  margin=margin(scenario, ttft, tpot, latency), metric=run.result(scenario.result_field),
                  completed_qps=run.completed_samples_per_second or run.samples_per_second,
-                 duration_s=round(duration, 3), run_dir=str(run_dir), signals=signals(run_dir),
+                 duration_s=round(duration, 3), run_dir=str(run_dir), signals=signals(run_dir, spec, qps),
                  samples=None if run.generated_query_count is None
                  else run.generated_query_count * (run.generated_samples_per_query or 1),
                  telemetry=telemetry.of_run(run_dir))
 
 
-def signals(run_dir: Path) -> overload.Signals | None:
-    """The run's overload signals, from the per-query times the harness wrote (tasks.harness.timing)."""
+def signals(run_dir: Path, spec: RunSpec, qps: float) -> overload.Signals | None:
+    """The run's overload signals, from the per-query times the harness wrote (tasks.harness.timing); its forecast
+    at other rates keeps loadgen's length for the spec (min_duration and min_query_count: submission.budget)."""
     times = timing.read(run_dir)
-    return None if times is None else overload.measure(overload.QueryTimes.of(**times))
+    if times is None:
+        return None
+    own = cost.spec_seconds(spec, qps)
+    return overload.measure(overload.QueryTimes.of(**times), lambda f: cost.spec_seconds(spec, qps * f) / own)
 
 
 def probe(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_dir: str,

@@ -7,12 +7,14 @@ search:
 1. probes at `start_fraction` x the Offline throughput; while probes fail it steps down by `step_down`, while they
    pass it steps up by `step_up`, until one passing and one failing rate bracket the peak;
 2. bisects the bracket (geometric midpoint) until `high / low - 1 <= precision`;
-3. confirms the highest passing rate with one full-length run; if that fails, the next rate is learnt from what that
-   run measured (the rate it served, its p99 margin; `step_down`), and a second full-length run confirms it. With
-   `max_confirmations` 2 (the default) that is all: a second failure reports the highest rate a full-length run
-   passed, or none, with the reason, never an unconfirmed guess.
+3. confirms the highest passing rate with one full-length run; its own record (the queue fitted to its per-query
+   times, replayed at other rates: tasks.tuning.forecast) says where a full-length run's p99 meets the limit, and a
+   second full-length run goes there, half a precision under it: down when the first failed (`step_down`), up when
+   it passed with room (`step_up`). With `max_confirmations` 2 (the default) that is all: the answer is the
+   highest rate a full-length run passed, or none with the reason, never an unconfirmed guess.
 
-Short probes judge overload too (tasks.tuning.overload), and stop once they took `probe_budget` full-length runs'
+Short probes are judged by what they predict of a full-length run (tasks.tuning.overload: served against offered,
+the queue fitted to them, its growth over the longer run), and stop once they took `probe_budget` full-length runs'
 time, so a search measures at most about four full-length runs' time in all.
 
 Rates are rounded to 4 significant digits, so a re-run asks for exactly the same rates and finds them cached.
@@ -28,6 +30,7 @@ from pydantic import Field
 
 from submission.base.errors import RunFailed
 from submission.base.schema import Strict
+from tasks.tuning.forecast import highest_within
 from tasks.tuning.overload import Signals
 
 Stage = Literal["offline", "probe", "confirm"]   # the search itself judges probes and confirmations
@@ -83,6 +86,12 @@ class Probe(Strict):
     # what its telemetry says at a glance (tasks.serving.telemetry.summary: mean GPU use per role, peak KV use and
     # queue, tokens/s); empty when nothing was sampled
     telemetry: dict[str, float] = Field(default_factory=dict)
+    full_margin: float | None = None            # a probe over capacity: the margin its queue's growth predicts
+                                                # for a full-length run at its rate (None: it keeps up)
+    checked_margin: float | None = None         # its p99s over their limits as the checker judges this many
+                                                # queries: early stopping's bound where stricter (tasks.tuning.forecast)
+    outlook: tuple[tuple[float, float], ...] = ()   # (rate, margin) its own queue forecasts for a run as long at
+                                                    # rates 0.7-1.5x its own (tasks.tuning.forecast)
     why: str = ""                               # why it passed or failed: the checker's verdict and the signals'
 
     @property
@@ -212,8 +221,8 @@ def bracket(judge: Judge, start: float, settings: SearchSettings,
         budget -= not probe.cached
         if probe.valid:
             low = qps
-            if high is not None:
-                break
+            if high is not None or over_budget(judge, trace, qps, settings.probe_budget):
+                break   # bracketed, or out of probe time: the confirmation's own record looks higher
             qps = round_qps(qps * settings.step_up)
         else:
             high = qps
@@ -240,21 +249,42 @@ def elasticity(trace: list[Probe], near: float | None = None) -> float:
     return min(max(slope, 1.0), 4.0)
 
 
+def forecast_rate(run: Probe, settings: SearchSettings) -> tuple[float | None, str]:
+    """The rate a full-length run's own record puts at its limits (`Probe.outlook`: its fitted queue replayed at
+    other rates, tasks.tuning.forecast), half a precision under it; None with why when the record forecasts
+    nothing (no per-query times, or every rate forecast is over the limits)."""
+    if not run.outlook:
+        return None, "no per-query times to forecast from"
+    at = highest_within(run.outlook, 1.0)
+    if at is None:
+        return None, f"its queue forecasts every rate down to {min(q for q, _ in run.outlook):g} q/s over the limits"
+    queues = run.signals.describe_queues() if run.signals is not None else ""
+    return at * (1 - settings.precision / 2), (f"where its own record ({queues or 'no queue'}) forecasts its p99 "
+                                               f"at the limit, {at:.4g} q/s, half a precision under it")
+
+
 def step_down(failed: Probe, trace: list[Probe], settings: SearchSettings) -> tuple[float, str]:
-    """The next full-length rate after `failed`, learnt from what that run measured: the rate it served when it fell
-    behind (its capacity; half a precision under it), and the rate where its p99 margin would fall to the aim (1 -
-    AIM precisions: a full-length run's early stopping needs that headroom) at the probes' elasticity near it, at most
-    MAX_STEP precisions down; the lower, at least one precision under the failed rate, and never under the highest
-    rate a probe passed outright."""
+    """The next full-length rate after `failed`, learnt from that run's own record: where its fitted queue forecasts
+    its p99 at the limit (`forecast_rate`), half a precision under it. Without a forecast (no per-query times, or
+    latencies no queue explains): the rate it served when it fell behind (its capacity; half a precision under it),
+    and the rate where its p99 margin would fall to its limit at the probes' elasticity near it (the margin the
+    checker judges at its length, early stopping included; else the p99's against an aim of 1 - AIM precisions), at
+    most MAX_STEP precisions down; the lower, at least one precision under the failed rate."""
+    forecast, why = forecast_rate(failed, settings)
+    if forecast is not None:
+        return round_qps(min(forecast, failed.qps * (1 - settings.precision / 2))), why
     estimates = {}
     s = failed.signals
     if s is not None and s.served_qps < failed.qps * (1 - settings.overload_tolerance):
         estimates["the rate it served"] = s.served_qps
-    aim = 1 - AIM * settings.precision
-    if failed.margin and failed.margin > aim:   # over its limit, or under it but failed by early stopping
+    margin, aim = (failed.checked_margin, 1.0) if failed.checked_margin else (failed.margin,
+                                                                              1 - AIM * settings.precision)
+    if margin and margin > aim:   # over its limit, or under it but failed by early stopping
         e = elasticity(trace, failed.qps)
-        estimates[f"where its p99 margin {failed.margin:g} falls to {aim:g} (elasticity {e:.2g})"] = \
-            failed.qps * (aim / failed.margin) ** (1 / e)
+        estimates[f"where its p99 margin {margin:g} falls to {aim:g} (elasticity {e:.2g})"] = \
+            failed.qps * (aim / margin) ** (1 / e)
+    if not estimates and margin:   # failed at its limit (by early stopping on a p99 at the limit): just under it
+        return round_qps(failed.qps * (1 - settings.precision)), f"its p99 margin {margin:g}: a precision down"
     if not estimates:
         return round_qps(failed.qps * (1 - 2 * settings.precision)), "no measurement to learn from: two precisions down"
     how = min(estimates, key=estimates.get)
@@ -263,37 +293,50 @@ def step_down(failed: Probe, trace: list[Probe], settings: SearchSettings) -> tu
         qps *= 1 - settings.precision / 2
     else:   # a margin's elasticity near the knee is steeper than the probes': step at most MAX_STEP precisions on its
         qps = max(qps, failed.qps * (1 - MAX_STEP * settings.precision))   # word alone
-    qps = min(qps, failed.qps * (1 - settings.precision))
-    # a probe the checker itself called VALID under the failed rate (not one passed for the search on early stopping
-    # alone, tasks.tuning.overload) is a rate the server held with short-run evidence: never step down past it
-    passed = [p.qps for p in trace if p.stage == "probe" and p.valid and not p.reasons and p.qps < failed.qps]
-    if passed and max(passed) < qps:
-        return round_qps(max(passed)), (f"the highest rate a probe passed outright ({max(passed):g} q/s), under "
-                                        f"{how}: {estimates[how]:.4g} q/s")
-    return round_qps(qps), f"{how}: {estimates[how]:.4g} q/s"
+    return round_qps(min(qps, failed.qps * (1 - settings.precision))), f"{how}: {estimates[how]:.4g} q/s"
+
+
+def full_run_seconds(judge: Judge, trace: list[Probe] | tuple[Probe, ...], qps: float) -> float | None:
+    """How long a full-length run at `qps` takes: the judge's model of its length (`full_seconds`), stretched by what
+    the last full-length run took over what that model said of it (its start, its drain); None for a judge that
+    cannot say."""
+    full_seconds = getattr(judge, "full_seconds", None)
+    if full_seconds is None:
+        return None
+    made = [p for p in trace if p.stage == "confirm" and p.duration_s]
+    stretch = max(made[-1].duration_s / full_seconds(made[-1].qps), 1.0) if made else 1.0
+    return full_seconds(qps) * stretch
 
 
 def affordable(judge: Judge, trace: list[Probe], qps: float) -> bool:
     """Whether one more full-length run at `qps` keeps everything the search measured within TOTAL_RUNS full-length
-    runs' time (always, for a judge that cannot say how long a full-length run lasts)."""
-    full_seconds = getattr(judge, "full_seconds", None)
-    if full_seconds is None:
-        return True
-    return sum(p.duration_s for p in trace) + full_seconds(qps) <= TOTAL_RUNS * full_seconds(qps)
+    runs' time, a full-length run being as long as the last one took (always, for a judge that cannot say how long
+    a full-length run lasts)."""
+    full = full_run_seconds(judge, trace, qps)
+    return full is None or sum(p.duration_s for p in trace) + full <= TOTAL_RUNS * full
 
 
-def step_up(passed: Probe, trace: list[Probe], settings: SearchSettings) -> float | None:
-    """A higher rate worth one more full-length run after `passed` (a full-length run that passed): where its p99
-    margin would reach the aim (1 - AIM precisions) at the probes' elasticity near it, at most MAX_STEP precisions
-    up; None when that is under one precision up (no room worth a run) or the margin is unknown. Short probes can be
-    pessimistic (a queue still filling in a short run, early stopping on few queries): the full-length run's own
-    margin is the better evidence."""
-    aim = 1 - AIM * settings.precision
-    if not passed.margin or passed.margin >= aim:
-        return None
-    factor = (aim / passed.margin) ** (1 / elasticity(trace, passed.qps))
-    factor = min(factor, 1 + MAX_STEP * settings.precision)
-    return round_qps(passed.qps * factor) if factor >= 1 + settings.precision else None
+def step_up(passed: Probe, trace: list[Probe], settings: SearchSettings) -> tuple[float | None, str]:
+    """A higher rate worth one more full-length run after `passed` (a full-length run that passed), with why: where
+    its own record forecasts its p99 at the limit (`forecast_rate`); without a forecast, where its p99 margin would
+    reach its limit at the probes' elasticity near it (the margin the checker judges, else the p99's against 1 - AIM
+    precisions), at most MAX_STEP precisions up. None when that is under half a precision up (no room worth a run)
+    or nothing says. Short probes can be pessimistic (a queue still filling in a short run, early stopping on few
+    queries): the full-length run's own record is the better evidence."""
+    forecast, why = forecast_rate(passed, settings)
+    if passed.outlook:
+        if forecast is None or forecast < passed.qps * (1 + settings.precision / 2):
+            return None, why
+        return round_qps(forecast), why
+    margin, aim = (passed.checked_margin, 1.0) if passed.checked_margin else (passed.margin,
+                                                                              1 - AIM * settings.precision)
+    if not margin or margin >= aim:
+        return None, "its p99 margin leaves no room"
+    factor = min((aim / margin) ** (1 / elasticity(trace, passed.qps)), 1 + MAX_STEP * settings.precision)
+    if factor * (1 - settings.precision / 2) < 1 + settings.precision / 2:
+        return None, "its p99 margin leaves no room"
+    return (round_qps(passed.qps * factor * (1 - settings.precision / 2)),
+            f"where its p99 margin {margin:g} reaches {aim:g}, half a precision under it")
 
 
 def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Probe]) -> tuple[float | None, str]:
@@ -307,19 +350,24 @@ def confirm(judge: Judge, qps: float, settings: SearchSettings, trace: list[Prob
     if probe.valid:
         if settings.refine_up and budget > 0:
             return _refine_up(judge, qps, settings, budget, trace)
-        if budget > 0 and (up := step_up(probe, trace, settings)) and affordable(judge, trace, up):
+        up, how = step_up(probe, trace, settings) if budget > 0 else (None, "")
+        if up is not None and affordable(judge, trace, up):
             higher = judge(up, "confirm")
             trace.append(higher)
             if higher.valid:
-                return up, (f"confirmed at {qps:g} q/s with a full-length run, whose p99 margin {probe.margin:g} "
-                            f"left room; a second one confirmed {up:g} q/s")
-            return qps, (f"confirmed at {qps:g} q/s with a full-length run; a second one at {up:g} q/s, where its "
-                         f"p99 margin {probe.margin:g} said there was room, did not pass")
+                return up, (f"confirmed at {qps:g} q/s with a full-length run, which left room; a second one "
+                            f"confirmed {up:g} q/s ({how})")
+            return qps, (f"confirmed at {qps:g} q/s with a full-length run; a second one at {up:g} q/s ({how}) "
+                         f"did not pass")
         return qps, f"confirmed at {qps:g} q/s with a full-length run"
     high, low, notes = qps, None, []
     while budget > 0 and low is None:
         candidate, how = step_down(trace[-1], trace, settings)
         notes.append(f"{candidate:g} q/s from {how}")
+        known = [p.qps for p in trace if p.stage == "confirm" and p.valid and candidate <= p.qps < high]
+        if known:   # a full-length run passed there already: it is the answer, never run again
+            low = max(known)
+            break
         probe = judge(candidate, "confirm")
         trace.append(probe)
         budget -= 1   # cached or not: a re-run decides alike

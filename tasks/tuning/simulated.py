@@ -44,7 +44,11 @@ def judge(config: SimConfig, probe: Protocol, confirm: Protocol, overhead_s: flo
         ttft_ms = float(np.sort(ttft)[int(n * PERCENTILE)]) * 1000
         tpot_ms = float(np.sort(tpot)[int(n * PERCENTILE)]) * 1000
         margin = max(ttft_ms / protocol.ttft_limit_ms, tpot_ms / protocol.tpot_limit_ms)
-        signals = overload.measure(overload.QueryTimes.of(arrivals, arrivals + ttft, done, np.full(n, tokens)))
+        def length(f: float) -> float:
+            floor, count = protocol.min_duration_ms / 1000, protocol.min_queries
+            return run_seconds(floor, count, qps * f) / run_seconds(floor, count, qps)
+
+        signals = overload.measure(overload.QueryTimes.of(arrivals, arrivals + ttft, done, np.full(n, tokens)), length)
         result = Probe(qps=qps, stage=stage, valid=not reasons, reasons=tuple(reasons), ttft_p99_ms=round(ttft_ms, 3),
                        tpot_p99_ms=round(tpot_ms, 3), margin=round(margin, 4), duration_s=round(end + overhead_s, 3),
                        signals=signals, completed_qps=round(n / end, 3), metric=round(n * tokens / end, 3))
