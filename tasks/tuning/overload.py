@@ -3,7 +3,8 @@ short probe ends before it shows?
 
 Above a server's capacity the queue grows slowly: a 640-query probe can end with its p99 still under the limit while
 a full-length run at the same rate, ten times longer, is far over it (docs/search.md, "What a probe predicts of a
-full-length run"). Three signals tell, all from the per-query times a probe already has (issued, first token, done; `QueryTimes`):
+full-length run"). Three signals tell, all from the per-query times a probe already has (issued, first token, done;
+`QueryTimes`):
 
 - **served vs offered**: queries completed per second in the second half of the issue window, against the rate
   offered (the target) and against the queries due in that window (those issued one typical latency earlier: what a
