@@ -31,7 +31,8 @@ from tasks.launchers import launched, placement_for
 from tasks.ops import registration
 from tasks.ops.kube_checks import describe_engine_node
 from tasks.serving.launch import make_launcher, model_dir_for
-from tests.integration.fake_kube import TOKEN, FakeApiServer, attributes
+from tests.integration.fake_kube import TOKEN, FakeApiServer, attributes, node
+from tests.integration.fake_registry import FakeRegistry
 from tests.manual import DOCS, Runner, bare, checkout, runnable, runner_env
 from tests.unit.test_kubernetes_deploy import pod, render
 from tests.unit.test_preflight import CLOSED_FIELDS
@@ -41,6 +42,7 @@ REPO = Path(__file__).parents[2]
 RBAC = REPO / "deployments" / "kubernetes" / "rbac.yaml"
 PLAN = REPO / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
 PAGE = DOCS / "quickstart-kubernetes.md"
+IMAGE = "nvidia/tensorrt-llm/release"   # the engine image's name in the test's registry
 LOG = logging.getLogger("test.k8s-quickstart")
 
 
@@ -100,7 +102,11 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
     plan = plans.load(PLAN)
     bench = plan.benchmarks[0]
     settings = bench.engine.kubernetes
-    with FakeApiServer() as api:
+    with FakeApiServer() as api, FakeRegistry() as registry:
+        # the cluster's GPU node, as the plan's node_selector names it, and the engine image in a registry, built for
+        # its architecture: what plain preflight asks of both
+        api.cluster.nodes = [node("gb200-node-1", "arm64", dict(settings.node_selector))]
+        registry.registry.push_index(IMAGE, "1.2.0", ["linux/amd64", "linux/arm64"])
         # 1. namespace and rights, as the cluster's admin
         admin = k8s.ApiClient(_config(api.url, TOKEN))
         k8s.CoreV1Api(admin).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=settings.namespace)))
@@ -119,11 +125,11 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
         token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
 
         _check_flow_job(settings, bench, account)   # 9: the pool the page's `podium setup` registers
-        _the_pages_commands(api, token, tmp_path)
+        _the_pages_commands(api, token, tmp_path, f"{registry.host}/{IMAGE}:1.2.0")
         _launch_as_podium(api, token, plan, tmp_path, stand_in)
 
 
-def _site_plan(folder: Path, kubeconfig: Path) -> Path:
+def _site_plan(folder: Path, kubeconfig: Path, image: str) -> Path:
     """The shipped plan as a site has it on a host that mounts the claim: its sources there (here: small files in the
     real schemas), the system described, the kubeconfig of the `podium` account; no fetch section (fetched)."""
     data = yaml.safe_load(PLAN.read_text())
@@ -136,7 +142,7 @@ def _site_plan(folder: Path, kubeconfig: Path) -> Path:
     bench["dataset"] = {"performance": str(prompts), "accuracy": str(prompts), "compliance": {"TEST07": str(prompts)},
                         "lcb_tests": str(folder / "livecodebench_tests.jsonl")}
     bench.pop("fetch")
-    bench["engine"]["kubernetes"]["kubeconfig"] = str(kubeconfig)
+    bench["engine"]["kubernetes"] |= {"kubeconfig": str(kubeconfig), "image": image}   # the site's registry
     for system in data["systems"]:   # the storage too: the fake API runs the describing pod's command on this
         system["description"] = {   # host, where the claim's mount point /mnt/mlperf is not there to be measured
             **dict.fromkeys(CLOSED_FIELDS, "as described"), "host_storage_capacity": "7.7 TB",
@@ -146,12 +152,12 @@ def _site_plan(folder: Path, kubeconfig: Path) -> Path:
     return path
 
 
-def _the_pages_commands(api: FakeApiServer, token: str, tmp_path: Path) -> None:
+def _the_pages_commands(api: FakeApiServer, token: str, tmp_path: Path, image: str) -> None:
     """Steps 4 to 9 as the page has them: every command it does not mark as not run, in its order."""
     from prefect.client.orchestration import get_client
 
     root = checkout(tmp_path / "checkout")
-    plan = _site_plan(tmp_path / "site", api.kubeconfig(tmp_path / "kubeconfig", token))
+    plan = _site_plan(tmp_path / "site", api.kubeconfig(tmp_path / "kubeconfig", token), image)
     env = runner_env(PLAN=str(plan), AWS_ACCESS_KEY_ID="AKIAQUICKSTART", AWS_SECRET_ACCESS_KEY="quickstart-secret")
     runner = Runner(root, env, pinned=frozenset({"PLAN"}))
     commands = runnable(PAGE)
