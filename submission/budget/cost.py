@@ -30,13 +30,19 @@ def conf_value(spec: RunSpec, name: str) -> str | None:
     return run_length.conf(spec, name)
 
 
-def spec_seconds(spec: RunSpec, qps: float | None = None, floor_s: float = ROUND_MIN_DURATION_S,
-                 rows: int | None = None) -> float:
-    """How long `spec` measures with `qps` as its rate (default: its own target_qps), by the one model of a run's
+def spec_length(spec: RunSpec, qps: float | None = None, floor_s: float = ROUND_MIN_DURATION_S,
+                rows: int | None = None) -> run_length.RunLength:
+    """The length of `spec` with `qps` as its rate (default: its own target_qps), by the one model of a run's
     length of the client that measures it (submission.budget.run_length: the endpoints client's whole passes over
     `rows`, the staged data set's rows where known, else the rules')."""
     at = spec if qps is None else run_length.at_rate(spec, qps)
-    return run_length.run_length(at, load_rules(spec.round), floor_s=floor_s, rows=rows).seconds
+    return run_length.run_length(at, load_rules(spec.round), floor_s=floor_s, rows=rows)
+
+
+def spec_seconds(spec: RunSpec, qps: float | None = None, floor_s: float = ROUND_MIN_DURATION_S,
+                 rows: int | None = None) -> float:
+    """How long `spec` measures with `qps` as its rate, its drain and accuracy phase included (`spec_length`)."""
+    return spec_length(spec, qps, floor_s, rows).seconds
 
 
 def gpus(options: Any) -> int:

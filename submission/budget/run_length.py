@@ -54,6 +54,13 @@ class RunLength:
     seconds: float
     passes: int | None = None     # the endpoints performance phase's whole passes over its data set (None: loadgen,
                                   # or an explicit sample count)
+    issue_s: float | None = None  # an online endpoints phase's issue span, before the drain (None: `seconds` is it)
+
+    @property
+    def issue_seconds(self) -> float:
+        """How long the performance phase keeps issuing: what a queue over capacity grows for (the search's overload
+        judgement), without the drain and the accuracy phase that `seconds` counts."""
+        return self.seconds if self.issue_s is None else self.issue_s
 
 
 def conf(spec: RunSpec, name: str) -> str | None:
@@ -104,7 +111,8 @@ def endpoints_length(spec: RunSpec, rows: int, accuracy_rows: int, min_duration_
     if not qps:
         return RunLength(samples, accuracy, 0.0, passes)
     performance, then = schedule_s(seed, qps, samples, accuracy)
-    return RunLength(samples, accuracy, performance + drain + (then + drain if accuracy else 0.0), passes)
+    return RunLength(samples, accuracy, performance + drain + (then + drain if accuracy else 0.0), passes,
+                     issue_s=performance)
 
 
 def loadgen_length(spec: RunSpec, accuracy_rows: int | None, floor_s: float, rate: float | None = None) -> RunLength:

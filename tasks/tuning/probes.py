@@ -147,6 +147,11 @@ class Prober:
         (submission.budget.run_length, through cost)."""
         return cost.spec_seconds(self.base, qps, rows=self.rows)
 
+    def full_issue_seconds(self, qps: float) -> float:
+        """How long a full-length run at `qps` keeps issuing: what a queue over capacity grows for, without the drain
+        that its wall time (`full_seconds`) adds after the last issue."""
+        return cost.spec_length(self.base, qps, rows=self.rows).issue_seconds
+
     def planned_samples(self, spec: RunSpec) -> int | None:
         """The samples a run of `spec` issues by the one model of a run's length (submission.budget.run_length), for
         the endpoints client, which issues exactly its count; None for loadgen, whose count follows its schedule."""
@@ -158,7 +163,7 @@ class Prober:
         """The verdict at `qps`: the checker's, and for a short probe also its overload signals' (a probe whose
         backlog would push a full-length run over a limit fails)."""
         probe = self._run(stage_spec(self.base, qps, stage, self.settings), stage)
-        return overload.judged(probe, self.limits, self.full_seconds(qps), self.capacity)
+        return overload.judged(probe, self.limits, self.full_issue_seconds(qps), self.capacity)
 
     def offline(self, spec: RunSpec) -> Probe:
         """The plan's own Offline run: its samples/s (`completed_qps`) start the bracket."""

@@ -128,6 +128,8 @@ def test_the_searchs_budget_counts_passes_over_the_staged_data_set(tmp_path: Pat
     base = interactive(144, duration_ms=6000).model_copy(update={"dataset": str(data)})
     prober = Prober(base, SearchSettings(), ProbeCache(tmp_path, base), None, str(tmp_path))
     assert prober.rows == 8 and prober.full_seconds(144) == pytest.approx(online_s(144, 952))   # 950.4 -> 119 passes
+    # what its queue grows for, over capacity: the issue span, 1.5 s (Interactive's p99 bound, the drain) shorter
+    assert prober.full_issue_seconds(144) == pytest.approx(prober.full_seconds(144) - 1.5)
     shards = tmp_path / "fetched" / "data"   # a data set as `podium fetch` places it: a folder of parquet shards
     shards.mkdir(parents=True)
     for split, n in (("train", 5), ("test", 3)):

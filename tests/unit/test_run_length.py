@@ -84,6 +84,9 @@ def test_an_online_run_lasts_its_schedule_then_its_latency_bound() -> None:
     alone = run_length.run_length(server.model_copy(update={"with_accuracy": False}), RULES)
     assert alone.seconds == pytest.approx(performance + 12)
     assert run_length.run_length(server, RULES).seconds == pytest.approx(performance + 12 + accuracy + 12)
+    # what a queue over capacity grows for is the issue span alone: the search's overload judgement extrapolates a
+    # probe's backlog over it, never over the drain and the accuracy phase
+    assert run_length.run_length(server, RULES).issue_seconds == pytest.approx(performance)
     line = ("qwen3-vl-235b-a22b.Server.target_latency", "60000")   # a smoke plan's latency_ms: 60000
     relaxed = server.model_copy(update={"profile": "smoke", "with_accuracy": False,
                                         "user_conf": (*server.user_conf, line)})
