@@ -110,6 +110,21 @@ def argv_for(tree: Path, round: str, csv_path: Path, *, submitter: str | None = 
     return argv + (["--submitter", submitter] if submitter else [])
 
 
+def run_tool(argv: list[str], cwd: Path, timeout_s: float, what: str, hang_fix: str,
+             interpreter: str) -> subprocess.CompletedProcess[str]:
+    """Run one of the round's tools (the checker, preprocess_submission.py) and return what it did, whatever its exit
+    code. OfficialCheckerUnavailable when it runs past `timeout_s` (named `what`, fixed by `hang_fix`) or cannot start
+    (`interpreter`: which Python to check)."""
+    try:
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
+                              check=False)
+    except subprocess.TimeoutExpired as error:
+        raise OfficialCheckerUnavailable(f"{what} ran over {timeout_s:g} s and was stopped", fix=hang_fix) from error
+    except OSError as error:
+        raise OfficialCheckerUnavailable(f"cannot start {argv[0]}: {error.strerror}",
+                                         fix=f"check the Python interpreter used for {interpreter}") from error
+
+
 def run_official(tree: Path, inference_src: str | Path, round: str, csv_path: Path, *, submitter: str | None = None,
                  python: str | None = None, timeout_s: float = TIMEOUT_S) -> OfficialReport:
     """Run the official checker on `tree`; its CSV goes to `csv_path`. Raises OfficialCheckerUnavailable when it
@@ -119,15 +134,8 @@ def run_official(tree: Path, inference_src: str | Path, round: str, csv_path: Pa
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     csv_path.unlink(missing_ok=True)
     argv = argv_for(tree, round, csv_path, submitter=submitter, python=python)
-    try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
-                              check=False)
-    except subprocess.TimeoutExpired as error:
-        raise OfficialCheckerUnavailable(f"the official checker ran over {timeout_s:g} s and was stopped",
-                                         fix="run it by hand to see where it hangs, or raise the timeout") from error
-    except OSError as error:
-        raise OfficialCheckerUnavailable(f"cannot start {argv[0]}: {error.strerror}",
-                                         fix="check the Python interpreter used for the official checker") from error
+    done = run_tool(argv, cwd, timeout_s, "the official checker",
+                    "run it by hand to see where it hangs, or raise the timeout", "the official checker")
     output = f"{done.stdout}\n{done.stderr}"
     lines = output.splitlines()
     return OfficialReport(

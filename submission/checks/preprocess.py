@@ -19,14 +19,13 @@ had failed. Either is an error that says so, names the lines, and gives the way 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from submission.base.errors import CommandError, PodiumError
-from submission.checks.official import CHECKER_DIR, TAIL_CHARS, OfficialCheckerUnavailable
+from submission.checks.official import CHECKER_DIR, TAIL_CHARS, OfficialCheckerUnavailable, run_tool
 from submission.tree.changes import FOLDER_DEPTH, Changes, compare
 from submission.tree.paths import layout_of
 
@@ -119,15 +118,8 @@ def run_preprocess(tree: Path, inference_src: str | Path, round: str, out: Path,
     if out.exists():
         raise FileExistsError(f"{out} exists: the script writes a new folder")
     argv = argv_for(path, tree, out, round, python)
-    try:
-        done = subprocess.run(argv, cwd=path.parent, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
-                              check=False)
-    except subprocess.TimeoutExpired as error:
-        raise OfficialCheckerUnavailable(f"{SCRIPT} ran over {timeout_s:g} s and was stopped",
-                                         fix="run it by hand to see where it hangs, or pass --no-preprocess") from error
-    except OSError as error:
-        raise OfficialCheckerUnavailable(f"cannot start {argv[0]}: {error.strerror}",
-                                         fix="check the Python interpreter used for the official tools") from error
+    done = run_tool(argv, path.parent, timeout_s, SCRIPT,
+                    "run it by hand to see where it hangs, or pass --no-preprocess", "the official tools")
     output = f"{done.stdout}\n{done.stderr}".strip()
     if done.returncode != 0:
         raise PreprocessFailed(argv, done.returncode, output[-TAIL_CHARS:])
