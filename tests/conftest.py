@@ -11,6 +11,29 @@ from pathlib import Path
 
 import pytest
 
+
+def _one_parse_at_a_time() -> None:
+    """Python 3.11's AST constructor keeps its recursion depth per interpreter, not per thread: two threads in
+    `ast.parse` at once (pytest formatting a failure's traceback while a Prefect or server thread formats a logged
+    one) can raise `SystemError: AST constructor recursion depth mismatch`, which takes a pytest-xdist worker, and
+    the whole session, down. 3.12 keeps it per call (tests/unit/test_conftest_guards.py shows both)."""
+    import ast
+    import sys
+    import threading
+
+    if sys.version_info >= (3, 12) or getattr(ast.parse, "one_at_a_time", False):
+        return
+    parse, lock = ast.parse, threading.RLock()
+
+    def locked_parse(*args, **kwargs):
+        with lock:
+            return parse(*args, **kwargs)
+
+    locked_parse.one_at_a_time = True
+    ast.parse = locked_parse
+
+
+_one_parse_at_a_time()
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 DURATIONS = Path(__file__).with_name("durations.json")   # seconds per test file, measured (tests/durations.py)

@@ -111,8 +111,10 @@ def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, w
     p99s = ", ".join(f"{name} p99 {value:g} ms" for name, value in (
         ("TTFT", probe.ttft_p99_ms), ("TPOT", probe.tpot_p99_ms), ("latency", probe.latency_p99_ms))
         if value is not None)
-    run_logger("probes").info("%s %s q/s: %s (%s) in %.1f s%s", stage, qps, probe.verdict, p99s or "no p99",
-                              probe.duration_s, f": {'; '.join(probe.reasons)}" if probe.reasons else "")
+    run_logger("probes").info("%s %s q/s: the checker's %s (%s) in %.1f s%s", stage, qps,
+                              "VALID" if probe.valid else "INVALID",
+                              p99s or "no p99", probe.duration_s,
+                              f": {'; '.join(probe.reasons)}" if probe.reasons else "")
     return probe
 
 
@@ -163,7 +165,9 @@ class Prober:
         """The verdict at `qps`: the checker's, and for a short probe also its overload signals' (a probe whose
         backlog would push a full-length run over a limit fails)."""
         probe = self._run(stage_spec(self.base, qps, stage, self.settings), stage)
-        return overload.judged(probe, self.limits, self.full_issue_seconds(qps), self.capacity)
+        probe = overload.judged(probe, self.limits, self.full_issue_seconds(qps), self.capacity)
+        run_logger("probes").info("search, %s %g q/s: %s", stage, qps, probe.why)   # `why` leads with the verdict
+        return probe
 
     def offline(self, spec: RunSpec) -> Probe:
         """The plan's own Offline run: its samples/s (`completed_qps`) start the bracket."""
@@ -179,6 +183,7 @@ class Prober:
             probe = probe.model_copy(update={"planned_samples": self.planned_samples(spec)})
             self.cache.put(spec, probe)
             self.ran += 1
-        progress.finished(f"{spec.label} {stage} at {target_qps(spec):g} q/s: {probe.verdict}"
+        progress.finished(f"{spec.label} {stage} at {target_qps(spec):g} q/s: the checker's "
+                          + ("VALID" if probe.valid else "INVALID")
                           + (" (cached)" if probe.cached else ""))
         return probe

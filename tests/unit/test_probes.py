@@ -71,3 +71,18 @@ def test_a_rerun_makes_no_probe(tmp_path: Path) -> None:
     assert second.ran == 0 and len(calls) == first.ran                       # no probe repeated
     assert again.qps == result.qps and again.runs == 0
     assert [p.qps for p in again.trace] == [p.qps for p in result.trace]
+
+
+def test_the_log_says_whose_verdict_each_line_gives(tmp_path: Path, caplog) -> None:
+    """A probe INVALID by early stopping alone, its p99s within their limits, passes for the search: the log line of
+    the run names the checker's INVALID, the search's line its PASS and why, never a bare PASS beside the INVALID."""
+    def run(spec: RunSpec, stage: str, qps: float, engine: object, work_dir: str) -> Probe:
+        return Probe(qps=qps, stage=stage, valid=False, margin=0.8, tpot_p99_ms=12.0,
+                     reasons=("TPOT early stopping 99th percentile estimate not met",))
+
+    prober = Prober(base_spec(), SearchSettings(), ProbeCache(tmp_path, base_spec()), None, str(tmp_path), run)
+    with caplog.at_level("INFO", logger="podium.probes"):
+        judged = prober(20.0, "probe")
+    assert judged.valid
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("search, probe 20 q/s: PASS for the search: the checker's INVALID is early stopping alone")
