@@ -5,7 +5,8 @@
   server), `submission_id` and `submitter_name` for a known id; 403 for another, its text echoing the id (so a test
   sees that the client blanks it out);
 - `PUT /upload/<submission id>?signature=...`: the bytes kept, 200; `put_status` set to an error makes it answer that
-  with an XML body as object stores do; a chunked body (no Content-Length) is refused with 411, as a signed URL is;
+  with an XML body as object stores do, and `put_failures` lists statuses for the next PUTs before that (0: the
+  connection dropped without an answer); a chunked body (no Content-Length) is refused with 411, as a signed URL is;
 - `POST /index` (form `submitter_id`, `benchmark`, `submission_id`): 200 for an uploaded submission of that id.
 
 Every request is kept in `requests` (method, path, headers, body).
@@ -36,6 +37,7 @@ class FakeSubmissionServer(LocalServer):
         self.uploads: dict[str, bytes] = {}
         self.checked: list[str] = []   # submission ids whose check was started
         self.put_status = 200
+        self.put_failures: list[int] = []
         super().__init__(Handler)
 
 
@@ -87,6 +89,12 @@ class Handler(BaseHTTPRequestHandler):
             return self._reply(411, "Content-Length required")
         seen = self._seen()
         sid = urlsplit(seen.path).path.removeprefix("/upload/")
+        if fake.put_failures:
+            status = fake.put_failures.pop(0)
+            if status == 0:
+                self.close_connection = True
+                return
+            return self._reply(status, "<Error><Code>SlowDown</Code></Error>", "application/xml")
         if fake.put_status != 200:
             return self._reply(fake.put_status, "<Error><Code>SignatureDoesNotMatch</Code></Error>",
                                "application/xml")

@@ -5,7 +5,9 @@
    "filename": ..}`: 200 with `{"signed_url": .., "submission_id": .., "submitter_name": ..}`; any other answer
    refuses the id.
 2. `PUT <signed_url>` with the tarball's bytes, `Content-Type: application/octet-stream` and
-   `Access-Control-Allow-Headers: *`: 200, 201 or 204.
+   `Access-Control-Allow-Headers: *`: 200, 201 or 204. Podium sends it again, to the same URL, after no answer or an
+   object store's answer that asks for a retry (PUT_RETRY_STATUS), up to PUT_ATTEMPTS times: a PUT to one signed URL
+   replaces the same object. The other two calls are made once (each first call opens a new submission).
 3. `POST <server>/index`, `Content-Type: application/x-www-form-urlencoded`, `submitter_id`, `benchmark`,
    `submission_id`: the server starts its checker, which mails its verdict to the submitter.
 
@@ -18,6 +20,7 @@ shown with it blanked out, and the signed URL (a credential for the upload) is n
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
@@ -33,6 +36,9 @@ PUT_OK = (200, 201, 204)  # upload_file_to_signed_url
 PUT_HEADERS = {"Content-Type": "application/octet-stream", "Access-Control-Allow-Headers": "*"}
 TIMEOUT_S = 60.0  # connect, and each read or write of the small calls
 PUT_READ_TIMEOUT_S = 600.0  # the store's answer after the last byte of a large tarball
+PUT_ATTEMPTS = 3
+PUT_RETRY_STATUS = (408, 429, 500, 502, 503, 504)   # the object store's "try again"; 403 (signature) is final
+PUT_RETRY_DELAYS_S = (5.0, 30.0)   # before the second and third attempts
 TEXT_CHARS = 300  # of a server's answer, shown in an error or the record
 HIDDEN = "<submitter id>"
 
@@ -89,14 +95,27 @@ def ask_for_url(server: str, submitter_id: SecretStr, filename: str) -> Ticket:
                           fix="check that --server names the MLCommons submission server") from None
 
 
-def put(ticket: Ticket, tarball: Path, submitter_id: SecretStr) -> int:
-    """Call 2: the tarball's bytes to the signed URL, streamed."""
+def put(ticket: Ticket, tarball: Path, submitter_id: SecretStr, say: Callable[[str], object] = print) -> int:
+    """Call 2: the tarball's bytes to the signed URL, streamed; sent again after no answer or a transient one."""
     url = ticket.signed_url.get_secret_value()
     host = urlsplit(url).netloc or "the signed URL"
     timeout = httpx.Timeout(TIMEOUT_S, read=PUT_READ_TIMEOUT_S)
-    with httpx.Client(timeout=timeout) as client, Path(tarball).open("rb") as stream:
-        answer = _send("uploading the tarball", host, lambda: client.put(url, content=stream, headers=PUT_HEADERS),
-                       submitter_id)
+    for attempt in range(1, PUT_ATTEMPTS + 1):
+        try:
+            with httpx.Client(timeout=timeout) as client, Path(tarball).open("rb") as stream:
+                answer = _send("uploading the tarball", host,
+                               lambda: client.put(url, content=stream, headers=PUT_HEADERS), submitter_id)
+        except UploadError as error:
+            if attempt == PUT_ATTEMPTS:
+                raise
+            why = error.message
+        else:
+            if answer.status_code not in PUT_RETRY_STATUS or attempt == PUT_ATTEMPTS:
+                break
+            why = f"HTTP {answer.status_code} from {host}"
+        delay = PUT_RETRY_DELAYS_S[min(attempt, len(PUT_RETRY_DELAYS_S)) - 1]
+        say(f"upload attempt {attempt} of {PUT_ATTEMPTS} failed ({why}); sending it again in {delay:g} s")
+        time.sleep(delay)
     if answer.status_code not in PUT_OK:
         raise UploadError(f"the upload to {host} failed: HTTP {answer.status_code} "
                           f"{shown(answer.text, submitter_id)!r} (submission {ticket.submission_id})",
@@ -139,7 +158,7 @@ def _calls(server: str, tarball: Path, submitter_id: SecretStr, submitter: str |
         raise UploadError(f"the submitter id belongs to {ticket.submitter_name!r}, not {submitter!r}; nothing was "
                           "uploaded", fix="use the id of the organisation named in the tree, or pass --submitter "
                                           "with the name the server gave")
-    status = put(ticket, tarball, submitter_id)
+    status = put(ticket, tarball, submitter_id, say)
     say(f"uploaded {tarball.name} ({tarball.stat().st_size:,} bytes): HTTP {status}")
     answer = start_check(server, submitter_id, ticket.submission_id)
     say(f"the server's checker started: HTTP {answer.status_code} {shown(answer.text, submitter_id)!r}")

@@ -183,3 +183,27 @@ def test_each_failure_says_which_call_failed_and_leaves_the_tarball(fake: FakeSu
     assert fake.checked == []
     if failure == "failed PUT":
         assert "HTTP 403 '<Error><Code>SignatureDoesNotMatch</Code></Error>' (submission sub-1)" in text
+
+
+def test_a_put_that_meets_a_transient_failure_is_sent_again_to_the_same_url(fake: FakeSubmissionServer, tarball: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dropped connection and a 503 from the object store: the same signed URL is PUT again (one submission on the
+    server, its bytes whole); a third failure in a row is the error, its tarball in place."""
+    monkeypatch.setattr(server, "PUT_RETRY_DELAYS_S", (0.0, 0.0))
+    fake.put_failures = [0, 503]
+    said: list[str] = []
+    receipt = server.upload(fake.url, tarball, SecretStr(ID), say=said.append)
+    calls = [(r.method, r.path.split("?")[0]) for r in fake.requests]
+    assert calls == [("POST", "/index/url"), ("PUT", "/upload/sub-1"), ("PUT", "/upload/sub-1"),
+                     ("PUT", "/upload/sub-1"), ("POST", "/index")]
+    assert receipt.upload_status == 200 and fake.checked == ["sub-1"]
+    assert hashlib.sha256(fake.uploads["sub-1"]).hexdigest() == sha256(tarball)
+    assert [line.split(" (")[0] for line in said if "attempt" in line] == ["upload attempt 1 of 3 failed",
+                                                                          "upload attempt 2 of 3 failed"]
+    assert not any("s3cr3t" in line for line in said)
+
+    fake.requests.clear()
+    fake.put_failures = [503, 503, 503]
+    with pytest.raises(UploadError, match=r"the upload to 127\.0\.0\.1:[0-9]+ failed: HTTP 503"):
+        server.upload(fake.url, tarball, SecretStr(ID), say=lambda line: None)
+    assert [r.method for r in fake.requests] == ["POST", "PUT", "PUT", "PUT"] and fake.checked == ["sub-1"]
