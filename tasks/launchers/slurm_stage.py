@@ -88,10 +88,11 @@ todo = sorted((rel for rel in files if rel not in kept), key=lambda r: -int(file
 for rel in todo:
     if os.path.isabs(rel) or ".." in rel.split("/"):
         fail("manifest", f"manifest entry {rel!r} would escape {dest}")
-    try:
-        os.unlink(os.path.join(dest, rel))
-    except FileNotFoundError:
-        pass
+    for stale in (rel, rel + ".part"):   # an outdated copy, or what a copy that failed or was killed left
+        try:
+            os.unlink(os.path.join(dest, stale))
+        except FileNotFoundError:
+            pass
 need = sum(int(files[rel]["size"]) for rel in todo)
 free = shutil.disk_usage(dest).free
 if free < need:
@@ -101,12 +102,17 @@ def copy(rel):
     out = os.path.join(dest, rel)
     os.makedirs(os.path.dirname(out), exist_ok=True)
     h = hashlib.sha256()
-    with open(os.path.join(src, rel), "rb") as fin, open(out + ".part", "wb") as fout:
-        while block := fin.read(CHUNK):
-            h.update(block)
-            fout.write(block)
-        fout.flush()
-        os.fsync(fout.fileno())
+    try:
+        with open(os.path.join(src, rel), "rb") as fin, open(out + ".part", "wb") as fout:
+            while block := fin.read(CHUNK):
+                h.update(block)
+                fout.write(block)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except OSError:
+        if os.path.exists(out + ".part"):   # a full disk keeps no partial file
+            os.unlink(out + ".part")
+        raise
     if h.hexdigest() != files[rel]["sha256"]:
         os.unlink(out + ".part")
         raise ValueError(f"{rel}: sha256 {h.hexdigest()} after the copy, the manifest says {files[rel]['sha256']}")

@@ -113,3 +113,44 @@ def test_a_disk_too_small_is_refused_before_copying(smoke_store: Path, small_dis
         stage(model, small_disk / "stage")
     assert "not enough free disk" in str(caught.value) and "tiny-llama" in str(caught.value)
     assert not list((small_disk / "stage").glob("tiny-llama-*"))
+
+
+def _node_copy(src: Path, dest: Path, *, disk_usage_says_free: bool) -> dict:
+    """The per-node copy of engine.slurm.local_stage (tasks/launchers/slurm_stage.py), run as its Slurm step runs it;
+    `disk_usage_says_free`: the free-space check is told the disk is large, so the copy itself meets the full disk."""
+    from tasks.launchers.slurm_stage import NODE_COPY
+
+    lie = ("import shutil; shutil.disk_usage = lambda p: shutil._ntuple_diskusage(1 << 40, 0, 1 << 40)\n"
+           if disk_usage_says_free else "")
+    run = subprocess.run([sys.executable, "-c", lie + NODE_COPY, str(src), str(dest)], capture_output=True,
+                         text=True, timeout=60)
+    return {"rc": run.returncode, **json.loads(run.stdout.splitlines()[-1])}
+
+
+def test_a_node_disk_too_small_for_the_local_copy(smoke_store: Path, small_disk: Path, tmp_path: Path) -> None:
+    """engine.slurm.local_stage on a node whose disk is too small: refused before a byte is copied, and a disk that
+    fills during the copy fails the same way (`disk_full`, whose fix names the field) leaving no partial file; with
+    room again the copy completes."""
+    from tasks.launchers.slurm_stage import FIXES
+
+    src = _with_manifest(smoke_store, tmp_path / "shared" / "tiny")
+    (src / "filler.bin").write_bytes(os.urandom(5 << 20))   # more than the 4 MiB disk
+    files = json.loads((src / MANIFEST).read_text())
+    files["filler.bin"] = {"size": 5 << 20, "sha256": hashlib.sha256((src / "filler.bin").read_bytes()).hexdigest()}
+    (src / MANIFEST).write_text(json.dumps(files))
+    dest = small_disk / "tiny"
+
+    early = _node_copy(src, dest, disk_usage_says_free=False)
+    assert (early["rc"], early["error"]) == (3, "disk_full") and "the copy needs" in early["message"]
+    assert [p.name for p in dest.iterdir()] == []
+    during = _node_copy(src, dest, disk_usage_says_free=True)
+    assert (during["rc"], during["error"]) == (3, "disk_full") and "No space left on device" in during["message"]
+    assert not list(dest.rglob("*.part"))
+    assert "engine.slurm.local_stage" in FIXES["disk_full"]
+
+    (src / "filler.bin").unlink()
+    del files["filler.bin"]
+    (src / MANIFEST).write_text(json.dumps(files))
+    done = _node_copy(src, dest, disk_usage_says_free=False)
+    assert done["rc"] == 0 and done["copied_files"] == len(files)
+    assert all(hashlib.sha256((dest / rel).read_bytes()).hexdigest() == meta["sha256"] for rel, meta in files.items())
