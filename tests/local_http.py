@@ -1,8 +1,8 @@
 """The tests' stand-in servers share one way to serve: a ThreadingHTTPServer on 127.0.0.1 and a free port, answering
 from a daemon thread, started and stopped by the test (`with` or `start()`/`stop()`). The fakes built on it: the
 Hugging Face Hub (tests/fake_hub.py), the MLCommons submission server (tests/fake_submission_server.py), an OCI
-registry and the Kubernetes API (tests/integration/fake_registry.py, fake_kube.py). A handler reaches its fake as
-`self.server.fake`."""
+registry and the Kubernetes API (tests/integration/fake_registry.py, fake_kube.py), and the tests' small stand-in
+engines, metrics pages and webhook. A handler reaches its fake as `self.server.fake`."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ class LocalServer:
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
+        return f"127.0.0.1:{self.port}"
 
     @property
     def url(self) -> str:

@@ -13,9 +13,7 @@ import re
 import subprocess
 import threading
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from submission.results.runs import RunSpec
 from tasks.accuracy import score
 from tasks.endpoints import answers, measure, runner
 from tasks.engines import Endpoint
+from tests.local_http import LocalServer
 from tests.qwen3_vl_cases import CATS, LOG, REFERENCE, ROWS
 
 pytestmark = pytest.mark.integration
@@ -33,17 +32,20 @@ TITLE = re.compile(r"The title of the product is the following:\n```text\n(.*?)\
 CHUNK = 7   # characters per streamed event
 
 
-class CaseEngine(BaseHTTPRequestHandler):
+class CaseEngine(LocalServer):
     """An OpenAI-compatible chat engine that answers each request with the answer of the product its title names:
     streamed as server-sent events when the request says `stream: true`, else as one JSON object. The first `decoys`
     requests (the client's performance phase) get the true answer instead."""
 
+    def __init__(self, answers: dict[str, str], truths: dict[str, str], decoys: int) -> None:
+        self.answers, self.truths, self.decoys = answers, truths, decoys
+        self.served: list[bool] = []       # `stream` of each request
+        self.lock = threading.Lock()
+        super().__init__(CaseHandler)
+
+
+class CaseHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    answers: dict[str, str]
-    truths: dict[str, str]
-    decoys: int
-    served: list[bool]       # `stream` of each request
-    lock = threading.Lock()
 
     def _send(self, body: bytes, content_type: str) -> None:
         self.send_response(200)
@@ -61,10 +63,11 @@ class CaseEngine(BaseHTTPRequestHandler):
         text = "".join(part["text"] for message in request["messages"] if isinstance(message["content"], list)
                        for part in message["content"] if part["type"] == "text")
         title = TITLE.search(text).group(1)
-        with self.lock:
-            self.served.append(bool(request.get("stream")))
-            decoy = len(self.served) <= self.decoys
-        answer = self.truths[title] if decoy else self.answers[title]
+        engine = self.server.fake   # type: ignore[attr-defined]
+        with engine.lock:
+            engine.served.append(bool(request.get("stream")))
+            decoy = len(engine.served) <= engine.decoys
+        answer = engine.truths[title] if decoy else engine.answers[title]
         if not request.get("stream"):
             self._send(json.dumps({"id": "stub", "object": "chat.completion", "model": "stub", "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]}).encode(),
@@ -78,21 +81,6 @@ class CaseEngine(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
-
-
-@contextmanager
-def case_engine(answers: dict[str, str], truths: dict[str, str], decoys: int) -> Iterator[type[CaseEngine]]:
-    handler = type("Engine", (CaseEngine,), {"answers": answers, "truths": truths, "decoys": decoys, "served": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        handler.url = f"http://127.0.0.1:{server.server_address[1]}"
-        yield handler
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 def cases_parquet(path: Path) -> list[str]:
@@ -130,7 +118,7 @@ def test_the_clients_score_and_podiums_agree_on_the_known_answer_cases(client: P
                    dataset=str(tmp_path / "cases.parquet"), dataset_sha256="-", model_sha256="-", engine="stub",
                    max_tokens=64, temperature=0.0, max_concurrency=4)
     run_dir = tmp_path / "run"
-    with case_engine(case_answers, truths, decoys=len(rows)) as engine:
+    with CaseEngine(case_answers, truths, decoys=len(rows)) as engine:
         result = runner.run(spec, Endpoint(engine.url, "stub", False, False), run_dir, tokenizer=tmp_path / "model",
                             data_dir=tmp_path / "converted", timeout_s=120, client=client)
         plain = urllib.request.Request(f"{engine.url}/v1/chat/completions", json.dumps({"messages": [

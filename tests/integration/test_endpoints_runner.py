@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from submission.rules import load_rules
 from tasks.endpoints import config, runner
 from tasks.engines import Endpoint
 from tests.integration.engines_support import REPO, shopify_store, simulated_engine
+from tests.local_http import LocalServer
 
 pytestmark = pytest.mark.integration
 BENCH, ROWS, MAX_TOKENS = "qwen3-vl-235b-a22b", 4, 4
@@ -203,15 +203,8 @@ class Refusing(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def refusing_engine() -> Iterator[Endpoint]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Endpoint(f"http://127.0.0.1:{server.server_address[1]}", "simulated", False, False)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with LocalServer(Refusing) as server:
+        yield Endpoint(server.url, "simulated", False, False)
 
 
 def test_failed_samples_fail_the_run_with_the_engines_reason(client: Path, staged: dict[str, Path],

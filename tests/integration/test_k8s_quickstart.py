@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from tasks.ops.kube_checks import describe_engine_node
 from tasks.serving.launch import make_launcher, model_dir_for
 from tests.integration.fake_kube import TOKEN, FakeApiServer, attributes, node
 from tests.integration.fake_registry import FakeRegistry
+from tests.local_http import LocalServer
 from tests.manual import DOCS, Runner, bare, checkout, runnable, runner_env
 from tests.unit.test_kubernetes_deploy import pod, render
 from tests.unit.test_preflight import CLOSED_FIELDS
@@ -69,13 +69,8 @@ class Engine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stand_in() -> Iterator[tuple[str, int]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Bound", (Engine,), {"model": "gpt-oss-120b"}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield "127.0.0.1", server.server_address[1]
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with LocalServer(type("Bound", (Engine,), {"model": "gpt-oss-120b"})) as server:
+        yield "127.0.0.1", server.port
 
 
 def test_the_quickstart_names_real_files_and_commands() -> None:

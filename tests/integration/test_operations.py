@@ -14,11 +14,10 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -29,32 +28,30 @@ from tasks.ops import registration
 from tasks.storage import objects as storage
 from tasks.storage import s3server
 from tests.integration.conftest import write_plan
+from tests.local_http import LocalServer
 
 pytestmark = pytest.mark.integration
 
 NODE = "ci-gpu-0"
 
 
-class Webhook:
+class WebhookHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.fake.received.append(json.loads(body or b"{}"))   # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Webhook(LocalServer):
     """A tiny HTTP server on 127.0.0.1 that keeps every JSON body POSTed to it."""
 
     def __init__(self) -> None:
-        received: list[dict] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                received.append(json.loads(body or b"{}"))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.received = received
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.received: list[dict] = []
+        super().__init__(WebhookHandler)
 
     def wait_for(self, match: Callable[[dict], bool], timeout_s: float = 90) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -64,10 +61,6 @@ class Webhook:
                     return body
             time.sleep(0.5)
         raise AssertionError(f"no matching webhook call in {timeout_s} s; received {self.received}")
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @dataclass
@@ -128,9 +121,9 @@ def stack(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     data["benchmarks"][0]["model"]["source"] = str(base / "no-such-model")
     broken.write_text(yaml.safe_dump(data, sort_keys=False))
     sim = gb200_plan(base / "gb200.yaml", smoke_store)
-    hook = Webhook()
+    hook = Webhook().start()
     try:
-        up = podium("dev", "up", "--workspace", str(ws), "--port", "0", "--webhook", hook.url, "--node", NODE)
+        up = podium("dev", "up", "--workspace", str(ws), "--port", "0", "--webhook", f"{hook.url}/hook", "--node", NODE)
         assert up.returncode == 0, up.stdout + up.stderr
         api = json.loads((ws / "dev" / "state.json").read_text())["api_url"]
         env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_HOME": str(ws / "prefect"),
@@ -138,7 +131,7 @@ def stack(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield Stack(ws, api, env, hook, plan, broken, sim, up.stdout)
     finally:
         podium("dev", "down", "--workspace", str(ws))
-        hook.close()
+        hook.stop()
 
 
 def get(stack: Stack, path: str) -> dict:

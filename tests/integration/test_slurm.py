@@ -13,7 +13,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from tasks.serving import telemetry
 from tasks.staging.stage import stage
 from tests.integration.conftest import write_plan
 from tests.integration.engines_support import offline_spec
+from tests.local_http import LocalServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 LOG = logging.getLogger("test.slurm")
@@ -341,8 +341,7 @@ def test_gpu_telemetry_from_every_engine_node_tagged_by_node(slurm_conf: Path, t
         [spec] = simulated.processes({}, Path("/m"), Placement(node.host, node.ports))
         specs.append(dataclasses.replace(spec, role=role, name=role, node_index=index, gpus=1))
     deployment = where.start(specs, tmp_path / "logs", LOG)
-    pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DcgmPages)
-    threading.Thread(target=pages.serve_forever, daemon=True).start()
+    pages = LocalServer(DcgmPages).start()
     try:
         where.wait_ready(deployment, timeout_s=120)
         endpoint = simulated.endpoint({}, Path("/m"), specs[:1])
@@ -351,13 +350,12 @@ def test_gpu_telemetry_from_every_engine_node_tagged_by_node(slurm_conf: Path, t
         assert [n for n, _ in seen.gpu_logs] == ["node1", "node3"] and len(deployment.samplers) == 2
         with telemetry.sampling(tmp_path / "run", dataclasses.replace(endpoint, watched=seen), "simulated"):
             time.sleep(3)
-        template = f"http://127.0.0.1:{pages.server_address[1]}/{{node}}/metrics"
+        template = f"{pages.url}/{{node}}/metrics"
         dcgm = dataclasses.replace(seen, dcgm=telemetry.expand_dcgm((template,), seen.nodes))
         with telemetry.sampling(tmp_path / "dcgm", dataclasses.replace(endpoint, watched=dcgm), "simulated"):
             time.sleep(1.5)
     finally:
-        pages.shutdown()
-        pages.server_close()
+        pages.stop()
         where.stop(deployment)
     assert all(s.srun.poll() is not None for s in deployment.samplers) and _jobs(slurm_conf) == []
     lines = telemetry.load(tmp_path / "run" / telemetry.FILE)

@@ -146,12 +146,12 @@ def test_an_endpoints_probe_is_sampled_and_carries_its_telemetry(tmp_path: Path,
     """The client's run (here: its report, written after a pause) is sampled as every measured run: the probe's run
     folder holds telemetry.jsonl, and the probe carries its summary."""
     import http.server
-    import threading
     import time
 
     from tasks.endpoints import probe as endpoints_probe
     from tasks.engines import Endpoint
     from tasks.serving import telemetry
+    from tests.local_http import LocalServer
 
     page = b"vllm:num_requests_running 3\nvllm:num_requests_waiting 5\nvllm:kv_cache_usage_perc 0.875\n"
 
@@ -165,14 +165,11 @@ def test_an_endpoints_probe_is_sampled_and_carries_its_telemetry(tmp_path: Path,
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-
     class Engine:
         stall_s = None
 
         def endpoint(self) -> Endpoint:
-            return Endpoint(f"http://127.0.0.1:{server.server_address[1]}", "m", False, False)
+            return Endpoint(server.url, "m", False, False)
 
         def alive(self) -> bool:
             return True
@@ -185,10 +182,7 @@ def test_an_endpoints_probe_is_sampled_and_carries_its_telemetry(tmp_path: Path,
     monkeypatch.setattr(telemetry, "INTERVAL_S", 0.05)
     monkeypatch.setattr(telemetry.shutil, "which", lambda name: None)   # the engine's series only, GPUs or not
     monkeypatch.setattr(endpoints_probe.runner, "run", client_run)
-    try:
+    with LocalServer(Metrics) as server:
         probe = endpoints_probe.probe(interactive(40), "probe", 40, Engine(), str(tmp_path), str(tmp_path / "t.json"))
-    finally:
-        server.shutdown()
-        server.server_close()
     assert probe.valid and probe.telemetry == {"kv_cache_peak": 0.875, "waiting_peak": 5.0}
     assert (Path(str(probe.run_dir)) / telemetry.FILE).is_file()

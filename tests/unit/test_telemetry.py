@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from tasks.engines import Endpoint, Watched
 from tasks.reporting.plots import plot_telemetry
 from tasks.serving import metrics, telemetry
+from tests.local_http import LocalServer
 
 VLLM_TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -164,13 +164,8 @@ class _Pages(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def pages() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Pages", (_Pages,), {"reads": 0}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with LocalServer(type("Pages", (_Pages,), {"reads": 0})) as server:
+        yield server.url
 
 
 def test_a_trtllm_run_sampled_with_dcgm_gpus(tmp_path: Path, pages: str, monkeypatch: pytest.MonkeyPatch) -> None:
