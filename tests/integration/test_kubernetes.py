@@ -248,6 +248,7 @@ def test_a_graph_is_watched_on_the_nodes_the_operator_placed_its_pods(api: FakeA
 
 
 def test_an_api_that_does_not_answer_costs_the_node_names_not_the_launch(tmp_path: Path) -> None:
+    """A stopped API server: watched names no node, for a graph and for Podium's own pods, and raises nothing."""
     options = {"version": "1.6.1", "nodes": 1, "gpus_per_node": 2, "discovery": "kubernetes",
                "prefill": {"workers": 1}, "decode": {"workers": 1}}
     with FakeApiServer() as gone:
