@@ -9,6 +9,8 @@ A flow pod's state folder may die with it, so before creating anything a launch 
 by their labels (`labels(prefix)`): those an earlier flow of the same plan, system and benchmark left (the owner
 labels, `owner_labels`) are deleted and waited for until gone, so the new ones never meet a 409 Conflict; those
 another benchmark made under the same prefix are left alone, and the launch says whose they are.
+`watched` names the nodes the engine's pods run on, for telemetry: Podium's own pods by its labels, a Dynamo graph's
+by the labels the operator puts on them (`GRAPH_NAME_LABEL`, `GRAPH_SERVICE_LABEL`).
 `run_pod` runs one short-lived pod to its end and returns its node and log (preflight's description of the engine's
 node, tasks/ops/kube_checks.py); it deletes the pod however it ends.
 `ACCESS` (and `GRAPH_ACCESS` for a Dynamo graph) is every Kubernetes API call the launcher and preflight make, as
@@ -32,7 +34,10 @@ from submission.plan.engine_options import KubernetesSettings
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec, Watched, watched
 from tasks.launchers import Launcher
 from tasks.launchers.kubernetes_manifests import (
+    COMPONENTS,
     DGD,
+    GRAPH_NAME_LABEL,
+    GRAPH_SERVICE_LABEL,
     LABEL,
     OWNER,
     dns_name,
@@ -378,22 +383,31 @@ class KubernetesLauncher(Launcher):
         unstarted = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=[], graph=self.graph)
         return {"kubernetes": self.objects(specs)}, self.endpoint(endpoint, unstarted)
 
-    def watched(self, deployment: KubernetesDeployment) -> Watched:
-        """The deployment by the nodes its pods run on (each pod's spec.nodeName): what a DCGM URL template is filled
-        with. A graph's pods are the operator's, and its workers are reached through it: only its frontend is read.
-        Nodes the API does not name (yet) are left out; telemetry never fails a launch."""
-        if deployment.graph:
-            return Watched()
+    def _pods_on_nodes(self, labelled: dict[str, str]) -> list[Any]:
+        """The pods carrying these labels that a node runs (spec.nodeName set), as the client's models; none when the
+        API does not answer: what telemetry reads costs the node names, never the launch."""
         from kubernetes import client
 
-        by_process: dict[str, str] = {}
-        with contextlib.suppress(Exception):   # an API that does not answer now costs the node names, not the launch
+        with contextlib.suppress(Exception):
             pods = self._call("listing pods", client.CoreV1Api(self.api).list_namespaced_pod, self.settings.namespace,
-                              label_selector=selector(labels(self.prefix)))
-            for pod in pods.items or []:
-                process = (pod.metadata.labels or {}).get(f"{LABEL}/process", "")
-                if pod.spec is not None and pod.spec.node_name:
-                    by_process.setdefault(process, pod.spec.node_name)
+                              label_selector=selector(labelled))
+            return [p for p in pods.items or [] if p.spec is not None and p.spec.node_name]
+        return []
+
+    def watched(self, deployment: KubernetesDeployment) -> Watched:
+        """The deployment by the nodes its pods run on (each pod's spec.nodeName), node 0 first: what a DCGM URL
+        template is filled with. A graph's pods are the operator's: found by the graph's name label and told apart by
+        their service label (`graph_nodes`); its workers are reached through the operator, so no page of theirs is
+        read, and the device plugin, not Podium, picks which GPUs of its node a pod holds, so no GPU is given a role.
+        Nodes the API does not name (yet) are left out."""
+        if deployment.graph:
+            pods = [((p.metadata.labels or {}).get(GRAPH_SERVICE_LABEL, ""), p.metadata.name, p.spec.node_name)
+                    for p in self._pods_on_nodes({GRAPH_NAME_LABEL: deployment.prefix})
+                    if p.metadata.deletion_timestamp is None]
+            return Watched(nodes=graph_nodes(deployment.processes, pods))
+        by_process: dict[str, str] = {}
+        for pod in self._pods_on_nodes(labels(self.prefix)):
+            by_process.setdefault((pod.metadata.labels or {}).get(f"{LABEL}/process", ""), pod.spec.node_name)
         nodes: dict[int, str] = {}
         for spec in deployment.processes:
             if dns_name(spec.name) in by_process:
@@ -419,6 +433,24 @@ class KubernetesLauncher(Launcher):
             self._delete(kind, name)
         deployment.created.clear()
         self._record.unlink(missing_ok=True)
+
+
+def graph_nodes(specs: list[ProcessSpec], pods: list[tuple[str, str, str]]) -> tuple[str, ...]:
+    """The nodes a graph's pods run on, each pod given as (its service label, its name, its node), in the order of
+    Podium's processes (node 0 first, then the processes' own order): a service's pods, by name, stand for the
+    processes of its role in turn (the operator places replicas, not Podium's processes); a pod more than its
+    service's processes (a replica being replaced) comes last; a pod of a service Podium did not write is left out."""
+    roles = {name: role for role, (name, _, _) in COMPONENTS.items()}
+    by_role: dict[str, list[str]] = {}
+    for service, _, node in sorted(pods):
+        if service in roles:
+            by_role.setdefault(roles[service], []).append(node)
+    placed = []
+    for position, spec in enumerate(specs):
+        if by_role.get(spec.role):
+            placed.append((spec.node_index, position, by_role[spec.role].pop(0)))
+    rest = [node for nodes in by_role.values() for node in nodes]
+    return tuple(dict.fromkeys([node for _, _, node in sorted(placed)] + rest))
 
 
 def _whose(owner: dict[str, str]) -> str:

@@ -28,6 +28,13 @@ POD_IP_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST", "DYN_TCP_RPC_HOST", "DYN_TCP_RESPON
 PER_PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES",)   # the device plugin gives a pod its GPUs, numbered from 0
 COMPONENTS = {"frontend": ("Frontend", "frontend", None), "prefill": ("PrefillWorker", "worker", "prefill"),
               "decode": ("DecodeWorker", "worker", "decode")}
+# The labels the Dynamo operator puts on each pod of a graph: the DynamoGraphDeployment's name, and the service of
+# spec.services (a key of COMPONENTS' names) the pod runs. Operator constants KubeLabelDynamoGraphDeploymentName and
+# KubeLabelDynamoComponent, deploy/operator/internal/consts/consts.go:46-47 of ai-dynamo/dynamo at commit
+# d195d280e13e5532510a1004ad8d8d06f2f8266a; the pinned ai-dynamo 1.6.1 wheel's planner lists a graph's pods and tells
+# their services apart by the same two (dynamo/planner/connectors/clients/kubernetes_api.py:53-54).
+GRAPH_NAME_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+GRAPH_SERVICE_LABEL = "nvidia.com/dynamo-component"
 
 
 def dns_name(*parts: str) -> str:

@@ -75,7 +75,8 @@ class EngineSession:
             dcgm = telemetry.expand_dcgm(self.dcgm_urls, endpoint.watched.nodes)
             if any(telemetry.NODE in url for url in self.dcgm_urls) and not endpoint.watched.nodes:
                 run_logger("engine").warning("engine.telemetry.dcgm_urls: the launcher names no engine node to fill "
-                                             "{node} with (an external engine, a Dynamo graph), so it is not read")
+                                             "{node} with (an external engine, or pods the API did not list), so it "
+                                             "is not read")
             self._endpoint = dataclasses.replace(endpoint, watched=dataclasses.replace(endpoint.watched, dcgm=dcgm))
             self.launches += 1
             if self.warmup is not None:

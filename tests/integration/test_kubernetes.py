@@ -24,8 +24,10 @@ from submission.plan.engine_options import KubernetesSettings
 from submission.tree import host_facts
 from tasks.engines import Endpoint, backend
 from tasks.launchers import launched, launcher, start_ready
-from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS, KubernetesLauncher
+from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS, KubernetesDeployment, KubernetesLauncher
+from tasks.launchers.kubernetes_manifests import GRAPH_NAME_LABEL, GRAPH_SERVICE_LABEL
 from tasks.ops.kube_checks import NODES, access_problems, describe_engine_node, node_architectures
+from tasks.serving.telemetry import expand_dcgm
 from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant, node
 from tests.integration.fake_registry import FakeRegistry
 
@@ -211,6 +213,50 @@ def test_dynamo_applies_a_graph_deployment(api: FakeApiServer, tmp_path: Path) -
     where.stop(deployment)
     assert _calls(api, "DELETE") == [
         ("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/podium-dynamo")]
+
+
+def _operator_pod(graph: str, service: str, name: str, node_name: str) -> dict:
+    """A pod as the Dynamo operator makes one for a graph's service: its two labels (GRAPH_NAME_LABEL,
+    GRAPH_SERVICE_LABEL), placed on a node."""
+    return {"metadata": {"name": name, "labels": {GRAPH_NAME_LABEL: graph, GRAPH_SERVICE_LABEL: service}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "x"}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_graph_is_watched_on_the_nodes_the_operator_placed_its_pods(api: FakeApiServer, tmp_path: Path) -> None:
+    """The operator's pods of the graph, on two nodes, name its nodes in Podium's order (node 0: the prefill workers'
+    and the frontend's), and a DCGM template is filled with both; another graph's pod is not the engine's."""
+    options = {"version": "1.6.1", "nodes": 2, "gpus_per_node": 2, "discovery": "kubernetes",
+               "prefill": {"workers": 2}, "decode": {"workers": 2}}
+    where = _launcher(api, tmp_path, engine="dynamo")
+    nodes, ports = backend("dynamo").demand(options)
+    deployment = where.start(backend("dynamo").processes(options, Path("/m"), where.placement(ports, nodes=nodes)),
+                             tmp_path / "logs", LOG)
+    for service, name, on in [("DecodeWorker", "podium-dynamo-decodeworker-a1", "gpu-a"),
+                              ("DecodeWorker", "podium-dynamo-decodeworker-a2", "gpu-a"),
+                              ("PrefillWorker", "podium-dynamo-prefillworker-b1", "gpu-b"),
+                              ("PrefillWorker", "podium-dynamo-prefillworker-b2", "gpu-b"),
+                              ("Frontend", "podium-dynamo-frontend-b3", "gpu-b")]:
+        api.cluster.objects[("pods", name)] = _operator_pod("podium-dynamo", service, name, on)
+    api.cluster.objects[("pods", "other-frontend-c1")] = _operator_pod("other", "Frontend", "other-frontend-c1",
+                                                                       "gpu-c")
+    seen = where.watched(deployment)
+    assert seen.nodes == ("gpu-b", "gpu-a")
+    assert expand_dcgm(("http://{node}:9400/metrics",), seen.nodes) == (
+        ("gpu-b", "http://gpu-b:9400/metrics"), ("gpu-a", "http://gpu-a:9400/metrics"))
+    where.stop(deployment)
+
+
+def test_an_api_that_does_not_answer_costs_the_node_names_not_the_launch(tmp_path: Path) -> None:
+    """A stopped API server: watched names no node, for a graph and for Podium's own pods, and raises nothing."""
+    options = {"version": "1.6.1", "nodes": 1, "gpus_per_node": 2, "discovery": "kubernetes",
+               "prefill": {"workers": 1}, "decode": {"workers": 1}}
+    with FakeApiServer() as gone:
+        where = _launcher(gone, tmp_path, engine="dynamo")
+    nodes, ports = backend("dynamo").demand(options)
+    specs = backend("dynamo").processes(options, Path("/m"), where.placement(ports, nodes=nodes))
+    for graph in (True, False):
+        assert where.watched(KubernetesDeployment(specs, "podium-dynamo", [], graph=graph)).nodes == ()
 
 
 def test_bad_credentials_are_named(tmp_path: Path) -> None:
