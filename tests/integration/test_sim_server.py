@@ -69,6 +69,6 @@ def test_without_stream_one_json_completion_when_the_last_token_is_due(stream: b
         assert answer["object"] == "chat.completion" and answer["id"] and choice["finish_reason"] == "length"
         assert choice["message"]["role"] == "assistant" and len(choice["message"]["content"].split()) == 3
         assert answer["usage"]["completion_tokens"] == 3 == len(choice["token_ids"])   # max_completion_tokens caps 5
-        assert 0.03 + 2 * 0.010 <= took <= 0.3                     # prefill, then 2 more tokens, then the answer
+        assert 0.03 + 2 * 0.010 <= took < 2                        # prefill, then 2 more tokens, then the answer
         text = http.post("/v1/completions", json={"model": MODEL_NAME, "prompt": [1, 2], "max_tokens": 2}).json()
         assert text["object"] == "text_completion" and len(text["choices"][0]["token_ids"]) == 2
