@@ -214,7 +214,7 @@ def pool_problems(pools: dict[str, str]) -> list[str]:
     """What keeps each system's work pool (system -> pool) from running a member now: the pool missing on the
     server, paused, or without a worker online. Each problem names the system, the pool and the fix."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import WorkPoolStatus
+    from prefect.client.schemas.objects import WorkerStatus, WorkPoolStatus
     from prefect.exceptions import ObjectNotFound
 
     start = "start a worker on the cluster: `prefect worker start --pool {p} --type process` (locally: " \
@@ -231,6 +231,8 @@ def pool_problems(pools: dict[str, str]) -> list[str]:
                 continue
             if found.is_paused:
                 problems.append(f"{where}: the pool is paused; resume it: `prefect work-pool resume {pool}`")
-            elif found.status != WorkPoolStatus.READY:
+            elif found.status != WorkPoolStatus.READY and not any(
+                    w.status == WorkerStatus.ONLINE for w in client.read_workers_for_work_pool(pool)):
+                # the pool's own status follows its workers' heartbeats late: a worker just started is online first
                 problems.append(f"{where}: no worker of the pool is online; " + start.format(p=pool))
     return problems

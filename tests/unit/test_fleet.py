@@ -225,3 +225,38 @@ def test_a_member_no_worker_can_start_is_cancelled_after_a_while_not_before(monk
     for client in (Client("scheduled", "READY"), Client("running", "NOT_READY")):   # a worker will; or it started
         assert fleet._settled(client, started, {"cluster-b": 0.0}, 600) is None and not client.cancelled
     assert fleet._settled(Client("completed", "NOT_READY"), started, {}, 600).name == "Completed"
+
+
+def test_a_pool_whose_status_lags_its_online_worker_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool still NOT_READY while its worker, just restarted, is ONLINE runs the system; without an online worker
+    the problem names the pool and the fix."""
+    import prefect.client.orchestration as orchestration
+    from prefect.client.schemas.objects import WorkerStatus, WorkPoolStatus
+
+    from tasks.ops.registration import pool_problems
+
+    workers: list = []
+
+    class Client:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def read_work_pool(self, name: str) -> object:
+            return type("Pool", (), {"is_paused": False, "status": WorkPoolStatus.NOT_READY})()
+
+        def read_workers_for_work_pool(self, name: str) -> list:
+            return workers
+
+    monkeypatch.setattr(orchestration, "get_client", Client)
+    assert pool_problems({"s": "cluster-b"}) == ["systems[s].work_pool: cluster-b: no worker of the pool is online; "
+                                                 "start a worker on the cluster: `prefect worker start --pool "
+                                                 "cluster-b --type process` (locally: `podium dev up --pool "
+                                                 "cluster-b`)"]
+    workers.append(type("Worker", (), {"status": WorkerStatus.ONLINE})())
+    assert pool_problems({"s": "cluster-b"}) == []
