@@ -98,6 +98,12 @@ class Probe(Strict):
     def verdict(self) -> str:
         return "PASS" if self.valid else "FAIL"
 
+    @property
+    def checked(self) -> str:
+        """The run's own verdict in the checker's words, as measured (before the search's judgement, which may turn
+        `valid` either way: tasks.tuning.overload.judged)."""
+        return "VALID" if self.valid else "INVALID"
+
 
 class SearchResult(Strict):
     qps: float | None                           # the highest rate a full-length run confirmed

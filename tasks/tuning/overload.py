@@ -302,7 +302,7 @@ def judged(probe, limits_ms: dict[str, float | None], full_s: float, capacity: C
     if probe.signals is not None and probe.signals.forecast:
         probe = probe.model_copy(update={"outlook": outlook(probe.signals.forecast, limits_ms, probe.qps, EXPLAINED),
                                          "checked_margin": checked_margin(probe.signals.forecast, limits_ms)})
-    checker = "; ".join(probe.reasons) if probe.reasons else ("VALID" if probe.valid else "INVALID")
+    checker = "; ".join(probe.reasons) if probe.reasons else probe.checked
     if probe.stage != "probe":
         at = highest_within(probe.outlook, 1.0)
         ahead = f"; its own record forecasts its limits at {at:.4g} q/s" if at else ""

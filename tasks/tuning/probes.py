@@ -111,8 +111,7 @@ def probe_task(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, w
     p99s = ", ".join(f"{name} p99 {value:g} ms" for name, value in (
         ("TTFT", probe.ttft_p99_ms), ("TPOT", probe.tpot_p99_ms), ("latency", probe.latency_p99_ms))
         if value is not None)
-    run_logger("probes").info("%s %s q/s: the checker's %s (%s) in %.1f s%s", stage, qps,
-                              "VALID" if probe.valid else "INVALID",
+    run_logger("probes").info("%s %s q/s: the checker's %s (%s) in %.1f s%s", stage, qps, probe.checked,
                               p99s or "no p99", probe.duration_s,
                               f": {'; '.join(probe.reasons)}" if probe.reasons else "")
     return probe
@@ -183,7 +182,6 @@ class Prober:
             probe = probe.model_copy(update={"planned_samples": self.planned_samples(spec)})
             self.cache.put(spec, probe)
             self.ran += 1
-        progress.finished(f"{spec.label} {stage} at {target_qps(spec):g} q/s: the checker's "
-                          + ("VALID" if probe.valid else "INVALID")
+        progress.finished(f"{spec.label} {stage} at {target_qps(spec):g} q/s: the checker's {probe.checked}"
                           + (" (cached)" if probe.cached else ""))
         return probe
