@@ -209,7 +209,8 @@ def _on_nodes(plan: Plan, index: int, state_dir: Path, storage: str, log: Callab
             missing = check_commands(where.settings, where.env, alloc.job_id, node, i, bench, specs, name)
             problems += missing
             if not missing:
-                log(f"{bench.key}: " + ", ".join(sorted({" -m ".join(filter(None, command_of(s))) for s in specs}))
+                # in the order the engine starts them: a sorted list would move with the paths' prefixes
+                log(f"{bench.key}: " + ", ".join(dict.fromkeys(" -m ".join(filter(None, command_of(s))) for s in specs))
                     + f" found on {node} (node {i})")
         if bench.system not in facts:
             facts[bench.system] = detect_on_node(where.settings, where.env, alloc.job_id, alloc.nodes[0],

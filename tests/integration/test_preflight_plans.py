@@ -107,8 +107,8 @@ def test_the_complete_plans_pass_with_their_nodes(clusters: dict[str, Any], slur
     assert ("checked      the Kubernetes engines' account may make every call they need; their model claims exist; "
             "their images hold a platform for their nodes' architecture") in out
     assert "checked      Slurm would grant each Slurm engine's allocation" in out
-    assert re.search(r"checked      gb200x16-slurm/qwen3-vl-235b-a22b: /\S+/etcd, \S+ -m dynamo.frontend, \S+ -m "
-                     r"dynamo.vllm found on node1 \(node 0\)", out), out
+    assert re.search(r"checked      gb200x16-slurm/qwen3-vl-235b-a22b: /\S+/etcd, \S+ -m dynamo.vllm, \S+ -m "
+                     r"dynamo.frontend found on node1 \(node 0\)", out), out
     assert "gb200x4-k8s: described from node fake-node-0" in out and out.rstrip().endswith("preflight: OK")
     _created_nothing(clusters["api"], slurm_conf, before, nodes=True)
     assert _submitted(slurm_conf, ALLOCATED) == before[1] + 1   # the node checks' allocation

@@ -97,7 +97,7 @@ def test_the_engines_commands_are_looked_for_on_the_nodes_that_run_them(slurm_co
     plan = _plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)
     code, out = _preflight(plan, tmp_path, "--nodes")
     assert code == 0, out
-    assert (f"checked cpu-smoke/gpt-oss-120b: {python} -m dynamo.frontend, {python} -m dynamo.mocker found on node1 "
+    assert (f"checked cpu-smoke/gpt-oss-120b: {python} -m dynamo.mocker, {python} -m dynamo.frontend found on node1 "
             "(node 0)") in out
     assert f"checked cpu-smoke/gpt-oss-120b: {etcd}, {python} -m dynamo.mocker found on node2 (node 1)" in out
     assert out.endswith("preflight: OK")

@@ -98,7 +98,7 @@ def test_preflight_looks_for_etcd_on_node_0_of_the_allocation(slurm_conf: Path, 
     plan = _slurm_plan(tmp_path / "plan.yaml", smoke_store, slurm_conf, engine)
     found = CliRunner().invoke(app, ["preflight", str(plan), "--nodes", "--workspace", str(tmp_path / "ws")])
     assert found.exit_code == 0, found.output
-    assert (f"checked      cpu-smoke/gpt-oss-120b: {etcd}, {python} -m dynamo.frontend, {python} -m dynamo.mocker "
+    assert (f"checked      cpu-smoke/gpt-oss-120b: {etcd}, {python} -m dynamo.mocker, {python} -m dynamo.frontend "
             "found on node1 (node 0)") in found.output
     assert found.output.rstrip().endswith("preflight: OK")
 
