@@ -36,9 +36,9 @@ PUT_OK = (200, 201, 204)  # upload_file_to_signed_url
 PUT_HEADERS = {"Content-Type": "application/octet-stream", "Access-Control-Allow-Headers": "*"}
 TIMEOUT_S = 60.0  # connect, and each read or write of the small calls
 PUT_READ_TIMEOUT_S = 600.0  # the store's answer after the last byte of a large tarball
-PUT_ATTEMPTS = 3
 PUT_RETRY_STATUS = (408, 429, 500, 502, 503, 504)   # the object store's "try again"; 403 (signature) is final
-PUT_RETRY_DELAYS_S = (5.0, 30.0)   # before the second and third attempts
+PUT_RETRY_DELAYS_S = (5.0, 30.0)   # before each attempt after the first
+PUT_ATTEMPTS = len(PUT_RETRY_DELAYS_S) + 1
 TEXT_CHARS = 300  # of a server's answer, shown in an error or the record
 HIDDEN = "<submitter id>"
 
@@ -113,7 +113,7 @@ def put(ticket: Ticket, tarball: Path, submitter_id: SecretStr, say: Callable[[s
             if answer.status_code not in PUT_RETRY_STATUS or attempt == PUT_ATTEMPTS:
                 break
             why = f"HTTP {answer.status_code} from {host}"
-        delay = PUT_RETRY_DELAYS_S[min(attempt, len(PUT_RETRY_DELAYS_S)) - 1]
+        delay = PUT_RETRY_DELAYS_S[attempt - 1]
         say(f"upload attempt {attempt} of {PUT_ATTEMPTS} failed ({why}); sending it again in {delay:g} s")
         time.sleep(delay)
     if answer.status_code not in PUT_OK:
