@@ -95,8 +95,8 @@ json.dump([(t - times[0]) / 1e9 for t in times], open(out, "w"))
 
 def test_loadgen_s_schedule_is_rebuilt_from_the_seed(tmp_path: Path) -> None:
     """Loadgen's Server issue times (a SUT that answers at once) are the schedule `loadgen_schedule` computes: half
-    of them within a millisecond, none early; a busy machine delays some (loadgen's issue thread waits for a core),
-    never the schedule itself. Another seed's schedule is tens of milliseconds away."""
+    of them within a millisecond, none more than 5 ms early; a busy machine delays some (loadgen's issue thread
+    waits for a core), never the schedule itself. Another seed's schedule is tens of milliseconds away."""
     subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "t.json"), "400"], cwd=tmp_path, check=True,
                    timeout=60, capture_output=True)
     issued = np.array(json.loads((tmp_path / "t.json").read_text()))
