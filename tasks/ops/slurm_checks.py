@@ -108,15 +108,16 @@ def command_of(spec: ProcessSpec) -> tuple[str, str | None]:
 def check_commands(settings: SlurmSettings, env: Mapping[str, str], job: str, node: str, index: int,
                    bench: BenchmarkSpec, specs: list[ProcessSpec], name: str) -> list[PodiumError]:
     """Each command the engine's processes on `node` run (and the module a `python -m` runs) found there, in the
-    engine's container, by one step; a problem for each one missing, naming the option that names it."""
-    wanted = sorted({command_of(s) for s in specs}, key=str)
+    engine's container, by one step; a problem for each one missing, naming the option that names it, in the order
+    the engine starts them (as `_on_nodes` lists those found: never by the paths' spelling)."""
+    wanted = list(dict.fromkeys(command_of(s) for s in specs))
     argv = [settings.python, "-c", FIND, json.dumps(wanted)]
     out = cli.run(step_argv(settings, job, node, argv, name, container=True), env)
     missing = {tuple(json.loads(line)) for line in out.splitlines() if line.startswith("[")}
     services = backend(bench.engine.name).services(bench.engine.config())
     place = f"{node}, node {index} of Slurm job {job}"
     problems: list[PodiumError] = []
-    for command, module in sorted(missing, key=str):
+    for command, module in (c for c in wanted if c in missing):
         users = sorted(s.name for s in specs if command_of(s) == (command, module))
         option = next((o for o, c in services.items() if c == command), None)
         if option:
@@ -208,8 +209,7 @@ def _on_nodes(plan: Plan, index: int, state_dir: Path, storage: str, log: Callab
             node = alloc.nodes[i]
             missing = check_commands(where.settings, where.env, alloc.job_id, node, i, bench, specs, name)
             problems += missing
-            if not missing:
-                # in the order the engine starts them: a sorted list would move with the paths' prefixes
+            if not missing:   # in the engine's start order, as check_commands looks for them
                 log(f"{bench.key}: " + ", ".join(dict.fromkeys(" -m ".join(filter(None, command_of(s))) for s in specs))
                     + f" found on {node} (node {i})")
         if bench.system not in facts:
