@@ -98,11 +98,24 @@ venv-endpoints: $(ENDPOINTS_STAMP)
 engines: install venv-vllm venv-dynamo
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
 
+# The round's official tools (the checker, preprocess_submission.py, the audits' scripts, the references' scoring):
+# mlcommons/inference at the commit submission/rules/v6.1.yaml pins, in $(WORKSPACE)/inference/<commit>/, its folder
+# printed. INFERENCE_ARCHIVE: a `git archive` of that commit, unpacked (`podium fetch-inference --archive`); without
+# it, fetched with git; PODIUM_INFERENCE_SRC: a folder that holds them already, used as it is (docs/development.md).
+INFERENCE_ARCHIVE ?=
+INFERENCE_SRC = $(if $(PODIUM_INFERENCE_SRC),echo '$(PODIUM_INFERENCE_SRC)',$(PODIUM) fetch-inference \
+	--workspace '$(WORKSPACE)' $(if $(INFERENCE_ARCHIVE),--archive '$(INFERENCE_ARCHIVE)'))
+.PHONY: inference-src
+inference-src: install
+	@$(INFERENCE_SRC)
+
 # Three test files at a time (pytest-xdist; most tests wait on services, docs/development.md), the longest files
-# first (tests/durations.json), and the 20 slowest tests named at the end. TEST_WORKERS=0: one test at a time.
+# first (tests/durations.json), and the 20 slowest tests named at the end. TEST_WORKERS=0: one test at a time. The
+# official tools' tests run from the folder `inference-src` prints, and fail (never skip) without it.
 TEST_WORKERS ?= 3
-test: lint docs system-deps venv-vllm venv-dynamo venv-endpoints
-	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
+test: inference-src lint docs system-deps venv-vllm venv-dynamo venv-endpoints
+	src="$$($(INFERENCE_SRC))" && PODIUM_INFERENCE_SRC="$$src" PODIUM_REQUIRE_OFFICIAL=1 PODIUM_REQUIRE_ENGINES=1 \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 # Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.
 .PHONY: bench bench-staging

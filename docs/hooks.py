@@ -1,10 +1,16 @@
-"""MkDocs hooks (mkdocs.yml `hooks`): the two reference pages written while the site builds, so neither can drift.
+"""The two reference pages generated from the code, so neither can drift, and the MkDocs hook (mkdocs.yml `hooks`)
+that builds the site from what the code generates.
 
 - `plan.md`: every field of a plan, from the plan's pydantic models (submission/plan/model.py) through their JSON
   schema: each model a table of its fields with type, default and description; the typed `engine.options` of each
   engine (submission/plan/engine_options.py) and `engine.slurm` (submission/plan/slurm_options.py) after them.
 - `cli.md`: every `podium` command, its arguments and options, from the Typer app (flows/cli.py) by Typer's own
   Markdown generation, the text `podium COMMAND --help` prints.
+
+Both are committed in docs/, so a link to them resolves in the checkout and on GitHub as on the site. After a change
+to the plan's models or the command line, `python docs/hooks.py` writes them again; the site's build warns (and so
+fails, built with --strict) while a committed page differs from what the code generates, and so does
+tests/unit/test_docs_pages.py.
 """
 
 from __future__ import annotations
@@ -15,16 +21,46 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout's packages, not an installed copy
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent))   # this checkout's packages, not an installed copy
 PLAN_PAGE, CLI_PAGE = "plan.md", "cli.md"
+REGENERATE = "python docs/hooks.py"
+
+
+def generated() -> dict[str, str]:
+    """Each generated page's name in docs/ and its text, as the code makes it now."""
+    return {PLAN_PAGE: plan_reference(), CLI_PAGE: cli_reference()}
+
+
+def stale(pages: dict[str, str]) -> list[str]:
+    """The generated `pages` whose committed file is missing or differs."""
+    return [name for name, text in pages.items() if not (DOCS / name).is_file() or (DOCS / name).read_text() != text]
 
 
 def on_files(files: Any, config: Any) -> Any:
+    """The site's generated pages from the code, whatever the committed files hold; a warning for each that differs."""
+    from mkdocs.plugins import get_plugin_logger
     from mkdocs.structure.files import File
 
-    for name, write in ((PLAN_PAGE, plan_reference), (CLI_PAGE, cli_reference)):
-        files.append(File.generated(config, name, content=write()))
+    log = get_plugin_logger("hooks")
+    for name, text in generated().items():
+        committed = files.get_file_from_path(name)
+        if committed is not None:
+            if committed.content_string != text:
+                log.warning(f"docs/{name} is not what the code generates: run `{REGENERATE}` and commit it")
+            files.remove(committed)
+        files.append(File.generated(config, name, content=text))
     return files
+
+
+def main() -> None:
+    """Write the generated pages into docs/ (each atomically), and say which changed."""
+    from submission.base.files import write_atomic
+
+    pages = generated()
+    for name in stale(pages):
+        write_atomic(DOCS / name, pages[name])
+        print(f"wrote docs/{name}")
 
 
 # ----- the plan ------------------------------------------------------------------------------------------------
@@ -32,6 +68,7 @@ def plan_reference() -> str:
     from pydantic import BaseModel
 
     from submission.plan.engine_options import OPTIONS
+    from submission.plan.limits import MAX_DEPTH
     from submission.plan.model import Plan
     from submission.plan.slurm_options import SlurmSettings
 
@@ -39,8 +76,10 @@ def plan_reference() -> str:
            "Every field a plan may set, generated from the plan's models (`submission/plan/model.py` and the engine "
            "options beside it) when this site is built. A plan is one YAML mapping; a key that is not listed here is "
            "refused when the plan loads, with the field's path and the fix, and so is a value of the wrong type or "
-           "out of its range. *required* marks a field without a default. Shipped examples: "
-           "`deployments/plans/`.", ""]
+           "out of its range. Every number is finite (`.inf` and `.nan` are refused); the largest rates, node counts "
+           "and sequence lengths (≤ in the tables) lie far above any real system's, each bound citing its source in "
+           f"`submission/plan/limits.py`. A plan is UTF-8 text, nested at most {MAX_DEPTH} levels deep. *required* "
+           "marks a field without a default. Shipped examples: `deployments/plans/`.", ""]
     out += _models(Plan, "plan", "The plan")
     engines: dict[type[BaseModel], list[str]] = {}
     for name, model in OPTIONS.items():
@@ -186,3 +225,7 @@ def _exit_codes() -> list[str]:
         when = " ".join((error.__doc__ or "").split(". ")[0].split())
         rows.append(f"| {error.exit_code} | `{error.__name__}` | {when.rstrip('.')} |")
     return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -5,7 +5,10 @@ mounted:
     prefect deployment run 'fetch/fetch' --param plan=deployments/plans/<plan>.yaml --watch
 
 The hub's token is HF_TOKEN's in the worker's environment, else the Prefect Secret block `hf_token_secret`
-(default hf-token); HF_ENDPOINT and PODIUM_GITHUB_URL name mirrors, as for `podium fetch` (flows/fetch_cli.py).
+(default hf-token); MLCommons' storage's credentials CF_ACCESS_TOKEN, or CF_ACCESS_CLIENT_ID and
+CF_ACCESS_CLIENT_SECRET, else the Secret blocks of those names in lower case with dashes (cf-access-token, ...);
+HF_ENDPOINT, PODIUM_GITHUB_URL and PODIUM_MLCOMMONS_STORAGE_URL name mirrors, as for `podium fetch`
+(flows/fetch_cli.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from prefect import flow
 from submission.base.errors import PlanError
 from submission.plan import model as plans
 from tasks.staging.fetch import GITHUB, SECRET, Progress, fetch_all, hub_from
+from tasks.staging.fetch_r2 import access_from
 from tasks.staging.stage import ProgressArtifact
 from tasks.steps import run_logger
 
@@ -32,6 +36,7 @@ def fetch(plan: str, dest: str | None = None, hf_token_secret: str = SECRET) -> 
                         fix="add a fetch section to its benchmarks (docs/inputs.md, \"Fetching the inputs\")")
     log = run_logger("fetch")
     done = fetch_all(items, root=Path(dest) if dest else None, hub=hub_from(os.environ, hf_token_secret),
-                     github=os.environ.get("PODIUM_GITHUB_URL") or GITHUB, say=log.info,
+                     github=os.environ.get("PODIUM_GITHUB_URL") or GITHUB,
+                     access=access_from(os.environ, items, lambda: True), say=log.info,
                      progress=Progress(share=ProgressArtifact(f"podium fetch {plan}")))
     return [asdict(d) for d in done]

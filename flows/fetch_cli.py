@@ -2,8 +2,9 @@
 fetch is tasks/staging/fetch.py's; flows/fetch.py is the same as a Prefect flow, for the UI).
 
 What happens goes to stderr (a line per step, a byte bar per download and conversion, huggingface_hub's own bars for
-hub files), one summary line per destination to stdout. Nothing Prefect is imported unless the hub's token is read
-from a Prefect Secret block: HF_TOKEN unset and a Prefect server configured.
+hub files), one summary line per destination to stdout. Nothing Prefect is imported unless a token is read from a
+Prefect Secret block: HF_TOKEN (or, for a data set on MLCommons' storage, every CF_ACCESS_*) unset and a Prefect
+server configured.
 """
 
 from __future__ import annotations
@@ -50,14 +51,19 @@ def secret_to_read(named: str | None) -> str | None:
 
     if os.environ.get("HF_TOKEN"):
         return None
-    from prefect.settings import Settings
-
-    if Settings().api.url:
+    if prefect_server():
         return named or SECRET
     if named:
         raise PlanError(f"--hf-token-secret {named}: no Prefect server is configured to read it from",
                         fix="export PREFECT_API_URL=http://<server>:4200/api, or export HF_TOKEN instead")
     return None
+
+
+def prefect_server() -> bool:
+    """Whether a Prefect server is configured (PREFECT_API_URL, or the Prefect profile's): Secret blocks are read."""
+    from prefect.settings import Settings
+
+    return bool(Settings().api.url)
 
 
 @exits_on_error
@@ -71,11 +77,14 @@ def fetch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
     """Fetch what the plan's `fetch` sections name (checkpoints, data sets, the LiveCodeBench tests, source archives)
     to their destinations, each at its pinned commit or sha256 and verified; a second call verifies and fetches
     nothing (docs/inputs.md, "Fetching the inputs"). HF_TOKEN: the Hugging Face token; HF_ENDPOINT: another hub
-    (a mirror); PODIUM_GITHUB_URL: another GitHub (a mirror of its archives)."""
+    (a mirror); PODIUM_GITHUB_URL: another GitHub (a mirror of its archives); CF_ACCESS_TOKEN, or
+    CF_ACCESS_CLIENT_ID and CF_ACCESS_CLIENT_SECRET: MLCommons' storage's Cloudflare Access credentials;
+    PODIUM_MLCOMMONS_STORAGE_URL: a mirror of that storage."""
     from submission.base.errors import PlanError
     from submission.plan import model as plans
     from submission.rules import load_rules
     from tasks.staging.fetch import GITHUB, Progress, fetch_all, hub_from
+    from tasks.staging.fetch_r2 import access_from
 
     loaded = plans.load(plan)
     items = loaded.fetches()
@@ -84,9 +93,10 @@ def fetch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
                         fix="add a fetch section to its benchmarks, e.g. fetch: {/mnt/mlperf/models/gpt-oss-120b: "
                             "{repo: openai/gpt-oss-120b}} (deployments/plans/gpt-oss-120b-trtllm-k8s.yaml)")
     hub = hub_from(os.environ, secret_to_read(hf_token_secret))
+    access = access_from(os.environ, items, prefect_server)
     bars = Bars()
     try:
-        done = fetch_all(items, root=dest, hub=hub, github=os.environ.get("PODIUM_GITHUB_URL") or GITHUB,
+        done = fetch_all(items, root=dest, hub=hub, github=os.environ.get("PODIUM_GITHUB_URL") or GITHUB, access=access,
                          say=lambda line: typer.echo(line, err=True), progress=Progress(bytes=bars))
     finally:
         bars.close()

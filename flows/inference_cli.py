@@ -20,17 +20,30 @@ def fetch_inference(
         repository: Annotated[str | None, typer.Option(
             help="a git URL or path of mlcommons/inference or a mirror of it (default: the round's rules name it)")]
         = None,
+        archive: Annotated[Path | None, typer.Option(
+            help="a `git archive` (tar or tar.gz) of mlcommons/inference at the pinned commit, unpacked instead of "
+                 "fetching with git (where GitHub is out of reach)")] = None,
         workspace: Workspace = Path(".podium")) -> None:
     """Fetch the parts of mlcommons/inference that the official checks use (the checker, the audits' scripts, the
-    references' accuracy scripts) at the round's pinned commit into <workspace>/inference/<commit>, or check the copy
-    already there; print that folder, for `podium check --inference-src` or a plan's `inference_src`."""
+    references' accuracy scripts) at the round's pinned commit into <workspace>/inference/<commit>, or unpack them
+    there from --archive, or check the copy already there; print that folder, for `podium check --inference-src` or
+    a plan's `inference_src`."""
+    from submission.base.errors import PlanError
     from submission.rules import load_rules
-    from tasks.ops.inference_sources import fetch
+    from tasks.ops.inference_sources import fetch, unpack_archive
     from tasks.workspace import Workspace as Ws
 
+    if archive is not None and repository is not None:
+        raise PlanError("--archive and --repository name two sources", fix="pass one of them")
     pin = load_rules(round).inference_sources
-    fetched = fetch(pin, Ws.at(workspace).inference, repository=repository)
-    what = "already there, checked" if fetched.reused else f"fetched from {repository or pin.repository}"
+    root = Ws.at(workspace).inference
+    if archive is not None:
+        fetched = unpack_archive(pin, archive, root)
+        how = f"unpacked from {archive}"
+    else:
+        fetched = fetch(pin, root, repository=repository)
+        how = f"fetched from {repository or pin.repository}"
+    what = "already there, checked" if fetched.reused else how
     typer.echo(f"mlcommons/inference at {fetched.commit[:12]} (the {round} pin): {what}", err=True)
     typer.echo(f"next: podium check TREE --inference-src {fetched.path}, or `inference_src: {fetched.path}` in a plan",
                err=True)

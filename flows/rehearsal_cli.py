@@ -29,10 +29,12 @@ DEFAULT_CLOCK = "x10"   # a 600 s run in about a minute
 
 def prepare(plan: Path, workspace: Path, inference_src: Path | None = None) -> Path:
     """The rehearsal's plan file in `workspace`, its data sets built there first (once; reused when present)."""
+    from submission.plan import model as plans
     from tasks.rehearsal import data
     from tasks.rehearsal.plan import rehearsal_plan
 
-    original = yaml.safe_load(Path(plan).read_text())
+    original = plans.read(plan)
+    plans.parse(original, str(plan))   # the plan as written loads (exit 2, one message) before data sets are built
     built = {}
     for bench in {b["benchmark"] for b in original["benchmarks"]}:
         folder = workspace / "rehearsal-data" / bench

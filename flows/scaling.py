@@ -19,6 +19,7 @@ from submission.budget import cost
 from submission.checks import gates
 from submission.plan import model as plans
 from submission.plan.engine_options import OptionsLike
+from submission.plan.secret_env import shown_options
 from tasks.reporting import plots, progress
 from tasks.serving.session import EngineSession
 from tasks.tuning.bisection import SearchSettings
@@ -52,8 +53,8 @@ def measure(plan_path: str, plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Wo
     options = bench.engine.config().scaled(nodes)
     if scenario == "Offline":
         return offline_metric(plan, bench, ws, options, nodes)
-    out = search_peak_qps(plan_path, bench.key, scenario, str(ws.root), settings, engine_options=options,
-                          label=f"{nodes} node(s)")
+    out = search_peak_qps(plan_path, bench.key, scenario, str(ws.root), settings,
+                          engine_options=shown_options(options.as_plan()), label=f"{nodes} node(s)")
     used = out.get("engine_time") or {}
     return out["metric"], {"qps": out["qps"], "confirmed": out["confirmed"], "engine_seconds": used.get("seconds"),
                            "gpu_hours": used.get("gpu_hours")}

@@ -26,6 +26,7 @@ from submission.base.errors import PlanError, RunFailed
 from submission.budget import cost
 from submission.plan import model as plans
 from submission.plan.engine_options import EngineOptions, OptionsLike, parse_options
+from submission.plan.secret_env import shown_options, with_values
 from submission.results.runs import RunSpec, plan_runs
 from submission.rules import load_rules
 from tasks.engines import engine_identity
@@ -134,7 +135,11 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     bench = plan.benchmark(key) if key else plan.benchmarks[0]
     ws = Workspace.at(workspace)
     cfg = SearchSettings(**(settings or {}))
-    options = bench.engine.config() if engine_options is None else parse_options(bench.engine.name, engine_options)
+    # engine_options: a split's or a scale's options, their env values as `<set>` (a subflow's parameters are kept by
+    # Prefect), the plan's values put back here
+    given = engine_options.as_plan() if isinstance(engine_options, EngineOptions) else engine_options
+    options = bench.engine.config() if given is None else \
+        parse_options(bench.engine.name, with_values(given, getattr(bench.engine.config(), "env", {})))
     specs, session, tokenizer = prepare(plan, bench, ws, options)
     base = scenario_spec(specs, scenario)
     if base is None or base.loadgen_scenario != "Server":
@@ -213,7 +218,8 @@ def summarize(result: SearchResult, plan: plans.Plan, bench: plans.BenchmarkSpec
             "offline_qps": offline_probe.completed_qps if offline_probe else None,
             "offline_metric": offline_probe.metric if offline_probe else None, "server_offline_ratio": ratio,
             "bracket": list(result.bracket), "runs": ran, "run_seconds": result.run_seconds,
-            "engine_launches": launches, "engine": bench.engine.name, "options": options.as_plan(),
+            "engine_launches": launches, "engine": bench.engine.name,
+            "options": shown_options(options.as_plan()),
             "engine_time": used, "spend": spent,
             "summary": "\n".join(line for line in summary.splitlines() if line).strip()}
 
@@ -278,8 +284,8 @@ def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, s
     """The peak search of one prefill:decode split, as a row of the sweep (without a result when no rate passed)."""
     options = split.apply(bench.engine.config())
     try:
-        out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings, engine_options=options,
-                              label=split.ratio)
+        out = search_peak_qps(plan_path, bench.key, scenario, workspace, settings,
+                              engine_options=shown_options(options.as_plan()), label=split.ratio)
     except RunFailed as e:   # no rate passed on this split: a row without a result, the sweep goes on
         get_run_logger().warning("%s: %s", split.label, e)
         out = {"qps": None, "confirmed": False, "metric": None, "runs": None, "engine_time": None,
@@ -294,4 +300,4 @@ def split_row(split: splits.Split, plan_path: str, bench: plans.BenchmarkSpec, s
             "gpu_util_prefill_pct": out["telemetry"].get("gpu_util_pct.prefill"),
             "gpu_util_decode_pct": out["telemetry"].get("gpu_util_pct.decode"),
             "kv_cache_peak": out["telemetry"].get("kv_cache_peak"), "telemetry_run": out["telemetry_run"],
-            "options": options.as_plan()}
+            "options": shown_options(options.as_plan())}

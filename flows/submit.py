@@ -1,6 +1,8 @@
-"""Submission day as a flow: a checked tree -> the round's preprocess_submission.py on a copy -> the official checker
--> the final tarball in the Submission UI's layout -> the upload to the MLCommons submission server (signed URL, PUT,
-its checker started). `podium submit` runs it (flows/submit_cli.py); `dry_run` stops before the upload.
+"""Submission day as a flow: a checked tree -> (when asked) the round's preprocess_submission.py on a copy -> the
+official checker -> the final tarball in the Submission UI's layout -> the upload to the MLCommons submission server
+(signed URL, PUT, its checker started). `podium submit` runs it (flows/submit_cli.py); `dry_run` stops before the
+upload. Podium's checker always runs, the official one whenever `inference_src` is given (which only a test upload
+may leave out); preprocess_submission.py, optional in the submission guide, only with `--preprocess`.
 
 The submitter id is looked up here, inside the run, from the environment or a Prefect Secret block: it is never a
 parameter of the flow (Prefect keeps those) and reaches only the upload task, as a SecretStr.

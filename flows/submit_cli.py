@@ -40,8 +40,10 @@ def submit(
                                   "go, and without --inference-src the official steps are skipped, as the summary "
                                   "says")] = False,
         preprocess: Annotated[bool, typer.Option(
-            "--preprocess/--no-preprocess", help="run the round's preprocess_submission.py on a copy first (optional "
-                                                 "in the official guide)")] = True,
+            "--preprocess/--no-preprocess", help="also run the round's preprocess_submission.py on a copy first "
+                                                 "(optional in the submission guide; at the v6.1 pin it stops on "
+                                                 "gpt-oss-120b trees with TEST07 and drops endpoints-layout results: "
+                                                 "docs/submission.md)")] = False,
         submitter: Annotated[str | None, typer.Option(
             help="the organisation the id must belong to, as the server names it; checked before the upload")]
         = None,
@@ -49,10 +51,11 @@ def submit(
         id_block: Annotated[str, typer.Option(help="the Prefect Secret block holding it, when that variable is unset")]
         = DEFAULT_BLOCK,
         workspace: Workspace = Path(".podium")) -> None:
-    """Submission day: Podium's checker, the round's preprocess_submission.py on a copy of the tree (what it changed,
-    file by file), the official checker (its summary lines), the final tarball in the Submission UI's layout, then
-    the upload as MLCommons' automation does it (a signed URL for the submitter id, the PUT, the server's checker
-    started). The submitter id comes from --id-env or --id-block, never from the command line."""
+    """Submission day: Podium's checker, with --preprocess the round's preprocess_submission.py on a copy of the tree
+    (what it changed, file by file), the official checker (its summary lines), the final tarball in the Submission
+    UI's layout, then the upload as MLCommons' automation does it (a signed URL for the submitter id, the PUT, the
+    server's checker started). The submitter id comes from --id-env or --id-block, never from the command line. The
+    closing line says which steps ran and which did not."""
     settings = SubmitSettings.make(tree, out, inference_src=inference_src.resolve() if inference_src else None,
                                    server=server.rstrip("/"), round=round, dry_run=dry_run, test_upload=test_upload,
                                    preprocess=preprocess, submitter=submitter, id_env=id_env, id_block=id_block)

@@ -1,9 +1,10 @@
-"""The submission tree steps: assemble (the run records into the tree the rules lay out, and its tarball) and check
-(Podium's checker, and the official MLCommons checker too when a checkout of mlcommons/inference is given)."""
+"""The submission tree steps: assemble (the run records into the tree the rules lay out, Podium's own source in its
+src/podium/, and the run's tarball) and check (Podium's checker, and the official MLCommons checker too when a
+checkout of mlcommons/inference is given)."""
 
 from __future__ import annotations
 
-import tarfile
+import tempfile
 from pathlib import Path
 
 from prefect import task
@@ -11,20 +12,33 @@ from prefect import task
 from submission.checks.checker import CheckReport
 from submission.plan.model import Plan
 from submission.results.runs import AuditRecord, RunRecord
-from submission.tree import rehearsal_marker
+from submission.tree import rehearsal_marker, source
 from submission.tree.assemble import assemble
+from submission.tree.package import write_tarball
 from tasks.steps import run_logger
+
+TARBALL = "submission.tar.gz"  # beside the tree in the run folder: the tree under a top folder `submission/`
 
 
 @task(name="assemble")
 def assemble_tree(plan: Plan, records: list[RunRecord], systems: dict, folder: str, commit: str,
                   audits: list[AuditRecord] | None = None) -> str:
+    """The tree in `<folder>/submission/`, with Podium's source at the run's `commit` in its src/podium/
+    (`submission.tree.source`), and `<folder>/submission.tar.gz` of it, written atomically."""
+    logger = run_logger("assemble")
     root = Path(folder) / "submission"
-    assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit, audits=audits or [])
+    with tempfile.TemporaryDirectory(prefix="podium-source-") as staging:
+        code = source.snapshot(Path(staging), commit)
+        assemble(plan, records, systems, root, Path(folder) / "logs" / "accuracy-full", commit=commit,
+                 audits=audits or [], code=code)
+    what = f"git archive of commit {code.commit}" if code.origin == "git" else f"the installed files ({code.note})"
+    logger.info("src/podium/%s: %s, %d bytes", code.archive.name, what, code.archive.size)
+    if code.uncommitted:
+        logger.warning("the checkout has uncommitted changes (%d file(s)); %s", len(code.uncommitted),
+                       f"src/podium/{code.diff.name} holds them" if code.diff else code.note)
     if rehearsal_marker.is_rehearsal(plan.name):
         rehearsal_marker.mark(root)
-    with tarfile.open(Path(folder) / "submission.tar.gz", "w:gz") as tar:
-        tar.add(root, arcname="submission")
+    write_tarball(root, [root], Path(folder) / TARBALL, top="submission")
     return str(root)
 
 

@@ -7,6 +7,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from submission.tree.source import ROOT as PODIUM_ROOT
+
 
 @dataclass(frozen=True)
 class Workspace:
@@ -83,7 +85,9 @@ def folder_key(path: str | Path) -> str:
 
 
 def git_commit(cwd: Path | None = None) -> str:
-    """The commit of the checkout Podium runs from, with `+dirty` when it has changes; `unknown` outside git."""
+    """The commit of the checkout Podium runs from (its modules' folder, wherever the command started), with
+    `+dirty` when it has changes; `unknown` outside git."""
+    cwd = cwd or PODIUM_ROOT
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip()

@@ -13,11 +13,14 @@ import pytest
 
 
 def _one_parse_at_a_time() -> None:
-    """Python 3.11's AST constructor keeps its recursion depth per interpreter, not per thread: two threads in
-    `ast.parse` at once (pytest formatting a failure's traceback while a Prefect or server thread formats a logged
-    one) can raise `SystemError: AST constructor recursion depth mismatch`, which takes a pytest-xdist worker, and
-    the whole session, down. 3.12 keeps it per call (tests/unit/test_conftest_guards.py shows both)."""
+    """Python 3.11's AST constructor (before 3.11.8) keeps its recursion depth per interpreter, not per call, and a
+    garbage collection inside it can run finalizers: a second parse that starts there, in another thread (pytest
+    formatting a failure's traceback while a Prefect or server thread formats a logged one) or in the same one (a
+    finalizer whose error pytest formats), raises `SystemError: AST constructor recursion depth mismatch` in the
+    first, which takes a pytest-xdist worker, and the whole session, down. So one parse at a time, with the collector
+    paused while it runs. 3.12 collects only between bytecodes (tests/unit/test_conftest_guards.py forces both)."""
     import ast
+    import gc
     import sys
     import threading
 
@@ -27,7 +30,13 @@ def _one_parse_at_a_time() -> None:
 
     def locked_parse(*args, **kwargs):
         with lock:
-            return parse(*args, **kwargs)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                return parse(*args, **kwargs)
+            finally:
+                if collecting:
+                    gc.enable()
 
     locked_parse.one_at_a_time = True
     ast.parse = locked_parse
@@ -95,6 +104,24 @@ def smoke_server(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) ->
     with launched(backend("smoke"), {}, smoke_store / "models" / "tiny-llama", launcher("local", state_dir=base / "p"),
                   base / "logs", logging.getLogger("test.smoke-server"), timeout_s=240) as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def inference_src() -> Path:
+    """mlcommons/inference at the round's pin, as the official checks run it: the folder PODIUM_INFERENCE_SRC names
+    (`make test` sets it to the folder `make inference-src` prints: INFERENCE_ARCHIVE unpacked by `podium
+    fetch-inference --archive`, CI's way, or the commit fetched with git). A test that runs the official tools takes
+    this fixture; without the sources it fails under PODIUM_REQUIRE_OFFICIAL=1 (`make test` sets it) and skips
+    otherwise, naming the fix. tests/unit/test_inference_sources.py checks that the folder is the round's pin."""
+    folder = Path(os.environ.get("PODIUM_INFERENCE_SRC", "/nonexistent")).expanduser()
+    if (folder / "tools" / "submission" / "submission_checker" / "main.py").is_file():
+        return folder
+    why = (f"PODIUM_INFERENCE_SRC ({folder}) names no mlcommons/inference sources with the submission checker: "
+           "`make inference-src INFERENCE_ARCHIVE=<a git archive of the round's pin>` (or without it, to fetch the "
+           "pin with git) prints the folder to set it to")
+    if os.environ.get("PODIUM_REQUIRE_OFFICIAL") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 @pytest.fixture(scope="session")

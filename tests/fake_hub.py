@@ -12,7 +12,8 @@ for URL fetches.
   (`github_url` stands for https://github.com: `{github_url}/{owner}/{name}/archive/{commit}.tar.gz`).
 
 `token`: when set, every request without `Authorization: Bearer <token>` gets 401. `downloads` counts the GETs of
-each file's bytes (`resolve` and `files`); `corrupt` names files served with one byte flipped. `commit_archive`
+each file's bytes (`resolve` and `files`); `sent` records each such GET as (file, its Range header or None, the bytes
+sent); `corrupt` names files served with one byte flipped. `commit_archive`
 builds a tar.gz as `git archive` does (GitHub's archives are its output): one top folder, the commit in the pax
 global header's comment.
 """
@@ -44,6 +45,7 @@ class FakeHub(LocalServer):
         self.token: str | None = None
         self.corrupt: set[str] = set()
         self.downloads: Counter[str] = Counter()
+        self.sent: list[tuple[str, str | None, int]] = []
         super().__init__(Handler)
 
     @property
@@ -140,9 +142,13 @@ class Handler(BaseHTTPRequestHandler):
         if ranged and body:
             start = int(ranged.group(1))
             if start >= len(data):
+                hub.sent.append((key, self.headers["Range"], 0))
                 return self._reply(416, b"", {"Content-Range": f"bytes */{len(data)}"})
             headers = headers | {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}
+            hub.sent.append((key, self.headers["Range"], len(data) - start))
             return self._reply(206, data[start:], headers)
+        if body:
+            hub.sent.append((key, self.headers.get("Range"), len(data)))
         self._reply(200, data if body else b"", headers, length=len(data))
 
     def _reply(self, status: int, data: bytes, headers: dict[str, str] | None = None,

@@ -1,6 +1,7 @@
-"""A known-answer gpt-oss-120b case: subset names in other letter cases and repeated qsl_idx. Its reference value was
-computed by running mlcommons/inference `language/gpt-oss-120b/eval_mlperf_accuracy.py` (v6.1 checker commit
-b66003e1) on the files `write_case` writes (tokenizer folder with a tokenizer_config.json for AutoTokenizer)."""
+"""A known-answer gpt-oss-120b case: subset names in other letter cases and repeated qsl_idx. The tests score it with
+Podium and with mlcommons/inference `language/gpt-oss-120b/eval_mlperf_accuracy.py` at the round's pin
+(tests/references.py) and assert they agree; `write_case` writes a tokenizer folder with a tokenizer_config.json, so
+the reference's AutoTokenizer loads it."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ STEP = re.compile(r"^## (\d+)\. (.+)$", re.MULTILINE)
 
 
 def pages() -> list[Path]:
-    """README.md and every page of docs/ (the two generated pages are not files)."""
+    """README.md and every page of docs/ (the generated plan.md and cli.md included)."""
     return [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 
 

@@ -1,14 +1,19 @@
-"""Searching everything a run leaves for a planted secret (tests/faults/test_secrets.py: an S3 secret key;
-tests/integration/test_smoke_flow.py: a submitter id): files and their tarball members, and what the Prefect server
-keeps (logs, artifacts, flow runs with their parameters, task runs with their state messages)."""
+"""Searching everything a run leaves for a planted secret (tests/faults/test_secrets.py: an S3 secret key and an
+engine env value; tests/integration/test_smoke_flow.py: a submitter id): files and their tarball members, what the
+Prefect server keeps (logs, artifacts, flow runs with their parameters, task runs with their state messages), and
+every command line `ps` shows while the run goes on (`CommandLines`)."""
 
 from __future__ import annotations
 
 import gzip
 import io
 import json
+import subprocess
 import tarfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 
 
 def blobs_of(name: str, data: bytes) -> list[tuple[str, bytes]]:
@@ -64,3 +69,43 @@ async def prefect_texts() -> list[tuple[str, bytes]]:
                      + json.dumps(run.task_inputs, default=str).encode()) for run in batch]
             offset += len(batch)
     return out
+
+
+class CommandLines:
+    """While the `with` body runs, every process's command line as `ps -eww -o pid=,args=` lists it, sampled every
+    `every_s` from a thread (stopped and joined on the way out): `seen` holds each distinct line, `blobs()` them for
+    `leaks`, and `environ` the environment of each process `watch(args)` picked out (read while it ran)."""
+
+    def __init__(self, watch: Callable[[str], bool] | None = None, every_s: float = 0.3) -> None:
+        self.watch = watch   # picks, by its command line, the processes whose environment to keep
+        self.every_s = every_s
+        self.seen: set[str] = set()
+        self.environ: dict[int, dict[str, str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            listed = subprocess.run(["ps", "-eww", "-o", "pid=,args="], capture_output=True, text=True, check=False)
+            for line in listed.stdout.splitlines():
+                self.seen.add(line.strip())
+                pid, _, args = line.strip().partition(" ")
+                if self.watch and int(pid) not in self.environ and self.watch(args):
+                    try:
+                        raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+                    except OSError:   # ended meanwhile
+                        continue
+                    self.environ[int(pid)] = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def blobs(self) -> list[tuple[str, bytes]]:
+        return [(f"ps: {line[:80]}", line.encode()) for line in sorted(self.seen)]

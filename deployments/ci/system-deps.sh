@@ -6,11 +6,14 @@
 #   etcd-server: Dynamo's multi-node discovery (`discovery: etcd`); the netns Slurm test
 #             (tests/integration/test_slurm_netns.py) runs etcd as a step on the frontend's node (bookworm: 3.4.23).
 #             Its package scripts would start a system-wide etcd; the test runs its own, so none starts here.
+#   ShellCheck (package shellcheck): every shell script under deployments/ passes it
+#             (tests/unit/test_gpu_acceptance.py).
 set -euo pipefail
 
 PACKAGES=(
   faketime
   etcd-server
+  shellcheck
 )
 
 missing=()

@@ -15,7 +15,6 @@ longer request. Facts of the reference models and data types: rules/models.yaml.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 from collections.abc import Mapping
@@ -23,21 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from submission.base.errors import PlanError
 from submission.budget import checkpoint
 from submission.plan.engine_options import Worker
 from submission.plan.model import BenchmarkSpec, Plan
-from submission.rules import Rules
+from submission.rules import Rules, model_rules
+from submission.rules import reference_facts as rules_reference_facts
 
 _GIB = 1024**3
 _SIZE = re.compile(r"^\s*([\d.]+)\s*(G|T)i?B\s*$", re.I)
-
-
-@functools.cache
-def model_rules() -> dict[str, Any]:
-    return yaml.safe_load((Path(__file__).parents[1] / "rules" / "models.yaml").read_text())
 
 
 # Parts every GPU of a TensorRT-LLM worker with `enable_attention_dp` holds whole (PyTorch backend; read in
@@ -83,11 +76,8 @@ def _config(folder: Path | None) -> dict[str, Any]:
 
 
 def reference_facts(bench: BenchmarkSpec) -> dict:
-    """rules/models.yaml's facts of the benchmark's reference model, when the plan serves that model (model.name is
-    the benchmark's); a substitute (the smoke plans' tiny Llama mapped onto gpt-oss-120b) has none of them."""
-    if not bench.benchmark.lower().startswith(bench.model.name.lower()):   # llama2-70b serves llama2-70b-99.9
-        return {}
-    return model_rules()["models"].get(bench.benchmark, {})
+    """The reference model's facts when the plan serves that model (submission/rules reference_facts)."""
+    return rules_reference_facts(bench.benchmark, bench.model.name)
 
 
 def estimated_parts(bench: BenchmarkSpec, dtypes: str | None = None) -> tuple[dict[str, float], str] | None:

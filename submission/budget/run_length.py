@@ -1,7 +1,8 @@
 """How long one client run is, in samples and in seconds: the one model of a run's length, for both measuring clients,
 that the cost model (cost.py), the Slurm time limit (slurm_time.py), the endpoints search's probes
-(tasks/endpoints/probe.py), the plan's refusal of a target too low and the dry run use; the endpoints client's own
-arithmetic is in submission/plan/client_length.py, where the plan's check reads it.
+(tasks/endpoints/probe.py) and loadgen's (tasks/harness/probe.py), the rehearsal's real-round cost and every dry run
+use; each client's own arithmetic is in submission/plan/client_length.py, where the plan's refusal of a target too low
+reads it.
 
 The endpoints client (mlcommons/endpoints at the round's pin, src/inference_endpoint/config/runtime_settings.py):
 - a performance phase issues `n_samples_to_issue` where its config sets it (Podium sets it from a run's
@@ -29,18 +30,28 @@ The endpoints client (mlcommons/endpoints at the round's pin, src/inference_endp
   given (an expected rate, the search's answer), else the target_qps. The client's Offline `qps` is its completed
   samples / `duration_ns`, so the rate already counts the drain.
 
-loadgen issues until min_duration and min_query_count are both met: max(floor, queries / rate) seconds, the queries
-at the rate; an accuracy run issues the accuracy set once at the rate.
+Loadgen (its arithmetic in submission/plan/client_length.py `Loadgen`), from the settings in effect: the run's user.conf
+lines, its audit.config's over them, else the round's (mlperf.conf through the rules, loadgen's own default
+min_query_count):
+- an Offline performance run is one query of max(min_query_count, int(1.1 x min_duration x target_qps)) samples,
+  padded to whole passes over the performance sample set where the model issues equally (mlperf.conf
+  `sample_concatenate_permutation`); it lasts its samples / the engine's rate (expected_qps, else the target);
+- a Server run issues its queries on its schedule at target_qps: max(min_query_count, the queries up to min_duration),
+  padded the same way, so it lasts queries / target_qps (gpt-oss-120b at 9 q/s: 6396 queries, 711 s, not 600);
+- an accuracy run issues its accuracy set once at its scenario's rate (Offline: the engine's; Server: the target);
+- an audit (TEST06, TEST07, TEST09) runs with its audit.config over the scenario's user.conf at the rate it runs
+  (a Server audit's target derated by compliance.server_qps_factor): `performance_issue_unique` issues the
+  performance sample set once, `min_duration 0` drops the floor, `sample_concatenate_permutation 0` the padding.
+The answers still out after the last issue are not counted (the Slurm limit's RUN_FACTOR holds them).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import random
 from dataclasses import dataclass
 
-from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples
+from submission.plan.client_length import LOADGEN_DEFAULT_QPS, OFFLINE_DEFAULT_QPS, Loadgen, client_samples
 from submission.results.runs import RunSpec
 from submission.rules import Rules
 
@@ -52,8 +63,8 @@ class RunLength:
     samples: int
     accuracy_samples: int
     seconds: float
-    passes: int | None = None     # the endpoints performance phase's whole passes over its data set (None: loadgen,
-                                  # or an explicit sample count)
+    passes: int | None = None     # the performance phase's whole passes over its data set (None: not whole passes:
+                                  # an explicit sample count, a loadgen run without equal issue)
     issue_s: float | None = None  # an online endpoints phase's issue span, before the drain (None: `seconds` is it)
 
     @property
@@ -115,18 +126,48 @@ def endpoints_length(spec: RunSpec, rows: int, accuracy_rows: int, min_duration_
                      issue_s=performance)
 
 
-def loadgen_length(spec: RunSpec, accuracy_rows: int | None, floor_s: float, rate: float | None = None) -> RunLength:
-    """The length of a loadgen run of `spec`: its floor, its queries at the rate (module doc)."""
-    duration = conf(spec, "min_duration")
-    floor = int(duration) / 1000 if duration is not None else floor_s
+def audit_values(spec: RunSpec) -> dict[str, str]:
+    """The values of the run's audit.config that apply to it (`*.*.key` and `*.<scenario>.key`), by key."""
+    values = {}
+    for line in spec.audit_config:
+        key, eq, value = line.split("#", 1)[0].partition("=")
+        parts = key.strip().split(".")
+        if eq and len(parts) == 3 and parts[0] == "*" and parts[1] in ("*", spec.loadgen_scenario):
+            values[parts[2]] = value.strip()
+    return values
+
+
+def loadgen_settings(spec: RunSpec, rules: Rules, floor_s: float) -> Loadgen:
+    """What decides the length of a loadgen run of `spec` (module doc); `floor_s`: its min duration where no line sets
+    one."""
+    bench = rules.benchmark(spec.benchmark)
+    values = {k.rsplit(".", 1)[-1]: v for k, v in spec.user_conf} | audit_values(spec)
+    duration = values.get("min_duration")
+    queries = values.get("min_query_count")
+    if queries is None and spec.loadgen_scenario == "Offline":
+        queries = bench.offline_min_query_count   # mlperf.conf's, where it sets one
+    equal = values.get("sample_concatenate_permutation")
+    return Loadgen(min_duration_ms=int(duration) if duration is not None else round(floor_s * 1000),
+                   min_query_count=int(queries) if queries is not None else rules.loadgen_min_query_count,
+                   set_size=int(values.get("performance_sample_count_override") or bench.performance_sample_count),
+                   equal_issue=bench.sample_concatenate_permutation if equal is None else equal == "1",
+                   issue_unique=values.get("performance_issue_unique") == "1")
+
+
+def loadgen_length(spec: RunSpec, rules: Rules, floor_s: float, rate: float | None = None) -> RunLength:
+    """The length of a loadgen run of `spec`: its samples (Offline) or queries (Server) at its rate (module doc)."""
     target = conf(spec, "target_qps")
-    qps = rate if rate is not None else (float(target) if target is not None else None)
-    queries = int(conf(spec, "min_query_count") or 0)
+    qps = float(target) if target is not None else LOADGEN_DEFAULT_QPS
+    offline = spec.loadgen_scenario == "Offline"
+    pace = (rate or qps) if offline else qps
     if spec.mode == "accuracy":   # the whole accuracy set, or the smoke profile's override of its size
-        queries = max(queries, int(conf(spec, "accuracy_sample_count_override") or accuracy_rows or 0))
-        return RunLength(0, queries, queries / qps if qps else floor)
-    samples = max(queries, math.ceil(floor * qps) if qps else 0)
-    return RunLength(samples, 0, max(floor, queries / qps) if qps else floor)
+        scenario = rules.benchmark(spec.benchmark).scenario(spec.scenario)
+        samples = int(conf(spec, "accuracy_sample_count_override") or scenario.accuracy_sample_count)
+        return RunLength(0, samples, samples / pace)
+    settings = loadgen_settings(spec, rules, floor_s)
+    samples = settings.offline_samples(qps) if offline else settings.server_queries(qps)
+    padded = settings.equal_issue and not settings.issue_unique and settings.set_size > 0
+    return RunLength(samples, 0, samples / pace, samples // settings.set_size if padded else None)
 
 
 def run_length(spec: RunSpec, rules: Rules, rate: float | None = None, floor_s: float | None = None,
@@ -137,10 +178,10 @@ def run_length(spec: RunSpec, rules: Rules, rate: float | None = None, floor_s: 
     bench = rules.benchmark(spec.benchmark)
     scenario = bench.scenario(spec.scenario)
     floor = rules.min_duration_ms / 1000 if floor_s is None else floor_s
-    if spec.harness == "endpoints":
+    if spec.harness == "endpoints" and spec.audit is None:   # an audit is a loadgen run (tasks/compliance)
         size = rows if rows is not None else (bench.scenarios[spec.scenario].dataset or bench.dataset).size
         duration = conf(spec, "min_duration")
         minimum = int(duration) if duration is not None else rules.min_duration_ms
         return endpoints_length(spec, size, size if rows is not None else scenario.accuracy_sample_count, minimum,
                                 rate, seed=rules.seeds.schedule_rng_seed, drain=drain_s(spec, rules))
-    return loadgen_length(spec, scenario.accuracy_sample_count, floor, rate)
+    return loadgen_length(spec, rules, floor, rate)

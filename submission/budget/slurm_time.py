@@ -6,13 +6,14 @@ The engine's allocation holds the engine while it starts and while every run of 
 
     allocation = runs x run length x RUN_FACTOR + engine.ready_timeout_s + engine.warmup_timeout_s + STOP_S
 
-where a run's length is the one model of submission/budget/run_length.py: for loadgen the longest of its floor
-(min_duration of its user.conf, the round's 600 s in a submission) and the queries its user.conf asks for at its
-target rate, for an accuracy run the accuracy set at that rate; for the endpoints client the samples it issues
-(1.1 x target_qps x min duration rounded up to whole passes over its data set: 48289 Qwen3-VL samples at 40 q/s are
-1207 s) and, in a `--mode both` run, the accuracy set after them. The job Podium itself runs in (`sbatch
-deployments/slurm/podium.sbatch`, `allocation: inherit`) also stages the model and data sets before the engine
-starts and assembles, checks and publishes after the last engine stops:
+where the runs are every run and audit the benchmark makes (submission/budget/cost.py `run_needs`) and a run's length
+is the one model of submission/budget/run_length.py: for loadgen its Offline query (1.1 x min duration x target_qps
+samples, padded to whole passes over the performance set where the model issues equally) or its Server queries on
+their schedule, an accuracy run's set once at its scenario's rate, an audit at the rate it runs; for the endpoints
+client the samples it issues (1.1 x target_qps x min duration rounded up to whole passes over its data set: 48289
+Qwen3-VL samples at 40 q/s are 1207 s) and, in a `--mode both` run, the accuracy set after them. The job Podium
+itself runs in (`sbatch deployments/slurm/podium.sbatch`, `allocation: inherit`) also stages the model and data sets
+before the engine starts and assembles, checks and publishes after the last engine stops:
 
     job = sum over its benchmarks of (STAGING_S + allocation) + FLOW_TAIL_S
 
@@ -24,14 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from submission.budget import cost, run_length
+from submission.budget import cost
 from submission.plan.model import BenchmarkSpec, Plan
-from submission.results.runs import RunSpec
-from submission.rules import load_rules
 
-# A run lasts longer than its floor: loadgen issues until both min_duration and min_query_count are met, the engine
-# drains in-flight requests after the last issue, and the client scores and writes its logs. 1.5 also leaves room
-# for one engine relaunch in a benchmark of 6 runs.
+# A run lasts longer than its predicted length: the engine drains in-flight requests after the last issue, and the
+# client scores and writes its logs. 1.5 also leaves room for one engine relaunch in a benchmark of 6 runs.
 RUN_FACTOR = 1.5
 STAGING_S = 1800    # the model (135 GB for the NVFP4 Qwen3-VL) and data sets copied and sha256-checked from shared
                     # storage at a few hundred MB/s; a re-run finds them staged and takes seconds
@@ -63,28 +61,6 @@ def slurm_time(secs: float) -> str:
     return f"{days}-{hhmm}" if days else hhmm
 
 
-def run_seconds(spec: RunSpec, floor_s: float, rate: float | None = None) -> float:
-    """How long one run measures before RUN_FACTOR (submission.budget.run_length: loadgen's floor and queries at the
-    target rate, the accuracy set at that rate; the endpoints client's whole passes and its accuracy phase; `rate`:
-    the scenario's expected_qps, an Offline run's pace)."""
-    return run_length.run_length(spec, load_rules(spec.round), rate=rate, floor_s=floor_s).seconds
-
-
-@dataclass(frozen=True)
-class RunNeed:
-    """One planned run's predicted length (what the dry run states per scenario)."""
-
-    label: str
-    length: run_length.RunLength
-    gpu_hours: float
-
-    def line(self) -> str:
-        accuracy = f" + {self.length.accuracy_samples} accuracy" if self.length.accuracy_samples else ""
-        passes = f" ({self.length.passes} pass(es) over its data set)" if self.length.passes else ""
-        return (f"  predicted {self.label}: {self.length.samples}{accuracy} samples{passes}, "
-                f"{self.length.seconds:.0f} s, {self.gpu_hours:g} GPU-hours")
-
-
 @dataclass(frozen=True)
 class TimeNeed:
     """What one benchmark needs of Slurm's clock, each part in seconds."""
@@ -95,28 +71,23 @@ class TimeNeed:
     start_s: float         # ready_timeout_s + warmup_timeout_s
     allocation_s: float    # what engine.slurm.time_limit must cover
     job_s: float           # this benchmark's share of the job Podium runs in (staging included)
-    per_run: tuple[RunNeed, ...] = ()
+    per_run: tuple[cost.RunNeed, ...] = ()
 
     def lines(self) -> list[str]:
-        return [*(r.line() for r in self.per_run),
-                f"  Slurm time: {self.runs} run(s) x their length x {RUN_FACTOR} = {slurm_time(self.measuring_s)}, "
+        """Each run's prediction, then `limit_line`."""
+        return [*(r.line() for r in self.per_run), self.limit_line()]
+
+    def limit_line(self) -> str:
+        return (f"  Slurm time: {self.runs} run(s) x their length x {RUN_FACTOR} = {slurm_time(self.measuring_s)}, "
                 f"+ engine start (ready_timeout_s + warmup_timeout_s) {slurm_time(self.start_s)} + stop {STOP_S} s: "
                 f"the engine's allocation needs time_limit >= {slurm_time(self.allocation_s)}; with staging "
-                f"({slurm_time(STAGING_S)}) this benchmark takes {slurm_time(self.job_s)} of the job Podium runs in"]
+                f"({slurm_time(STAGING_S)}) this benchmark takes {slurm_time(self.job_s)} of the job Podium runs in")
 
 
 def need(plan: Plan, bench: BenchmarkSpec) -> TimeNeed:
     """The time one benchmark's engine allocation and its share of the flow's job need (module docstring)."""
-    brules = load_rules(plan.round).benchmark(bench.benchmark)
-    floor_s, count = cost.floor_seconds(plan), cost.benchmark_gpus(bench)
-    predicted = cost.predicted_runs(plan, bench)
-    specs = [s for s, _ in predicted]
-    per_run = [RunNeed(f"{s.scenario}/{s.mode}" + (" with accuracy" if s.with_accuracy else ""), length,
-                       cost.gpu_hours(length.seconds, count)) for s, length in predicted]
+    per_run = cost.run_needs(plan, bench)   # every run and audit, each its own length
     lengths = [r.length.seconds for r in per_run]
-    audits = len(brules.compliance_tests) * len(bench.scenarios) if plan.audits_enabled else 0
-    perf = [length for s, length in zip(specs, lengths, strict=True) if s.mode == "performance"]
-    lengths += [max(perf, default=floor_s)] * audits          # an audit is as long as the longest performance run
     measuring = sum(lengths) * RUN_FACTOR
     start = bench.engine.ready_timeout_s + bench.engine.warmup_timeout_s
     allocation = measuring + start + STOP_S

@@ -166,6 +166,12 @@ def _inside(path: str, folder: str) -> bool:
     return PurePosixPath(path) == PurePosixPath(folder) or PurePosixPath(folder) in PurePosixPath(path).parents
 
 
+def _about(path: str, result: str) -> bool:
+    """Whether a finding at `path` is about the scenario folder `result`: inside it, or on its benchmark folder (the
+    scenarios a benchmark lacks: `required-scenarios`, which the official checker reports on each folder there)."""
+    return _inside(path, result) or PurePosixPath(path) == PurePosixPath(result).parent
+
+
 def official_rule(message: str) -> str | None:
     """The Podium rule id that reports what an official ERROR line says, or None for one Podium has no name for."""
     return next((rule for text, rule in OFFICIAL_MESSAGES.items() if text in message), None)
@@ -218,7 +224,7 @@ def compare(ours: CheckReport, theirs: OfficialReport) -> list[Difference]:
     for result in ours.results:
         key = _key(result.division, result.submitter, result.system, result.benchmark_folder, result.scenario)
         known.add(key)
-        errors = sorted({f.rule for f in ours.errors if _inside(f.path, result.path)})
+        errors = sorted({f.rule for f in ours.errors if _about(f.path, result.path)})
         if key in rows and errors:
             diffs.append(Difference(kind="accepted-by-official", path=result.path, message="the official checker "
                                     f"accepts it; Podium finds: {', '.join(errors)}"))

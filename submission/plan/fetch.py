@@ -2,12 +2,14 @@
 source, what `podium fetch PLAN` brings onto the cluster's storage before anything is allocated
 (tasks/staging/fetch.py).
 
-A source is one of five kinds:
+A source is one of six kinds:
 - `repo`: a Hugging Face repository (a model or a data set) at a commit, landing whole in the destination folder;
 - `url`: one file, with its sha256;
 - `archive`: a tar archive at a URL, with its sha256, unpacked into the destination folder;
 - `github`: a GitHub repository's archive of a commit, unpacked into the destination folder;
-- `livecodebench`: a LiveCodeBench release's tests, converted into the JSON lines Podium's evaluator reads.
+- `livecodebench`: a LiveCodeBench release's tests, converted into the JSON lines Podium's evaluator reads;
+- `mlcommons_uri`: a data set on MLCommons' storage, named by its `.uri` as MLCommons' R2 downloader takes it, every
+  file its `.md5` listing names landing in the destination folder (tasks/staging/fetch_r2.py).
 
 A repository the round's rules pin (the reference checkpoint, the data sets: `Rules.hub_pins`; mlcommons/inference
 and the endpoints client: `Rules.source_pins`) takes the round's commit, and a plan that writes another is refused;
@@ -22,20 +24,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
-from submission.base.schema import Strict
+from submission.base.schema import Input
 from submission.rules import Rules
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-KINDS = ("repo", "url", "archive", "github", "livecodebench")
+KINDS = ("repo", "url", "archive", "github", "livecodebench", "mlcommons_uri")
 TOOL_KINDS = ("archive", "github")   # what the plan's own section may fetch
 
 
-class FetchSource(Strict):
-    """One input's source: name exactly one of `repo`, `url`, `archive`, `github`, `livecodebench`."""
+class FetchSource(Input):
+    """One input's source: name exactly one of `repo`, `url`, `archive`, `github`, `livecodebench`,
+    `mlcommons_uri`."""
 
     hub: Literal["huggingface"] = Field("huggingface", description="the hub `repo` is on (Hugging Face; its "
                                         "endpoint from HF_ENDPOINT, its token from HF_TOKEN or a Prefect Secret)")
@@ -55,8 +59,15 @@ class FetchSource(Strict):
     livecodebench: str | None = Field(None, description="a LiveCodeBench release the round names (release_v6): its "
                                       "tests fetched from the hub and converted into the JSON lines file the "
                                       "evaluator reads (dataset.lcb_tests)")
+    mlcommons_uri: str | None = Field(None, description="the http(s) URL of a data set's <name>.uri on MLCommons' "
+                                      "storage, what MLCommons' R2 downloader takes, e.g. https://inference."
+                                      "mlcommons-storage.org/metadata/gpt-oss-data.uri: every file its <name>.md5 "
+                                      "lists lands in the destination folder, each MD5 checked")
     sha256: str | None = Field(None, description="the sha256 of the file at `url` or of the `archive`; a download "
                                "that differs is refused (optional for `github`: the archive must name its commit)")
+    max_unpacked_gib: float = Field(4.0, gt=0, description="the most an `archive` or `github` archive may unpack to, "
+                                    "in GiB (its tar stream: files and headers); a larger one is refused before its "
+                                    "data is inflated (a source tree unpacks to far less)")
 
     @property
     def kind(self) -> str:
@@ -67,10 +78,12 @@ class FetchSource(Strict):
         named = [k for k in KINDS if getattr(self, k) is not None]
         if len(named) != 1:
             raise ValueError("name one source: repo (a Hugging Face repository), url (one file, with its sha256), "
-                             "archive (a tar archive, with its sha256), github (owner/name at a commit) or "
-                             "livecodebench (a release, e.g. release_v6)" + (f"; not {' and '.join(named)}"
-                                                                             if named else ""))
+                             "archive (a tar archive, with its sha256), github (owner/name at a commit), "
+                             "livecodebench (a release, e.g. release_v6) or mlcommons_uri (a data set's .uri on "
+                             "MLCommons' storage)" + (f"; not {' and '.join(named)}" if named else ""))
         kind = named[0]
+        if kind == "mlcommons_uri":
+            _check_uri(self.mlcommons_uri, self.revision)
         if kind in ("url", "archive"):
             link = getattr(self, kind)
             if not link.startswith(("http://", "https://")):
@@ -82,8 +95,10 @@ class FetchSource(Strict):
                 raise ValueError("revision: only a repo, github or livecodebench source has one; remove it")
         if self.sha256 is not None and not SHA256.fullmatch(self.sha256):
             raise ValueError(f"sha256: {self.sha256!r} is not 64 lowercase hex digits")
-        if self.sha256 is not None and kind in ("repo", "livecodebench"):
-            raise ValueError(f"sha256: a {kind} source is verified file by file against the hub's listing; remove it")
+        if self.sha256 is not None and kind in ("repo", "livecodebench", "mlcommons_uri"):
+            raise ValueError(f"sha256: a {kind} source is verified file by file against its listing; remove it")
+        if "max_unpacked_gib" in self.model_fields_set and kind not in ("archive", "github"):
+            raise ValueError(f"max_unpacked_gib: a {kind} source is not unpacked; remove it")
         if kind in ("repo", "github") and "/" not in getattr(self, kind).strip("/"):
             example = "openai/gpt-oss-120b" if kind == "repo" else "mlcommons/inference"
             raise ValueError(f"{kind}: {getattr(self, kind)!r} is not owner/name, e.g. {example}")
@@ -94,9 +109,20 @@ class FetchSource(Strict):
 
     def describe(self) -> str:
         kind = self.kind
-        if kind in ("url", "archive"):
+        if kind in ("url", "archive", "mlcommons_uri"):
             return str(getattr(self, kind))
         return f"{self.hub}:{self.repo}" if kind == "repo" else f"{kind}:{getattr(self, kind)}"
+
+
+def _check_uri(uri: str, revision: str | None) -> None:
+    """A `mlcommons_uri` is the URL of a `.uri` file, as MLCommons' R2 downloader takes it (its `.md5` lies beside)."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
+            or not parts.path.endswith(".uri") or parts.path.endswith("/.uri"):
+        raise ValueError(f"mlcommons_uri: {uri!r} is not the http(s) URL of a <name>.uri file, e.g. "
+                         "https://inference.mlcommons-storage.org/metadata/gpt-oss-data.uri")
+    if revision is not None:
+        raise ValueError("revision: only a repo, github or livecodebench source has one; remove it")
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,18 @@ import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from submission.base.errors import PlanError, did_you_mean
-from submission.base.schema import Strict
-from submission.plan.client_length import OFFLINE_DEFAULT_QPS, client_samples, smallest_offline_target
+from submission.base.schema import Input, reason
+from submission.plan.client_length import offline_runs
 from submission.plan.engine_options import OPTIONS as ENGINE_OPTIONS
 from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, engine_problems
 from submission.plan.fetch import FetchItem, FetchSource, fetch_problems
 from submission.plan.fetch import items as fetch_items
+from submission.plan.limits import MAX_DEPTH, AnswerTokens, Nodes, Rate, levels
+from submission.plan.secret_env import shown_plan
 from submission.plan.serving import serving_problems
 from submission.plan.slurm_options import SlurmSettings
 from submission.plan.slurm_options import settings_problems as slurm_problems
-from submission.rules import ROUNDS, Harness, load_rules
+from submission.rules import ROUNDS, Harness, load_rules, reference_facts
 from submission.rules.generation import guided_decoding_problem, load_generation
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -45,9 +47,9 @@ def check_name(value: str) -> str:
 SafeName = Annotated[str, AfterValidator(check_name)]
 
 
-class SystemSpec(Strict):
+class SystemSpec(Input):
     name: SafeName = Field(description="the system's name in the tree: systems/<name>.json, results/<name>/")
-    nodes: int = Field(1, ge=1, description="the system's nodes (its description's number_of_nodes)")
+    nodes: Nodes = Field(1, description="the system's nodes (its description's number_of_nodes)")
     status: Literal["available", "preview", "rdi"] = Field("available", description="the system's availability "
                                                            "category in the round")
     system_type: Literal["datacenter", "edge", "datacenter,edge", "edge,datacenter"] = Field(
@@ -59,7 +61,7 @@ class SystemSpec(Strict):
                                        "unset: in the process that runs the plan")
 
 
-class ModelSpec(Strict):
+class ModelSpec(Input):
     name: SafeName = Field(description="the model actually served; in the open division mapped to the benchmark")
     source: str = Field(description="a folder on a shared filesystem, or s3://bucket/prefix")
     weight_data_types: str = Field("fp32", description="the weights' data types as measurements.json states them "
@@ -75,7 +77,7 @@ class ModelSpec(Strict):
                                            "default: model.source")
 
 
-class EngineSpec(Strict):
+class EngineSpec(Input):
     """What runs (`name`, typed `options`: see submission/plan/engine_options.py) and where (`launcher` and its
     section)."""
 
@@ -124,7 +126,7 @@ class EngineSpec(Strict):
         return self._slurm
 
 
-class DatasetSpec(Strict):
+class DatasetSpec(Input):
     performance: str = Field(description="the performance runs' data set: a file (or a folder holding one), local or "
                              "s3://")
     accuracy: str = Field(description="the accuracy runs' data set, as `performance`")
@@ -139,19 +141,19 @@ class DatasetSpec(Strict):
                                                    "TEST07: acc/acc_eval_compliance_gpqa.parquet")
 
 
-class GenerationSpec(Strict):
-    max_tokens: int = Field(ge=2, description="performance runs; at least 2 tokens so loadgen can time TPOT")
-    accuracy_max_tokens: int | None = Field(None, ge=2, description="accuracy runs; default: max_tokens")
+class GenerationSpec(Input):
+    max_tokens: AnswerTokens = Field(description="performance runs; at least 2 tokens so loadgen can time TPOT")
+    accuracy_max_tokens: AnswerTokens | None = Field(None, description="accuracy runs; default: max_tokens")
     temperature: float = Field(0.0, ge=0.0, description="the sampling temperature every request carries (0: "
                                "greedy)")
     guided_decoding: bool = Field(False, description="Qwen3-VL: constrain answers to the answer JSON schema "
                                                      "(response_format), as the reference's use_guided_decoding")
 
 
-class ScenarioSpec(Strict):
-    target_qps: float | None = Field(None, gt=0, description="the rate loadgen (or the client) schedules: "
+class ScenarioSpec(Input):
+    target_qps: Rate | None = Field(None, description="the rate loadgen (or the client) schedules: "
                                      "required for Server and Interactive; for Offline it sizes the one query")
-    expected_qps: float | None = Field(None, gt=0, description="the rate the system is expected to sustain (a "
+    expected_qps: Rate | None = Field(None, description="the rate the system is expected to sustain (a "
                                        "measurement, the search's answer): an Offline run's pace in the predicted "
                                        "run length, and the plan refuses an endpoints Offline target_qps whose run "
                                        "would end under its min duration at that rate")
@@ -185,7 +187,7 @@ class ScenarioSpec(Strict):
         return self
 
 
-class LoadgenSpec(Strict):
+class LoadgenSpec(Input):
     """user.conf values shared by every scenario of a benchmark; a scenario's own values win."""
 
     min_duration_ms: int | None = Field(None, ge=0, description="user.conf min_duration (under the round's: a "
@@ -197,7 +199,7 @@ class LoadgenSpec(Strict):
                                               "set's size: a smoke profile's named deviation)")
 
 
-class BenchmarkSpec(Strict):
+class BenchmarkSpec(Input):
     benchmark: str = Field(description="the round's benchmark, e.g. gpt-oss-120b (submission/rules/<round>.yaml)")
     system: str = Field(description="the name of the system in systems[] it runs on")
     engine: EngineSpec = Field(description="what serves the model and where")
@@ -240,8 +242,21 @@ class BenchmarkSpec(Strict):
                 raise ValueError(problem)
         return self
 
+    @model_validator(mode="after")
+    def _within_context(self) -> BenchmarkSpec:
+        """No answer is longer than the served model's context, where Podium knows it before staging (the reference
+        model's, submission/rules/models.yaml max_position); the engine's own limit is checked once the data sets are
+        read (submission/budget/capacity.py)."""
+        longest = reference_facts(self.benchmark, self.model.name).get("max_position")
+        for field in ("max_tokens", "accuracy_max_tokens"):
+            value = getattr(self.generation, field)
+            if longest and value is not None and value > longest:
+                raise ValueError(f"generation.{field}: {value} is over {self.model.name}'s context of {longest} "
+                                 f"tokens (submission/rules/models.yaml max_position); give at most {longest}")
+        return self
 
-class ComplianceSpec(Strict):
+
+class ComplianceSpec(Input):
     """Which audits run and how. The tests themselves come from the round's rules for each benchmark."""
 
     run: Literal["auto", "always", "never"] = Field(
@@ -255,7 +270,7 @@ class ComplianceSpec(Strict):
                                           "TEST09 output-length bounds that fit a tiny model")
 
 
-class GatesSpec(Strict):
+class GatesSpec(Input):
     """Acceptance gates of the report (submission/checks/gates.py): a failing gate is reported, it does not fail the
     run."""
 
@@ -276,7 +291,7 @@ LINK_EXPIRY_S = 3600   # long enough to mint a link, hand it on and fetch a tarb
                        # expiry completes); a fresh one is one `podium link` away (docs/operations.md, "Download links")
 
 
-class StorageSpec(Strict):
+class StorageSpec(Input):
     endpoint_url: str | None = Field(None, description="S3 endpoint; None means AWS")
     bucket: str = Field(description="the bucket the run folders go to")
     prefix: str = Field("", description="the key prefix: runs go to <prefix>/<plan name>/<flow run id>/")
@@ -300,7 +315,7 @@ class StorageSpec(Strict):
         return self
 
 
-class Plan(Strict):
+class Plan(Input):
     name: SafeName = Field(description="the plan's name: its runs' folder in object storage, <prefix>/<name>/")
     round: str = Field(description="the MLPerf round whose rules apply, e.g. v6.1 (submission/rules/<round>.yaml)")
     division: Literal["closed", "open", "network"] = Field(description="the division the tree is submitted in")
@@ -448,31 +463,14 @@ class Plan(Strict):
 
     @model_validator(mode="after")
     def _runs_last_their_min_duration(self) -> Plan:
-        """An endpoints Offline run at its target_qps issues whole passes over its data set (client_length); at the
-        scenario's expected_qps it must still last its min duration (the round's 600 s: the v6.1 README's 10-minute
-        rule, which the official checker does not measure). Submission plans only: a smoke data set's rows are its
-        own."""
-        if self.profile != "submission":
-            return self
-        rules = load_rules(self.round)
-        for i, b in enumerate(self.benchmarks):
-            bench = rules.benchmark(b.benchmark)
-            for name, sc in b.scenarios.items():
-                if self.harness(b) != "endpoints" or bench.scenario(name).loadgen_scenario != "Offline" \
-                        or sc.expected_qps is None:
-                    continue
-                minimum = next(m for m in (sc.min_duration_ms, b.loadgen.min_duration_ms, rules.min_duration_ms)
-                               if m is not None)
-                rows = (bench.scenarios[name].dataset or bench.dataset).size
-                samples = client_samples(sc.target_qps, minimum, rows)
-                if samples / sc.expected_qps * 1000 < minimum:
-                    raise ValueError(
-                        f"benchmarks.{i}.scenarios.{name}.target_qps: at {sc.target_qps or OFFLINE_DEFAULT_QPS:g} the "
-                        f"endpoints client sends {samples} samples ({samples // rows} pass(es) over the {rows}-row "
-                        f"data set), {samples / sc.expected_qps:.0f} s at the expected {sc.expected_qps:g} q/s, under "
-                        f"the {minimum / 1000:g} s min duration; set target_qps: "
-                        f"{smallest_offline_target(sc.expected_qps, minimum, rows)} or more (the smallest whose run "
-                        "lasts it)")
+        """Each Offline run at its target_qps issues what its client counts (client_length: loadgen's 1.1 x min
+        duration x target, the endpoints client's whole passes over its data set); at the scenario's expected_qps it
+        must still last its min duration (the round's 600 s: loadgen calls a shorter Offline run INVALID; for the
+        endpoints client the v6.1 README's 10-minute rule, which the official checker does not measure). Submission
+        plans only: a smoke data set's rows are its own."""
+        problems = [p for run in offline_runs(self) if (p := run.problem())]
+        if problems:
+            raise ValueError("\n  - ".join(problems))
         return self
 
     @model_validator(mode="after")
@@ -576,8 +574,9 @@ class Plan(Strict):
         return cut.model_copy(update={"systems": [s.model_copy(update={"work_pool": None}) for s in cut.systems]})
 
     def fingerprint(self) -> str:
-        """sha256 of the validated plan: what tags every uploaded object."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        """sha256 of the validated plan as the tree keeps it (each engine env value as `<set>`: a secret is neither
+        published nor hashed): what tags every uploaded object."""
+        return hashlib.sha256(json.dumps(shown_plan(self.model_dump(mode="json")), sort_keys=True).encode()).hexdigest()
 
 
 def _location(error: dict[str, Any]) -> str:
@@ -590,7 +589,7 @@ def _describe(error: dict[str, Any]) -> str:
         return f"{loc}: unknown field; remove it or check its spelling"
     if kind == "missing":
         return f"{loc}: required field is missing"
-    message = str(error["msg"]).removeprefix("Value error, ")
+    message = reason(error)
     return f"{loc}: {message}" if error["loc"] else message   # plan-level checks name their own field
 
 
@@ -599,6 +598,11 @@ def parse(data: Any, source: str = "<plan>") -> Plan:
     if not isinstance(data, dict):
         raise PlanError("a plan is a YAML mapping with name, round, division, profile, submitter, systems, "
                         "benchmarks and storage", where=source)
+    deep = [key for key, value in data.items() if 1 + levels(value, 2) > MAX_DEPTH]
+    if deep:
+        raise PlanError(f"{deep[0]}: nested more than {MAX_DEPTH} levels deep", where=source,
+                        fix="a plan is a few levels deep; remove the nesting (deployments/plans/smoke.yaml is a "
+                            "complete example)")
     try:
         return Plan.model_validate(data)
     except ValidationError as e:
@@ -607,18 +611,33 @@ def parse(data: Any, source: str = "<plan>") -> Plan:
                         fix="see deployments/plans/smoke.yaml for a complete example") from None
 
 
-def load(path: str | Path) -> Plan:
-    """Read and validate a plan file."""
+def read(path: str | Path) -> Any:
+    """A plan file's YAML as plain data, before validation; a file that cannot be read, is not UTF-8, is not YAML or
+    nests deeper than the YAML parser follows is a PlanError naming it (a plan is a few levels deep)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise PlanError(f"cannot read the plan: {e.strerror}", where=str(path),
                         fix="pass the path of a plan YAML file, e.g. deployments/plans/smoke.yaml") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise PlanError(f"not UTF-8 text: byte 0x{e.object[e.start]:02x} at byte {e.start}", where=f"{path}:{line}",
+                        fix="save the plan as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise PlanError(f"not valid YAML: {getattr(e, 'problem', e)}", where=where) from None
-    return parse(data, str(path))
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise PlanError(f"not valid YAML: {problem}", where=where,
+                        fix="correct the YAML there; deployments/plans/smoke.yaml is a complete example") from None
+    except RecursionError:
+        raise PlanError("nested deeper than the YAML parser follows", where=str(path),
+                        fix="a plan is a few levels deep; remove the nesting (deployments/plans/smoke.yaml is a "
+                            "complete example)") from None
+
+
+def load(path: str | Path) -> Plan:
+    """Read and validate a plan file."""
+    return parse(read(path), str(Path(path)))

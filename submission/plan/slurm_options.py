@@ -14,13 +14,14 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from submission.base.errors import did_you_mean
-from submission.base.schema import Strict
+from submission.base.schema import Input, reason
+from submission.plan.limits import Nodes
 
 MEMORY = r"^\d+[KMGT]?$"   # the sizes --mem and --mem-per-gpu accept: a number, in megabytes unless K, M, G or T
 TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$|^UNLIMITED$|^INFINITE$")   # the forms `--time` accepts
 
 
-class SlurmSettings(Strict):
+class SlurmSettings(Input):
     allocation: Literal["auto", "new", "inherit"] = Field(
         "auto", description="new: salloc one for the deployment and scancel it at the end; inherit: use the job "
                             "Podium runs in ($SLURM_JOB_ID, never cancelled); auto: inherit inside a job, else new")
@@ -31,8 +32,9 @@ class SlurmSettings(Strict):
     qos: str | None = None
     reservation: str | None = None
     constraint: str | None = None
-    nodelist: tuple[str, ...] = Field((), description="exactly these nodes (salloc --nodelist)")
-    nodes: int | None = Field(None, ge=1, description="nodes to allocate; None: as many as the engine's topology")
+    nodelist: tuple[str, ...] = Field((), description="exactly these nodes (salloc --nodelist), one node or one "
+                                                      "range (gpu[01-04]) per item")
+    nodes: Nodes | None = Field(None, description="nodes to allocate; None: as many as the engine's topology")
     gpus_per_node: int = Field(0, ge=0, description="GPUs to allocate per node (salloc --gpus-per-node)")
     cpus_per_gpu: int | None = Field(None, ge=1, description="CPUs of a GPU step per GPU (srun --cpus-per-gpu)")
     mem: str | None = Field(None, pattern=MEMORY, description="memory per node of the allocation (salloc --mem); "
@@ -107,6 +109,15 @@ class SlurmSettings(Strict):
             raise ValueError(f"{bad[0]!r}: give long options, each with its value after '=', e.g. --network=sn_all")
         return v
 
+    @field_validator("nodelist")
+    @classmethod
+    def _one_node_each(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in v if not n or "," in n or any(c.isspace() for c in n)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not one node or one range; give one per list item, without commas or "
+                             "spaces, e.g. nodelist: [gpu01, gpu02] or [gpu[01-04]]")
+        return v
+
     @field_validator("container_mounts")
     @classmethod
     def _mounts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -132,7 +143,7 @@ def settings_problems(settings: dict[str, Any], launcher: str) -> list[str]:
 def _line(err: Any) -> str:
     field = ".".join(str(p) for p in err["loc"])
     if not field:   # a check across fields: its message names them
-        return f"slurm.{err['msg'].removeprefix('Value error, ')}"
+        return f"slurm.{reason(err)}"
     if err["type"] == "extra_forbidden":
         return f"slurm.{field}: unknown setting; {did_you_mean(field, SlurmSettings.model_fields)}"
-    return f"slurm.{field}: {err['msg'].removeprefix('Value error, ')}"
+    return f"slurm.{field}: {reason(err)}"

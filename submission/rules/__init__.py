@@ -149,6 +149,9 @@ class BenchmarkRules(Strict):
     use_token_latencies: bool
     offline_min_samples_per_query: int
     offline_min_query_count: int | None  # mlperf.conf `<model>.Offline.min_query_count`; None: user.conf must set it
+    # mlperf.conf `<model>.*.sample_concatenate_permutation` (equal issue): loadgen pads a performance run's Offline
+    # samples and Server queries to whole passes over its performance sample set
+    sample_concatenate_permutation: bool
     min_queries: dict[str, int]
     compliance_tests: tuple[str, ...]
     serving: ServingRules | None = None  # the reference's serving constraints, where its README states them
@@ -266,6 +269,7 @@ class Rules(Strict):
     endpoints_client: SourcePin | None = None   # None: the round has no endpoints (loadgen-less) results
     livecodebench: dict[str, LiveCodeBenchRelease] = Field(default_factory=dict)   # release -> its files
     min_duration_ms: int
+    loadgen_min_query_count: int   # loadgen's own default, where neither mlperf.conf nor user.conf sets one
     max_accuracy_log_bytes: int
     system_fields: SystemFields
     measurement_fields: tuple[str, ...]
@@ -323,3 +327,17 @@ def load_rules(round: str) -> Rules:
     if rules.round != round:
         raise PlanError(f"file says round {rules.round!r}", where=str(path), fix=f"set round: {round}")
     return rules
+
+
+@functools.cache
+def model_rules() -> dict:
+    """rules/models.yaml: the reference models' facts (parts, context, weight and KV sizes), for every round."""
+    return yaml.safe_load((Path(__file__).parent / "models.yaml").read_text())
+
+
+def reference_facts(benchmark: str, model: str) -> dict:
+    """models.yaml's facts of `benchmark`'s reference model when `model` (the plan's model.name) is that model
+    (llama2-70b serves llama2-70b-99.9); a substitute (the smoke plans' tiny Llama as gpt-oss-120b) has none."""
+    if not benchmark.lower().startswith(model.lower()):
+        return {}
+    return model_rules()["models"].get(benchmark, {})

@@ -15,8 +15,11 @@ import yaml
 from submission.base.errors import RuleViolation
 from submission.base.files import write_atomic
 from submission.plan.model import SCENARIOS, BenchmarkSpec, Plan
+from submission.plan.secret_env import shown_options, shown_plan
 from submission.results.runs import CLIENT_REPORT, AuditRecord, RunRecord
+from submission.tree import source
 from submission.tree.paths import ACCURACY_RESULTS, ENDPOINTS_CONFIG, RESULT_SUMMARY, Tree
+from submission.tree.source import Code
 from submission.tree.truncate import truncate_tree
 
 PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
@@ -41,8 +44,9 @@ def plan_file(plan: Plan) -> str:
 
 
 def write_plan(tree: Tree, plan: Plan) -> Path:
-    """The plan as the tree keeps it (`plan_file`), as validated YAML."""
-    return write_atomic(tree.org / plan_file(plan), yaml.safe_dump(plan.model_dump(mode="json"), sort_keys=False))
+    """The plan as the tree keeps it (`plan_file`), as validated YAML, each engine env value as `<set>`."""
+    return write_atomic(tree.org / plan_file(plan), yaml.safe_dump(shown_plan(plan.model_dump(mode="json")),
+                                                                   sort_keys=False))
 
 
 def write_code_readmes(tree: Tree, plans_by_folder: dict[str, list[Plan]]) -> None:
@@ -68,7 +72,8 @@ def _scenario_readme(plan: Plan, bench: BenchmarkSpec, scenario: str, commit: st
         f"Produced by Podium (commit {commit}) from plan `{plan.name}` ({plan.profile} profile, round {plan.round}).",
         "", "## Reproduce", "",
         "```", f"podium run {Path(plan_file(plan)).name}   # the plan is in {plan_file(plan)}", "```", "",
-        f"- engine: `{bench.engine.name}` {json.dumps(bench.engine.options) if bench.engine.options else ''}",
+        f"- engine: `{bench.engine.name}` "
+        f"{json.dumps(shown_options(bench.engine.options)) if bench.engine.options else ''}",
         f"- model: `{bench.model.name}` from `{bench.model.source}`",
         HARNESS_LINES[harness](plan),
         *_guided_decoding_line(bench),
@@ -166,9 +171,10 @@ LAYOUTS = {"loadgen": _loadgen_scenario, "endpoints": _endpoints_scenario}
 
 
 def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, str]], root: Path,
-             backup: Path, *, commit: str, audits: list[AuditRecord] | None = None) -> Tree:
+             backup: Path, *, commit: str, audits: list[AuditRecord] | None = None, code: Code | None = None) -> Tree:
     """Write the tree under `root` (replaced if present); return its Tree. Each audit's TESTxx folder (laid out
-    as its run_verification.py leaves it) goes into the scenario folder of a performance run in the tree."""
+    as its run_verification.py leaves it) goes into the scenario folder of a performance run in the tree; `code`,
+    Podium's source as `submission.tree.source.snapshot` wrote it, into src/podium/."""
     if root.exists():
         shutil.rmtree(root)
     tree = Tree(root, plan.division, plan.submitter)
@@ -197,10 +203,11 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
         write_atomic(tree.model_mapping, json.dumps(mapping, indent=2) + "\n")
     write_plan(tree, plan)
     write_code_readmes(tree, {benchmark_folder(plan, b): [plan] for b in plan.benchmarks})
-    write_atomic(tree.src / "podium" / "README.md",
-                 f"Podium (commit {commit}) ran this submission from `{plan_file(plan)}`: `podium run "
-                 f"{Path(plan_file(plan)).name}`.\n"
-                 "".join(f"{b.key} is measured by {HARNESS_SRC[plan.harness(b)]}.\n" for b in plan.benchmarks))
+    placed = source.place([code], tree.src / "podium") if code else []
+    write_atomic(tree.src / "podium" / "README.md", "\n".join([
+        f"Podium (commit {commit}) ran this submission from `{plan_file(plan)}`: `podium run "
+        f"{Path(plan_file(plan)).name}`.", *(f"{b.key} is measured by {HARNESS_SRC[plan.harness(b)]}."
+                                             for b in plan.benchmarks), "", *source.readme(placed)]))
     if plan.division == "closed":
         write_atomic(tree.calibration, "# Calibration\n\n" + "\n".join(
             f"- {b.benchmark}: weights {b.model.weight_data_types}, transformations: {b.model.weight_transformations}"

@@ -3,7 +3,8 @@
 Each chosen scenario folder is copied whole from its source's tree; beside them go the systems JSON of each chosen
 system (from a source of that division), the open division's model_mapping.json entries (merged), the closed
 division's calibration.md lines (merged), each contributing plan at `assemble.plan_file` (named by plan and
-fingerprint, so two plans never collide) and, for smoke runs, the smoke marker.
+fingerprint, so two plans never collide), each contributing run's Podium source (`submission.tree.source`: one
+archive per commit) and, for smoke runs, the smoke marker.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from submission.base.errors import CurationError
 from submission.base.files import write_atomic
 from submission.base.markdown import table as md_table
 from submission.plan.model import Plan
+from submission.plan.secret_env import shown_options
+from submission.tree import source
 from submission.tree.assemble import plan_file, write_code_readmes, write_plan
 from submission.tree.curation import LEGACY_PLAN, Candidate, Choice, Curation, Source
 from submission.tree.paths import README, SMOKE_MARKER, Tree
@@ -78,7 +81,8 @@ def _calibration(root: Path, chosen: list[Choice]) -> None:
 
 
 def _src(root: Path, result: Curation) -> None:
-    """Each contributing source's plan where `plan_file` says, a README naming them, and one per benchmark folder."""
+    """Each contributing source's plan where `plan_file` says, its Podium source (`submission.tree.source`), a README
+    naming them, and one README per benchmark folder."""
     by_tree: dict[Path, list[Source]] = {}
     by_folder: dict[Tree, dict[str, list[Plan]]] = {}
     for c in (choice.candidate for choice in result.chosen):
@@ -92,11 +96,13 @@ def _src(root: Path, result: Curation) -> None:
     for tree, folders in by_folder.items():
         write_code_readmes(tree, folders)
     for org, sources in by_tree.items():
+        codes = source.place([c for s in sources for c in source.read(s.tree.src / "podium")], org / "src" / "podium")
         write_atomic(org / "src" / "podium" / README, "\n".join([
             f"Podium curated this submission (`podium assemble --pick {result.pick}`) from {len(sources)} run(s); "
             "each scenario's README names the plan that produced it:", "",
             *(f"- `{plan_file(s.plan)}`: run {s.run_id} ({s.label})" for s in sources),
-            "", "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.", ""]))
+            "", "The harness is Podium's loadgen SUT over the engine's OpenAI-compatible streaming endpoint.", "",
+            *source.readme(codes)]))
 
 
 def _smoke_marker(root: Path, result: Curation) -> None:
@@ -118,7 +124,7 @@ def _candidate(c: Candidate) -> dict:
         "metric": c.performance.metric, "unit": c.performance.unit, "time": c.time,
         "performance": c.performance.key, "accuracy": c.accuracy.key if c.accuracy else None,
         "audits": {a.test: "PASS" if a.passed else "FAIL" for a in c.audits},
-        "engine": {"name": c.bench.engine.name, "options": c.bench.engine.options},
+        "engine": {"name": c.bench.engine.name, "options": shown_options(c.bench.engine.options)},
         "model": {"name": c.bench.model.name, "source": c.bench.model.source},
     }
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from submission.base.errors import PlanError
-from submission.base.files import replace_atomic, sha256_file, write_atomic
+from submission.base.files import replace_atomic, sha256_file, temporary, write_atomic
 from submission.plan.model import check_name
 from submission.tree import rehearsal_marker
 from submission.tree.paths import DIVISIONS
@@ -62,7 +62,8 @@ def manifest(tree: Path) -> dict[str, dict[str, int | str]]:
     return {p.relative_to(tree).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in _files(tree)}
 
 
-def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+def tar_entry(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+    """A tar entry that depends on its name and size alone: owner 0, fixed mode, time `MTIME`."""
     info = tarfile.TarInfo(name)
     info.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
     info.mode, info.size, info.mtime = (0o755 if directory else 0o644), size, MTIME
@@ -71,25 +72,30 @@ def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarIn
     return info
 
 
-def _write_tarball(tree: Path, roots: list[Path], target: Path, top: str | None = None) -> None:
+def write_tarball(tree: Path, roots: list[Path], target: Path, top: str | None = None) -> Path:
     """Every folder and file under `roots` (folders of `tree`, each included) by its path in `tree`, under a top
-    folder `top` when given, in sorted order."""
-    partial = target.with_name(f".{target.name}.partial")
+    folder `top` when given, in sorted order, written atomically: a reader sees the old tarball or the whole new one,
+    and a failure leaves the old one and no partial file."""
     entries = [(p, True) for p in roots if p != tree]
     for root in roots:
         entries += [(p, True) for p in _dirs(root)] + [(p, False) for p in _files(root)]
-    with partial.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=MTIME) as zipped, \
-            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        if top:
-            tar.addfile(_info(top, directory=True))
-        for path, directory in sorted(entries, key=lambda e: e[0].relative_to(tree).as_posix()):
-            arcname = "/".join(filter(None, (top, path.relative_to(tree).as_posix())))
-            if directory:
-                tar.addfile(_info(arcname, directory=True))
-            else:
-                with path.open("rb") as stream:
-                    tar.addfile(_info(arcname, size=path.stat().st_size), stream)
-    replace_atomic(partial, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = temporary(target, "partial")
+    try:
+        with partial.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=MTIME) as zipped, \
+                tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            if top:
+                tar.addfile(tar_entry(top, directory=True))
+            for path, directory in sorted(entries, key=lambda e: e[0].relative_to(tree).as_posix()):
+                arcname = "/".join(filter(None, (top, path.relative_to(tree).as_posix())))
+                if directory:
+                    tar.addfile(tar_entry(arcname, directory=True))
+                else:
+                    with path.open("rb") as stream:
+                        tar.addfile(tar_entry(arcname, size=path.stat().st_size), stream)
+        return replace_atomic(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> Package:
@@ -114,7 +120,7 @@ def package(tree: Path, out: Path | None = None, *, name: str | None = None) -> 
     out.mkdir(parents=True, exist_ok=True)
     files = manifest(tree)
     tarball = out / f"{name}.tar.gz"
-    _write_tarball(tree, [tree], tarball, top=name)
+    write_tarball(tree, [tree], tarball, top=name)
     digest = sha256_file(tarball)
     sha_file = out / f"{tarball.name}.sha256"
     write_atomic(sha_file, f"{digest}  {tarball.name}\n")
@@ -174,7 +180,7 @@ def final_tarball(tree: Path, target: Path) -> FinalTarball:
     if tree in target.parents:
         raise PlanError(f"the tarball {target} is inside the tree", fix="choose a folder outside the tree")
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write_tarball(tree, roots, target)
+    write_tarball(tree, roots, target)
     digest = sha256_file(target)
     write_atomic(target.with_name(f"{target.name}.sha256"), f"{digest}  {target.name}\n")
     return FinalTarball(path=target, sha256=digest, size=target.stat().st_size,

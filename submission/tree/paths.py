@@ -2,8 +2,8 @@
 
     <division>/<submitter>/
       systems/<system>.json             (one per results/<system>; <system>_power.yaml optional, v6.1)
-      src/                              (required; Podium writes the plan and how to reproduce)
-        podium/                         (Podium's README and the plans, `assemble.plan_file`)
+      src/                              (required; Podium writes its source, the plan and how to reproduce)
+        podium/                         (Podium's README, its source (`source`) and the plans, `assemble.plan_file`)
         <benchmark>/README.md           (one per benchmark folder of results/: the code of that benchmark)
       documentation/calibration.md      (closed division; calibration.md beside systems/ is accepted too)
       model_mapping.json                (open division: custom model name -> benchmark)

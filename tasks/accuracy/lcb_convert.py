@@ -6,7 +6,10 @@ Each output line holds what scoring needs of one problem, in the data set's own 
 `public_test_cases` and `private_test_cases` as lists of {input, output, testtype} (the private ones decoded from
 their compressed form by livecodebench.py `decode_cases`, whose unpickler admits plain values only), and `metadata`
 as an object (`func_name` of a call-based problem). Every row is checked as the evaluator reads it, so a release
-Podium cannot score fails here, at fetch time, naming the file and line.
+Podium cannot score fails here, at fetch time, naming the file and line: a row that is not JSON or not in the data
+set's form, a pickle that names a class or function or runs more opcodes than one string takes
+(livecodebench.py `MAX_PICKLE_OPCODES`), and a row nested deeper than Python's recursion limit lets it be read
+(LiveCodeBench's rows nest three levels: the row, its list of test cases, a case).
 
 The output is the same bytes for the same input (rows in the files' order, keys in a fixed order), so its sha256,
 which `podium fetch` records, names the content. A question that appears twice is written twice; the later row wins
@@ -57,8 +60,7 @@ def convert(sources: Iterable[Path], out: Path, tick: Tick = lambda done, total:
                         done += len(raw)
                         if not raw.strip():
                             continue
-                        row = _row(raw, f"{source} line {n}")
-                        line = (json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+                        row, line = _row(raw, f"{source} line {n}")
                         sink.write(line)
                         digest.update(line)
                         lines, tests = lines + 1, tests + len(row["public_test_cases"]) + len(row["private_test_cases"])
@@ -70,8 +72,8 @@ def convert(sources: Iterable[Path], out: Path, tick: Tick = lambda done, total:
     return Converted(lines, len(questions), tests, out.stat().st_size, digest.hexdigest())
 
 
-def _row(raw: bytes, where: str) -> dict:
-    """One release row as the output holds it, checked as the evaluator reads it."""
+def _row(raw: bytes, where: str) -> tuple[dict, bytes]:
+    """One release row as the output holds it, checked as the evaluator reads it, and its output line."""
     try:
         row = json.loads(raw)
         if not isinstance(row, dict) or not row.get("question_id"):
@@ -88,8 +90,12 @@ def _row(raw: bytes, where: str) -> dict:
         kinds = {case.get("testtype") for case in out["public_test_cases"] + out["private_test_cases"]}
         if not kinds <= {"stdin", "functional"}:
             raise PlanError(f"{where}: a test case's testtype is not stdin or functional ({sorted(map(str, kinds))})")
+        line = (json.dumps(out, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    except RecursionError:
+        raise PlanError(f"{where}: nested deeper than Python's recursion limit lets it be read (a LiveCodeBench row "
+                        "nests three levels)", fix=FIX) from None
     except ValueError as e:
         raise PlanError(f"{where}: not JSON ({e})", fix=FIX) from None
     except PlanError as e:
         raise PlanError(e.message, fix=FIX) from None
-    return out
+    return out, line

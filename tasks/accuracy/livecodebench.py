@@ -10,7 +10,8 @@ problems). `podium fetch` writes that file from the release itself (tasks/accura
 The compressed form is a pickle from the internet, and unpickling can run code: the unpickler here refuses every
 global (a class or function is the only way a pickle calls anything), so only the plain values pickle's own opcodes
 build (strings, numbers, lists, dicts, ...) come out, and the result must be the tests' JSON text. Its zlib stream
-is read to at most MAX_DECOMPRESSED bytes.
+is read to at most MAX_DECOMPRESSED bytes, and the unpickler runs at most MAX_PICKLE_OPCODES opcodes, which bounds
+the objects it makes (each opcode makes one at most): a few kB of zlib inflate to millions of opcodes.
 
 Each program runs in `python -I lcb_child.py` in a fresh temporary folder, in its own session, with a minimal
 environment, no network, and rlimits on memory, CPU, file size; the whole process group is killed when the
@@ -31,11 +32,11 @@ import subprocess
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from submission.base.errors import PlanError
 
@@ -44,6 +45,11 @@ FIX = ("`podium fetch PLAN` writes LiveCodeBench release_v6's tests as JSON line
        "says (a fetch entry {livecodebench: release_v6}); pass that file with --lcb-tests, or put it beside the data "
        "set as livecodebench_tests.jsonl")
 MAX_DECOMPRESSED = 1 << 30   # one problem's tests, uncompressed; a zlib stream that inflates further is refused
+# LiveCodeBench pickles one string, the tests' JSON text (lcb_runner/benchmarks/code_generation.py unpickles it and
+# json.loads the result): PROTO, FRAME, the string, its memo entry, STOP: at most 5 opcodes in any protocol (0-5).
+# 64 leaves room over that and lets no pickle make more than 64 objects: unbounded, 4 M EMPTY_LIST opcodes, which
+# zlib packs into 5 kB, make 4 M lists (over 250 MiB).
+MAX_PICKLE_OPCODES = 64
 DEFAULT_NAMES = ("livecodebench_tests.jsonl", "livecodebench_tests.json")
 
 
@@ -76,9 +82,28 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class _PlainValues(pickle.Unpickler):
-    """Builds only what pickle's own opcodes make (str, bytes, int, float, bool, None, list, tuple, dict, set): every
-    global, the one way a pickle reaches a class or a function to call, is refused."""
+def _counted(load: Callable[[Any], None]) -> Callable[[Any], None]:
+    """One opcode's step of the unpickler, counted against MAX_PICKLE_OPCODES."""
+    def step(unpickler: _PlainValues) -> None:
+        unpickler.opcodes += 1
+        if unpickler.opcodes > MAX_PICKLE_OPCODES:
+            raise pickle.UnpicklingError(f"more than {MAX_PICKLE_OPCODES} pickle opcodes, where the tests' JSON "
+                                         "text, one string, takes at most 5")
+        load(unpickler)
+    return step
+
+
+class _PlainValues(pickle._Unpickler):   # the Python unpickler, whose opcodes can be counted (the C one's cannot)
+    """Builds only what pickle's own opcodes make (str, bytes, int, float, bool, None, list, tuple, dict, set), in at
+    most MAX_PICKLE_OPCODES opcodes: every global, the one way a pickle reaches a class or a function to call, is
+    refused."""
+
+    dispatch: ClassVar[dict[int, Callable[[Any], None]]] = {
+        code: _counted(load) for code, load in pickle._Unpickler.dispatch.items()}
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file)
+        self.opcodes = 0
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"refusing {module}.{name}: only plain values (the tests' JSON text) are expected")

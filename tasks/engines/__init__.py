@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from submission.base.errors import LaunchError, PlanError, did_you_mean
 from submission.base.files import write_atomic
 from submission.plan.engine_options import OptionsLike, parse_options
+from submission.plan.secret_env import shown_options, values_digest
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,9 @@ def service_fix(option: str, command: str, place: str) -> str:
 
 
 def engine_identity(name: str, options: OptionsLike) -> str:
-    """What identifies a deployment's behaviour: the engine, its version and its options."""
+    """What identifies a deployment's behaviour: the engine, its version and its options, each env value as `<set>`
+    and a digest of the values after them (submission/plan/secret_env.py)."""
     be = backend(name)
-    return f"{name} {be.version(options)} {json.dumps(be.options(options).as_plan(), sort_keys=True)}"
+    given = be.options(options).as_plan()
+    env = f" env-sha256:{values_digest(given['env'])}" if given.get("env") else ""
+    return f"{name} {be.version(options)} {json.dumps(shown_options(given), sort_keys=True)}{env}"

@@ -45,6 +45,7 @@ from tasks.launchers.kubernetes_manifests import (
     manifests,
     owner_labels,
     selector,
+    shown,
     validate,
 )
 
@@ -54,7 +55,8 @@ TAIL_LINES = 30
 POLL_S = 2.0
 # (verb, API group, resource[/subresource]) in the engine's namespace
 ACCESS = tuple((verb, group, resource) for group, resources, verbs in (
-    ("", ("configmaps", "services", "pods"), ("list", "create", "delete")),   # the engine's objects, preflight's pod
+    # the engine's objects (its environment's values in a Secret), preflight's pod
+    ("", ("configmaps", "secrets", "services", "pods"), ("list", "create", "delete")),
     ("apps", ("deployments",), ("list", "create", "delete")),
     ("", ("services/proxy",), ("get", "create")),            # readiness probes through the API server's proxy
     ("", ("pods/log",), ("get",)),                            # a failing pod's log; preflight's pod's output
@@ -155,6 +157,7 @@ class KubernetesLauncher(Launcher):
         ns, kind, name = self.settings.namespace, obj["kind"], obj["metadata"]["name"]
         core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
         create = {"ConfigMap": lambda: core.create_namespaced_config_map(ns, client.V1ConfigMap.from_dict(obj)),
+                  "Secret": lambda: core.create_namespaced_secret(ns, client.V1Secret.from_dict(obj)),
                   "Pod": lambda: core.create_namespaced_pod(ns, client.V1Pod.from_dict(obj)),
                   "Service": lambda: core.create_namespaced_service(ns, client.V1Service.from_dict(obj)),
                   "Deployment": lambda: apps.create_namespaced_deployment(ns, client.V1Deployment.from_dict(obj)),
@@ -178,6 +181,7 @@ class KubernetesLauncher(Launcher):
         core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
         raw = {"_preload_content": False}   # the answer (the object, or a Status) is not needed
         delete = {"ConfigMap": lambda: core.delete_namespaced_config_map(name, ns, **raw),
+                  "Secret": lambda: core.delete_namespaced_secret(name, ns, **raw),
                   "Pod": lambda: core.delete_namespaced_pod(name, ns, grace_period_seconds=0, **raw),
                   "Service": lambda: core.delete_namespaced_service(name, ns, **raw),
                   "Deployment": lambda: apps.delete_namespaced_deployment(name, ns, propagation_policy="Foreground",
@@ -216,6 +220,7 @@ class KubernetesLauncher(Launcher):
         core, apps, custom = client.CoreV1Api(self.api), client.AppsV1Api(self.api), client.CustomObjectsApi(self.api)
         raw = {"label_selector": sel, "_preload_content": False}   # plain JSON: every kind read alike
         lists = {"ConfigMap": lambda: core.list_namespaced_config_map(ns, **raw),
+                 "Secret": lambda: core.list_namespaced_secret(ns, **raw),
                  "Service": lambda: core.list_namespaced_service(ns, **raw),
                  "Deployment": lambda: apps.list_namespaced_deployment(ns, **raw),
                  DGD[3]: lambda: custom.list_namespaced_custom_object(DGD[0], DGD[1], ns, DGD[2], **raw)}
@@ -257,10 +262,11 @@ class KubernetesLauncher(Launcher):
               ) -> KubernetesDeployment:
         objects = self.objects(specs)
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / "manifests.json").write_text(json.dumps(objects, indent=2))
+        (log_dir / "manifests.json").write_text(json.dumps(shown(objects), indent=2))
         self.reap(logger)
         self.replace_leftovers(objects, logger)
-        deployment = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=objects, graph=self.graph)
+        deployment = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=shown(objects),
+                                          graph=self.graph)
         try:
             for obj in objects:
                 logger.info("creating %s %s in %s", obj["kind"], obj["metadata"]["name"], self.settings.namespace)
@@ -381,7 +387,7 @@ class KubernetesLauncher(Launcher):
 
     def review(self, specs: list[ProcessSpec], endpoint: Endpoint) -> tuple[dict[str, Any], Endpoint]:
         unstarted = KubernetesDeployment(processes=specs, prefix=self.prefix, objects=[], graph=self.graph)
-        return {"kubernetes": self.objects(specs)}, self.endpoint(endpoint, unstarted)
+        return {"kubernetes": shown(self.objects(specs))}, self.endpoint(endpoint, unstarted)
 
     def _pods_on_nodes(self, labelled: dict[str, str]) -> list[Any]:
         """The pods carrying these labels that a node runs (spec.nodeName set), as the client's models; none when the

@@ -1,10 +1,13 @@
 """Kubernetes objects for a deployment, built as the kubernetes client's own models (pure: no API calls).
 
 One Deployment and one Service per process (the Service is how Podium probes it and how its peers reach it), one
-ConfigMap with every config file a process reads (mounted at the path its argv names), and for Dynamo a
-`DynamoGraphDeployment` (nvidia.com/v1alpha1, the Dynamo operator's CRD: engines.md §3.3) in their place. Besides
-the deployment, `describe_pod`: the short-lived pod that tells preflight what the engine's node is. Objects
-are validated by round-tripping through the client's models: `sanitize_for_serialization`, then `from_dict`.
+ConfigMap with every config file a process reads (mounted at the path its argv names), one Secret with every value of
+the processes' environment (each container names its variables and takes their values from it, `secretKeyRef`: no
+value is written into a pod spec; `shown` gives the objects as logs and dry runs show them, the Secret's values as
+`<set>`), and for Dynamo a `DynamoGraphDeployment` (nvidia.com/v1alpha1, the Dynamo operator's CRD: engines.md §3.3)
+in place of the Deployments and Services. Besides the deployment, `describe_pod`: the short-lived pod that tells
+preflight what the engine's node is. Objects are validated by round-tripping through the client's models:
+`sanitize_for_serialization`, then `from_dict`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from kubernetes.client import ApiClient
 
 from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
+from submission.plan.secret_env import SHOWN
 from tasks.engines import ProcessSpec
 
 LABEL = "podium.mlcommons.org"
@@ -86,16 +90,41 @@ def config_map(prefix: str, namespace: str, specs: list[ProcessSpec],
                                                      labels=labels(prefix) | owner_labels(owner)))
 
 
-def _env(spec: ProcessSpec, pod_ip: bool) -> list[k8s.V1EnvVar]:
+def env_secret_name(prefix: str) -> str:
+    return dns_name(prefix, "env")
+
+
+def env_key(process: str, name: str) -> str:
+    """The Secret's key for variable `name` of process `process` (processes may give one name different values)."""
+    return f"{dns_name(process)}.{name}"
+
+
+def _secret_env(spec: ProcessSpec, pod_ip: bool) -> dict[str, str]:
+    """The variables of a process whose values its pod takes from the Secret: all but those the pod gets elsewhere
+    (its IP, from the downward API) or not at all (its GPUs, from the device plugin)."""
+    return {k: v for k, v in spec.env.items() if k not in PER_PLACEMENT_ENV and not (pod_ip and k in POD_IP_ENV)}
+
+
+def env_secret(prefix: str, namespace: str, specs: list[ProcessSpec], pod_ip: bool,
+               owner: dict[str, str] | None = None) -> k8s.V1Secret | None:
+    data = {env_key(s.name, k): v for s in specs for k, v in _secret_env(s, pod_ip).items()}
+    if not data:
+        return None
+    return k8s.V1Secret(api_version="v1", kind="Secret", type="Opaque", string_data=data,
+                        metadata=k8s.V1ObjectMeta(name=env_secret_name(prefix), namespace=namespace,
+                                                  labels=labels(prefix) | owner_labels(owner)))
+
+
+def _env(prefix: str, spec: ProcessSpec, pod_ip: bool) -> list[k8s.V1EnvVar]:
     out = []
-    for name, value in sorted(spec.env.items()):
-        if name in PER_PLACEMENT_ENV:
-            continue
-        if pod_ip and name in POD_IP_ENV:
+    secret = _secret_env(spec, pod_ip)
+    for name in sorted(spec.env):
+        if name in secret:
+            out.append(k8s.V1EnvVar(name=name, value_from=k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(
+                name=env_secret_name(prefix), key=env_key(spec.name, name)))))
+        elif pod_ip and name in POD_IP_ENV:
             out.append(k8s.V1EnvVar(name=name, value_from=k8s.V1EnvVarSource(
                 field_ref=k8s.V1ObjectFieldSelector(field_path="status.podIP"))))
-        else:
-            out.append(k8s.V1EnvVar(name=name, value=value))
     return out
 
 
@@ -125,7 +154,7 @@ def _volumes(prefix: str, settings: KubernetesSettings, specs: list[ProcessSpec]
     return volumes
 
 
-def container(spec: ProcessSpec, settings: KubernetesSettings, keys: dict[str, str],
+def container(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, keys: dict[str, str],
               pod_ip: bool = False) -> k8s.V1Container:
     if spec.mpi_ranks > 1 or spec.nodes > 1:
         raise LaunchError(f"{spec.name} spans {spec.nodes} nodes with {spec.mpi_ranks} MPI ranks; the kubernetes "
@@ -142,7 +171,7 @@ def container(spec: ProcessSpec, settings: KubernetesSettings, keys: dict[str, s
     readiness = k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=get.path, port=spec.port), period_seconds=10,
                             failure_threshold=6) if get and spec.port else None
     return k8s.V1Container(
-        name="engine", image=settings.image, command=list(spec.argv), env=_env(spec, pod_ip) or None,
+        name="engine", image=settings.image, command=list(spec.argv), env=_env(prefix, spec, pod_ip) or None,
         ports=[k8s.V1ContainerPort(name=n, container_port=p) for n, p in _ports(spec)] or None,
         resources=k8s.V1ResourceRequirements(limits={GPU: str(spec.gpus)}) if spec.gpus else None,
         readiness_probe=readiness, volume_mounts=mounts or None)
@@ -150,7 +179,8 @@ def container(spec: ProcessSpec, settings: KubernetesSettings, keys: dict[str, s
 
 def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec]) -> k8s.V1PodSpec:
     return k8s.V1PodSpec(
-        containers=[container(spec, settings, file_keys(specs))], volumes=_volumes(prefix, settings, specs) or None,
+        containers=[container(prefix, spec, settings, file_keys(specs))],
+        volumes=_volumes(prefix, settings, specs) or None,
         node_selector=settings.node_selector or None, service_account_name=settings.service_account,
         image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets] or None,
         restart_policy="Always")
@@ -194,7 +224,7 @@ def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSett
         if not members:
             continue
         first = members[0]
-        main = api.sanitize_for_serialization(container(first, settings, keys, pod_ip=True))
+        main = api.sanitize_for_serialization(container(prefix, first, settings, keys, pod_ip=True))
         main.pop("name", None)   # the operator names the main container
         pod = {"mainContainer": main}
         volumes = _volumes(prefix, settings, specs)
@@ -246,7 +276,8 @@ def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSetting
     """Every object of the deployment as plain dicts, in the order they are applied; `owner` (plan, system,
     benchmark) labels each."""
     api = ApiClient()
-    objects: list[Any] = [config_map(prefix, settings.namespace, specs, owner)]
+    objects: list[Any] = [config_map(prefix, settings.namespace, specs, owner),
+                          env_secret(prefix, settings.namespace, specs, graph, owner)]
     if graph:
         objects.append(dynamo_graph(prefix, specs, settings, owner))
     else:
@@ -255,7 +286,14 @@ def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSetting
     return [api.sanitize_for_serialization(o) for o in objects if o is not None]
 
 
-MODELS = {"ConfigMap": k8s.V1ConfigMap, "Deployment": k8s.V1Deployment, "Service": k8s.V1Service, "Pod": k8s.V1Pod}
+def shown(objects: list[dict]) -> list[dict]:
+    """The objects as logs, dry runs and the launch's manifests.json show them: each value of a Secret as `<set>`."""
+    return [{**o, "stringData": dict.fromkeys(o.get("stringData") or {}, SHOWN)} if o["kind"] == "Secret" else o
+            for o in objects]
+
+
+MODELS = {"ConfigMap": k8s.V1ConfigMap, "Deployment": k8s.V1Deployment, "Service": k8s.V1Service, "Pod": k8s.V1Pod,
+          "Secret": k8s.V1Secret}
 
 
 def validate(objects: list[dict]) -> None:

@@ -2,7 +2,8 @@
 
 Each process leads its own process group, writes stdout and stderr to `<log_dir>/<name>.log` (forwarded line by line
 to the run logger), and is recorded in a pid file so that a later run can end it if this one was killed. Stopping
-sends SIGTERM to the group, then SIGKILL after a grace period.
+sends SIGTERM to the group, then SIGKILL after a grace period. A process's environment is this host's with the
+spec's added; the log names the spec's variables, never their values (`NAME=<set>`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from submission.base.errors import LaunchError
 from submission.base.files import tail
+from submission.plan.secret_env import shown_env
 from tasks.engines import Placement, ProcessSpec, write_files
 from tasks.launchers import Launcher
 from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
@@ -134,7 +136,8 @@ class LocalLauncher(Launcher):
             for spec in specs:
                 log = log_dir / f"{spec.name}.log"
                 write_files(spec)
-                logger.info("starting %s: %s", spec.name, json.dumps(list(spec.argv)))
+                logger.info("starting %s: %s; env %s", spec.name, json.dumps(list(spec.argv)),
+                            json.dumps(shown_env(spec.env)))
                 with log.open("ab") as out:
                     popen = subprocess.Popen(  # noqa: S603 - argv list from a typed spec, no shell
                         list(spec.argv), env={**os.environ, **spec.env}, cwd=spec.cwd, stdout=out,

@@ -16,6 +16,8 @@ the node's local disk, verified, and the engine reads it there (tasks/launchers/
 A short step on each node finds its IPv4 address (its NodeAddr resolved there: Dynamo and etcd bind and advertise IP
 literals only) and ports free on it; ports differ across the deployment (nodes of a test cluster share one
 address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the run logger.
+A step's environment is named on srun's command line (`--export=ALL,NAME,...`) and its values set in srun's own
+environment, so that none shows in `ps`, the launch log or the dry run.
 The allocation and the step ids are recorded under the state folder, so a later launch cancels what a killed run
 left behind (after checking that the job still carries the recorded name).
 """
@@ -41,6 +43,7 @@ from pydantic import ValidationError
 
 from submission.base.errors import CommandError, LaunchError, PlanError, PodiumError
 from submission.base.files import tail
+from submission.plan.secret_env import shown_env
 from submission.plan.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, Watched, watched, write_files
 from tasks.launchers import Launcher, slurm_stage
@@ -288,7 +291,8 @@ class SlurmLauncher(Launcher):
                 step_name = f"{self.tag}-{spec.name}"
                 argv = cli.srun_argv(self.settings, alloc.job_id, spec, nodes, step_name)
                 log = log_dir / f"{spec.name}.log"
-                logger.info("starting %s on %s: %s", spec.name, ",".join(nodes), json.dumps(argv))
+                logger.info("starting %s on %s: %s; env %s", spec.name, ",".join(nodes), json.dumps(argv),
+                            json.dumps(shown_env(spec.env)))
                 with log.open("ab") as out:
                     srun = subprocess.Popen(  # noqa: S603 - argv list from a typed spec, no shell
                         argv, env={**self.env, **spec.env}, stdout=out, stderr=subprocess.STDOUT,

@@ -6,7 +6,9 @@ Facts measured on Slurm 22.05 (Debian 12) with the local cluster of deployments/
   therefore runs with `--exact --gpus=N` (not `--overlap`): Slurm then gives concurrent steps distinct GPUs (0,1
   and 2,3) and refuses a step when none are left. Steps without GPUs run with `--overlap`.
 - Slurm sets CUDA_VISIBLE_DEVICES in every step that holds GPUs, over any value passed with `--export`.
-- `--export` splits on commas, so a value holding one is passed by name only, from srun's own environment.
+- `--export=ALL,NAME` passes NAME's value from srun's own environment. Every value of a process's environment
+  goes that way, named on the command line and set in srun's environment, so no value shows in `ps` or a log
+  (submission/plan/secret_env.py); `--export` would also split a value holding a comma.
 """
 
 from __future__ import annotations
@@ -153,9 +155,9 @@ def sbatch_argv(settings: SlurmSettings, nodes: int, time: str, podium_args: Seq
 
 
 def export_arg(env: Mapping[str, str]) -> str:
-    """`--export=ALL,K=V,...`; a value with a comma goes by name (srun reads it from its own environment)."""
-    items = [k if "," in v else f"{k}={v}" for k, v in sorted(env.items())]
-    return "--export=" + ",".join(["ALL", *items])
+    """`--export=ALL,NAME,...`: the names alone; srun reads each value from its own environment, where the launcher
+    puts the process's env."""
+    return "--export=" + ",".join(["ALL", *sorted(env)])
 
 
 def container_args(s: SlurmSettings) -> list[str]:

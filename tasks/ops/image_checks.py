@@ -5,10 +5,17 @@ manifest") after the allocation is taken.
 The image's platforms are read from its registry with the OCI distribution API (the Docker Registry HTTP API v2):
 `GET /v2/<name>/manifests/<reference>` accepting an image index (OCI) or manifest list (Docker), whose entries name
 each platform; a single-platform manifest's platform is its config blob's `os`/`architecture`. A registry that
-answers 401 with a `Bearer` challenge gets a token from the challenge's realm: anonymously, or with
-PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN as the basic credentials (for nvcr.io: `$oauthtoken` and an NGC API
-key); PODIUM_REGISTRY_TOKEN alone is sent as the bearer token itself. A registry on localhost or 127.0.0.0/8 is
-spoken to over http, as Docker does; every other over https.
+answers 401 with a `Bearer` challenge gets a token from the challenge's realm (its token service). A registry on
+localhost or 127.0.0.0/8 is spoken to over http, as Docker does; every other over https.
+
+Credentials: PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN are the basic credentials of the token service (for
+nvcr.io: `$oauthtoken` and an NGC API key); PODIUM_REGISTRY_TOKEN alone is sent to the registry as the bearer token
+itself. They belong to the one registry PODIUM_REGISTRY_HOST names (`nvcr.io`; `docker.io` for Docker Hub) and go
+nowhere else: an image of another registry is read anonymously, and they reach a token service only when its realm
+is https (http only for a registry on this host, itself spoken to over http) and on the registry's own host, a host
+paired with it (`TOKEN_HOSTS`: Docker Hub's tokens come from auth.docker.io), or a host PODIUM_REGISTRY_AUTH_HOST
+names (comma-separated). Any other realm is asked anonymously. Credentials set without PODIUM_REGISTRY_HOST are
+refused: Podium cannot tell where they may go.
 
 Image names as Docker reads them (`nvcr.io/nvidia/tensorrt-llm/release:1.2.0`; `vllm/vllm-openai` is Docker Hub's,
 tag `latest`) and as pyxis does (`nvcr.io#nvidia/tensorrt-llm/release:1.2.0`).
@@ -16,14 +23,15 @@ tag `latest`) and as pyxis does (`nvcr.io#nvidia/tensorrt-llm/release:1.2.0`).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
 from submission.base.errors import PlanError, PodiumError
+from submission.base.hosts import loopback
 
 TIMEOUT_S = 30
 INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -32,6 +40,12 @@ MANIFESTS = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.dock
 ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
                  "s390x": "s390x"}
 DOCKER_HUB = "registry-1.docker.io"
+ALIASES = {"docker.io": DOCKER_HUB, "index.docker.io": DOCKER_HUB}   # what PODIUM_REGISTRY_HOST may call a registry
+# Token services on a host of their own that are a registry's: Docker Hub's images (registry-1.docker.io, where the
+# ROCm and SGLang images live) get their tokens from auth.docker.io (its Bearer challenge's realm).
+TOKEN_HOSTS = {DOCKER_HUB: ("auth.docker.io",)}
+USER, TOKEN, HOST, AUTH_HOST = ("PODIUM_REGISTRY_USER", "PODIUM_REGISTRY_TOKEN", "PODIUM_REGISTRY_HOST",
+                                "PODIUM_REGISTRY_AUTH_HOST")
 
 
 @dataclass(frozen=True)
@@ -41,13 +55,17 @@ class ImageRef:
     reference: str    # a tag or a digest
 
     @property
+    def host(self) -> str:
+        """The registry's host name or address, without its port."""
+        return urlsplit(f"//{self.registry}").hostname or self.registry
+
+    @property
+    def local(self) -> bool:
+        return loopback(self.host)
+
+    @property
     def base(self) -> str:
-        host = self.registry.rsplit(":", 1)[0].strip("[]")
-        try:
-            local = host == "localhost" or ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            local = False
-        return f"{'http' if local else 'https'}://{self.registry}"
+        return f"{'http' if self.local else 'https'}://{self.registry}"
 
 
 def parse(image: str) -> ImageRef:
@@ -67,9 +85,38 @@ def parse(image: str) -> ImageRef:
     return ImageRef(registry, name, digest if at else (tag if colon else "latest"))
 
 
-def credentials(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """(user, token) for the registry, from PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN."""
-    return environ.get("PODIUM_REGISTRY_USER") or None, environ.get("PODIUM_REGISTRY_TOKEN") or None
+def registry_name(text: str) -> str:
+    """A registry as PODIUM_REGISTRY_HOST names it (`nvcr.io`, `docker.io`, `host:5000`), as `parse` names it."""
+    name = text.strip().lower().removeprefix("https://").removeprefix("http://").rstrip("/")
+    return ALIASES.get(name, name)
+
+
+def credentials(environ: Mapping[str, str], ref: ImageRef) -> tuple[str | None, str | None]:
+    """(user, token) for `ref`'s registry: PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN where PODIUM_REGISTRY_HOST
+    names that registry, else none (an anonymous pull). Raises PlanError for credentials without a registry."""
+    user, token = environ.get(USER) or None, environ.get(TOKEN) or None
+    if not (user or token):
+        return None, None
+    if not (environ.get(HOST) or "").strip():
+        raise PlanError(f"{USER if user else TOKEN} is set but {HOST} is not, so Podium cannot tell which registry "
+                        "the credentials belong to (it sends them to no other)",
+                        fix=f"export {HOST}=<the registry they are for, e.g. nvcr.io, or docker.io for Docker Hub>")
+    return (user, token) if registry_name(environ[HOST]) == ref.registry.lower() else (None, None)
+
+
+def realm_problem(realm: str, ref: ImageRef, environ: Mapping[str, str]) -> str | None:
+    """Why the token service at `realm` may not have `ref`'s registry credentials; None when it may: https (http only
+    for a registry on this host) on the registry's own host, a host TOKEN_HOSTS pairs with it, or one of
+    PODIUM_REGISTRY_AUTH_HOST's."""
+    url = urlsplit(realm)
+    host = (url.hostname or "").lower()
+    named = {h.strip().lower() for h in (environ.get(AUTH_HOST) or "").split(",") if h.strip()}
+    if host not in {ref.host.lower(), *TOKEN_HOSTS.get(ref.registry, ()), *named}:
+        return (f"its token service {host or realm} is not {ref.registry}'s own (if it is, name it: export "
+                f"{AUTH_HOST}={host})")
+    if url.scheme != "https" and not (url.scheme == "http" and ref.local and loopback(host)):
+        return f"its token service {realm} is not https"
+    return None
 
 
 def _challenge(header: str) -> dict[str, str]:
@@ -80,16 +127,19 @@ def _challenge(header: str) -> dict[str, str]:
 
 
 def _token(client: httpx.Client, challenge: dict[str, str], ref: ImageRef, user: str | None,
-           token: str | None) -> str:
+           token: str | None, withheld: str | None = None) -> str:
+    """A bearer token from the challenge's realm, asked with the basic credentials `user`/`token` (anonymously
+    without `user`); `withheld`: why the credentials were not sent, for the error."""
     params = {k: v for k, v in (("service", challenge.get("service")),
                                 ("scope", challenge.get("scope") or f"repository:{ref.repository}:pull")) if v}
     answer = client.get(challenge["realm"], params=params, auth=(user, token or "") if user else None)
     if answer.status_code != 200:
         raise PlanError(f"the registry's token service {challenge['realm']} refused "
-                        + ("the credentials of PODIUM_REGISTRY_USER" if user else "an anonymous pull")
-                        + f" of {ref.repository} (HTTP {answer.status_code})",
-                        fix="export PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN with the registry's pull "
-                            "credentials (nvcr.io: $oauthtoken and an NGC API key)")
+                        + (f"the credentials of {USER}" if user else "an anonymous pull")
+                        + f" of {ref.repository} (HTTP {answer.status_code})"
+                        + (f"; the credentials were not sent: {withheld}" if withheld else ""),
+                        fix=f"export {USER} and {TOKEN} with the registry's pull credentials (nvcr.io: $oauthtoken "
+                            f"and an NGC API key), and {HOST}={ref.registry}")
     data = answer.json()
     return str(data.get("token") or data.get("access_token"))
 
@@ -98,16 +148,20 @@ def platforms(image: str, environ: Mapping[str, str]) -> set[str]:
     """The platforms (`os/architecture[/variant]`) the registry holds `image` for. Raises PlanError naming the image
     and what to do when it cannot tell."""
     ref = parse(image)
-    user, token = credentials(environ)
+    user, token = credentials(environ, ref)
+    withheld = None if user or token or not (environ.get(USER) or environ.get(TOKEN)) else \
+        f"{HOST} names {environ[HOST]}, not {ref.registry}"
     url = f"{ref.base}/v2/{ref.repository}/manifests/{ref.reference}"
     headers = {"Accept": ", ".join(INDEXES + MANIFESTS)}
     if token and not user:
         headers["Authorization"] = f"Bearer {token}"
     try:
-        with httpx.Client(timeout=TIMEOUT_S, follow_redirects=True) as client:
+        with httpx.Client(timeout=TIMEOUT_S, follow_redirects=True) as client:   # a redirect elsewhere drops auth
             answer = client.get(url, headers=headers)
             if answer.status_code == 401 and (challenge := _challenge(answer.headers.get("WWW-Authenticate", ""))):
-                headers["Authorization"] = f"Bearer {_token(client, challenge, ref, user, token)}"
+                if user and (why := realm_problem(challenge.get("realm", ""), ref, environ)):
+                    user, withheld = None, why   # asked anonymously
+                headers["Authorization"] = f"Bearer {_token(client, challenge, ref, user, token, withheld)}"
                 answer = client.get(url, headers=headers)
             found = _read(client, answer, ref, image, headers)
     except httpx.HTTPError as e:
@@ -126,8 +180,8 @@ def _read(client: httpx.Client, answer: httpx.Response, ref: ImageRef, image: st
                         f"{ref.reference})", fix="check the image's name and tag")
     if answer.status_code in (401, 403):
         raise PlanError(f"the registry refuses to show image {image} (HTTP {answer.status_code})",
-                        fix="export PODIUM_REGISTRY_USER and PODIUM_REGISTRY_TOKEN with pull credentials for "
-                            f"{ref.registry}")
+                        fix=f"export {USER} and {TOKEN} with pull credentials for {ref.registry}, and "
+                            f"{HOST}={ref.registry}")
     if answer.status_code != 200:
         raise PlanError(f"the registry answers HTTP {answer.status_code} for image {image}",
                         fix="check the image's name and the registry")
@@ -167,5 +221,5 @@ def mismatch(image: str, nodes: Mapping[str, str], environ: Mapping[str, str], w
                       f"but {', '.join(named)} {'is' if len(named) == 1 else 'are'} {arch}",
                       fix=f"use a tag of the image published for linux/{arch}, or build and push one for both: "
                           f"docker buildx build --platform linux/{arch},{','.join(sorted(held))} -t {image} "
-                          "--push . (docs/quickstart-kubernetes.md, step 8)", where=where)
+                          "--push . (docs/quickstart-kubernetes.md, step 5)", where=where)
             for arch, named in wanted.items() if arch not in archs]

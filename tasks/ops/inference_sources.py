@@ -9,6 +9,15 @@ large sample logs. The checks themselves never fetch: `podium fetch-inference` d
 is renamed only once verified (HEAD at the commit, no tracked file changed, the checker and the audits present), so
 an interrupted fetch resumes there and a folder without `.partial` is always whole. A later call checks the finished
 folder again, without the network, and reuses it; a folder that no longer matches its commit is refused, not fixed.
+
+Where GitHub is out of reach, `podium fetch-inference --archive PATH` takes a `git archive` of the commit instead
+(`unpack_archive`; CI's copy of the official tools is one): the commit read from the archive's pax header (`git
+get-tar-commit-id` reads the same), another commit refused, then the archive copied to `<root>/<commit>.tar.gz` and
+unpacked into `<root>/<commit>/` as `podium fetch` unpacks a GitHub archive (tasks/staging/fetch_http.py and
+unpack.py's rules, `.podium-manifest.json` and `.podium-fetch.json` written). Either kind of folder is accepted the
+same way everywhere (`check`, which preflight's `inference_src` check runs too): a checkout at the commit with no
+tracked file changed, or an unpacked archive whose record names the commit and whose manifest's files are all there,
+unchanged (hashed: a few MB).
 """
 
 from __future__ import annotations
@@ -16,12 +25,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from submission.base.errors import CommandError, PodiumError
+from submission.base.files import replace_atomic, sha256_file, temporary
 from submission.checks.official import CHECKER_DIR
+from submission.plan.fetch import FetchItem, FetchSource
 from submission.rules import SourcePin
+from tasks.staging.fetch_http import ARCHIVE, FETCHED, _unpack, read_json, tar_commit
+from tasks.staging.sources import MANIFEST, manifest_digest
 
 # What Podium runs or reads from the checkout, with who uses it (the sparse checkout; one path a line).
 PATHS = (
@@ -39,6 +53,7 @@ PATHS = (
 # What a whole fetch must hold: without these it is not the checkout the checks need.
 REQUIRED = (CHECKER_DIR / "submission_checker" / "main.py", Path("compliance"))
 PARTIAL = ".partial"
+GITHUB_NAME = "mlcommons/inference"   # as a `podium fetch` plan names it (`github:`)
 FETCH_TIMEOUT_S = 1800  # one shallow commit; a slow link still finishes well inside it
 GIT_TIMEOUT_S = 120  # the local steps (init, config, rev-parse, status)
 TAIL_LINES = 8
@@ -57,11 +72,11 @@ def fetch(pin: SourcePin, root: Path, *, repository: str | None = None) -> Fetch
     url = repository or pin.repository
     if Path(url).exists():   # a local path: git runs in the work folder, so make it absolute
         url = str(Path(url).resolve())
-    git = require_git(url, pin.commit)
     folder = Path(root).resolve() / pin.commit
     if folder.exists():
-        verify(git, folder, pin.commit)
+        check(folder, pin.commit)
         return Fetched(folder, pin.commit, reused=True)
+    git = require_git(url, pin.commit)
     work = folder.with_name(folder.name + PARTIAL)
     work.mkdir(parents=True, exist_ok=True)
     for args in (("init", "--quiet"), ("config", "remote.origin.url", url), ("config", "core.sparseCheckout", "true"),
@@ -77,6 +92,78 @@ def fetch(pin: SourcePin, root: Path, *, repository: str | None = None) -> Fetch
     verify(git, work, pin.commit, url=url)
     work.rename(folder)
     return Fetched(folder, pin.commit, reused=False)
+
+
+def unpack_archive(pin: SourcePin, archive: Path, root: Path) -> Fetched:
+    """mlcommons/inference at `pin.commit` in `root/<commit>/`, unpacked from `archive` (a `git archive` of that
+    commit, as tar or tar.gz) unless a verified copy of the same archive is already there; an unpacked copy of
+    another archive of the commit is replaced. PodiumError naming the archive and the fix when it cannot be."""
+    archive = Path(archive).expanduser().resolve()
+    fix = (f"pass the `git archive` of mlcommons/inference at {pin.commit} (`git archive --format=tar.gz "
+           f"{pin.commit[:12]}` in a clone, or GitHub's {pin.repository}/archive/{pin.commit}.tar.gz; make: "
+           "INFERENCE_ARCHIVE=PATH), or leave out --archive to fetch it with git")
+    if not archive.is_file():
+        raise PodiumError(f"--archive {archive}: no such file", fix=fix)
+    try:
+        commit = tar_commit(archive)
+    except (OSError, tarfile.TarError) as error:
+        raise PodiumError(f"--archive {archive} is not a tar archive ({error})", fix=fix) from None
+    if commit != pin.commit:
+        said = f"the archive of commit {commit}" if commit else "an archive that names no commit (no pax comment)"
+        raise PodiumError(f"--archive {archive} is {said}, not the pinned {pin.commit}", fix=fix)
+    folder = Path(root).resolve() / commit
+    digest = sha256_file(archive)
+    if folder.exists() and (read_json(folder / FETCHED) or {}).get("archive_sha256") in (digest, None):
+        check(folder, commit)   # this archive's, or a git checkout: reused once verified
+        return Fetched(folder, commit, reused=True)
+    kept = folder.with_name(folder.name + ARCHIVE)   # kept beside the folder, as `podium fetch` keeps a GitHub archive
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    copy = temporary(kept)
+    shutil.copyfile(archive, copy)
+    replace_atomic(copy, kept)
+    # what `podium fetch` unpacks: its field names the option in an error, its source gives the cap (max_unpacked_gib)
+    item = FetchItem(field="--archive", dest=str(folder), source=FetchSource(github=GITHUB_NAME), revision=commit)
+    _unpack(item, kept, folder, {"archive": str(archive), "archive_sha256": digest, "commit": commit})
+    missing = [str(path) for path in REQUIRED if not (folder / path).exists()]
+    if missing:
+        shutil.rmtree(folder)
+        raise PodiumError(f"--archive {archive} (commit {commit[:12]}) has no {', '.join(missing)}: not the "
+                          "official tools of mlcommons/inference", fix=fix)
+    return Fetched(folder, commit, reused=False)
+
+
+def check(folder: Path, commit: str) -> None:
+    """`folder` holds mlcommons/inference at `commit` as Podium fetches it (the module's doc), with the checker and
+    the audits in it; PodiumError naming what differs otherwise."""
+    if (folder / FETCHED).is_file():
+        verify_unpacked(folder, commit)
+    else:
+        verify(require_git(str(folder), commit), folder, commit)
+
+
+def verify_unpacked(folder: Path, commit: str) -> None:
+    """`folder` is an archive of `commit` as `podium fetch-inference --archive` or `podium fetch` unpacked it: its
+    record names the commit, its manifest is the one recorded, and every file of it is there, unchanged."""
+    fix = f"remove {folder} (rm -rf) and run `podium fetch-inference` again (with its --archive, if it came from one)"
+    record, files = read_json(folder / FETCHED), read_json(folder / MANIFEST)
+    if record is None or files is None or record.get("manifest_sha256") != manifest_digest(files):
+        raise PodiumError(f"{folder}: its {MANIFEST} is missing or differs from the one {FETCHED} records, so its "
+                          "files cannot be checked", fix=fix)
+    if record.get("commit") != commit:
+        raise PodiumError(f"{folder}: it is the archive of commit {str(record.get('commit') or 'none')[:12]}, not "
+                          f"the pinned {commit[:12]}", fix=fix)
+    changed = [name for name, meta in sorted(files.items()) if not _unchanged(folder / name, meta)]
+    if changed:
+        raise PodiumError(f"{folder}: files of its manifest are missing or changed since it was unpacked "
+                          f"({len(changed)}, e.g. {changed[0]})", fix=fix)
+    missing = [str(path) for path in REQUIRED if not (folder / path).exists()]
+    if missing:
+        raise PodiumError(f"{folder}: it has no {', '.join(missing)}: not mlcommons/inference", fix=fix)
+
+
+def _unchanged(path: Path, meta: dict) -> bool:
+    return path.is_file() and not path.is_symlink() and path.stat().st_size == meta.get("size") \
+        and sha256_file(path) == meta.get("sha256")
 
 
 def require_git(url: str, commit: str) -> str:
@@ -124,9 +211,10 @@ def _fetch_commit(git: str, work: Path, url: str, commit: str, folder: Path) -> 
         raise PodiumError(
             f"git could not fetch commit {commit} from {url} (exit code {done.returncode}):\n{_tail(done)}",
             fix=f"check that this machine reaches {url} (git honours https_proxy and http.proxy) and that the "
-                f"repository has that commit, or pass --repository a mirror that has it; without a network, run "
-                f"`podium fetch-inference` where there is one and copy {folder} here (any checkout of "
-                f"mlcommons/inference at {commit[:12]} works as --inference-src)")
+                f"repository has that commit, or pass --repository a mirror that has it; without a network, pass "
+                f"--archive a `git archive` of {commit[:12]} (make: INFERENCE_ARCHIVE=PATH), or run `podium "
+                f"fetch-inference` where there is one and copy {folder} here (any checkout of mlcommons/inference at "
+                f"{commit[:12]} works as --inference-src)")
 
 
 def _run(argv: list[str], cwd: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:

@@ -9,8 +9,8 @@ is allocated, every problem reported at once:
   reads them only after the whole accuracy run;
 - the endpoints client, where a benchmark is measured by it, installed on a Python >= 3.12 at the commit the round
   pins (tasks/endpoints/install.py), since it runs on this host;
-- `inference_src`, where the plan gives it: mlcommons/inference at the commit the round pins, the checker in it
-  (tasks/ops/inference_sources.py);
+- `inference_src`, where the plan gives it: mlcommons/inference at the commit the round pins, a checkout or an
+  unpacked archive of it, unchanged, the checker in it (tasks/ops/inference_sources.py);
 - the commands a local engine starts beside itself (Dynamo's etcd and nats-server, `EngineBackend.services`) found on
   this host. A Slurm engine's, and its own commands, are looked for on the nodes of its allocation that run them by
   the node checks (tasks/ops/slurm_checks.py); a Kubernetes engine's are its image's, not checked;
@@ -250,36 +250,24 @@ def endpoints_problems(plan: Plan) -> list[PodiumError]:
 
 
 def inference_src_problems(plan: Plan) -> list[PodiumError]:
-    """`inference_src`, when given: a checkout of mlcommons/inference at the round's pinned commit, unchanged, with
-    the checker in it; or the archive of that commit as `podium fetch` unpacked it, every file of its manifest there
-    (the bytes are `podium fetch`'s to hash)."""
-    from tasks.ops.inference_sources import REQUIRED, require_git, verify
-    from tasks.staging.fetch_http import FETCHED, fetched_commit
+    """`inference_src`, when given: mlcommons/inference at the round's pinned commit as Podium fetches it
+    (tasks/ops/inference_sources.py `check`): a checkout of the commit, unchanged, or an archive of the commit as
+    `podium fetch-inference --archive` or `podium fetch` unpacked it, every file of its manifest there, unchanged; the
+    checker and the audits in it."""
+    from tasks.ops.inference_sources import check
 
     if not plan.inference_src:
         return []
     pin = load_rules(plan.round).inference_sources
     folder = Path(plan.inference_src).expanduser()
-    fix = (f"`podium fetch-inference --round {plan.round}` fetches mlcommons/inference at {pin.commit[:12]} and "
-           f"prints its folder: set inference_src to that folder (or fetch it with `podium fetch PLAN`: "
-           f"fetch: {{{folder}: {{github: mlcommons/inference}}}} in the plan)")
+    fix = (f"`podium fetch-inference --round {plan.round}` fetches mlcommons/inference at {pin.commit[:12]} (or "
+           "unpacks it from a `git archive` of that commit with --archive) and prints its folder: set inference_src "
+           f"to that folder (or fetch it with `podium fetch PLAN`: fetch: {{{folder}: {{github: mlcommons/inference}}}}"
+           " in the plan)")
     if not folder.is_dir():
         return [PlanError(f"{folder} does not exist", where="inference_src", fix=fix)]
-    if (folder / FETCHED).is_file():
-        commit = fetched_commit(folder)
-        missing = [str(path) for path in REQUIRED if not (folder / path).exists()]
-        if commit is None:
-            problem = "files of its manifest are missing or changed since `podium fetch` unpacked it"
-        elif commit != pin.commit:
-            problem = f"it is the archive of commit {commit[:12]}, not the pinned {pin.commit[:12]}"
-        elif missing:
-            problem = f"it has no {', '.join(missing)}: not mlcommons/inference"
-        else:
-            return []
-        return [PlanError(f"{folder}: {problem} (the {plan.round} checker's sources are mlcommons/inference at "
-                          f"{pin.commit[:12]})", where="inference_src", fix=fix)]
     try:
-        verify(require_git(str(folder), pin.commit), folder.resolve(), pin.commit)
+        check(folder.resolve(), pin.commit)
     except PodiumError as e:
         return [PlanError(f"{e.message} (the {plan.round} checker's sources are mlcommons/inference at "
                           f"{pin.commit[:12]})", where="inference_src", fix=fix)]

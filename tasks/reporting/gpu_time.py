@@ -21,9 +21,9 @@ COLUMNS = ("run", "seconds", "gpus", "gpu_hours", "predicted_s", "predicted_gpu_
 
 
 def predicted(plan: Plan) -> dict[str, tuple[float, int]]:
-    """Each run the plan makes, by its label (system/benchmark/scenario/mode): its predicted seconds and the GPUs of
-    its benchmark's engine."""
-    return {f"{s.system}/{s.benchmark}/{s.scenario}/{s.mode}": (length.seconds, cost.benchmark_gpus(b))
+    """Each run the plan makes, by its label (system/benchmark/scenario/mode, an audit's test in place of its mode):
+    its predicted seconds and the GPUs of its benchmark's engine."""
+    return {s.label: (length.seconds, cost.benchmark_gpus(b))
             for b in plan.benchmarks for s, length in cost.predicted_runs(plan, b)}
 
 

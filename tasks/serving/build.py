@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from submission.base.errors import CommandError, LaunchError, PlanError
 from submission.base.files import tail
 from submission.plan.engine_options import OptionsLike
+from submission.plan.secret_env import shown_options
 from tasks.engines import backend
 from tasks.steps import run_logger
 
@@ -129,7 +130,8 @@ def build(engine: str, options: OptionsLike, model_dir: Path, model_sha256: str,
     try:
         files = backend_.build(options, model_dir, final, runner)
         (tmp / RECORD).write_text(json.dumps({
-            "key": key, "engine": engine, "version": version, "options": backend_.options(options).as_plan(),
+            "key": key, "engine": engine, "version": version,
+            "options": shown_options(backend_.options(options).as_plan()),
             "model_sha256": model_sha256,
             "model_dir": str(model_dir), "files": files, "commands": runner.commands,
             "seconds": round(time.time() - started, 3)}, indent=2, sort_keys=True))

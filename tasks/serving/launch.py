@@ -1,6 +1,6 @@
 """A benchmark's engine launch, seen from the plan: which launcher, which model path, and the review that
 `podium launch PLAN --dry-run` prints (every process spec: node, argv, env, ports, GPUs, probes, files) without
-starting anything or asking any cluster.
+starting anything or asking any cluster. The plan's engine env values show as `<set>` (submission/plan/secret_env.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import yaml
 from submission.base.errors import PlanError, PodiumError
 from submission.budget import capacity as capacity_checks
 from submission.plan.model import BenchmarkSpec, EngineSpec, Plan
+from submission.plan.secret_env import SHOWN, shown_env, shown_options
 from submission.plan.slurm_options import SlurmSettings
 from submission.rules import load_rules
 from submission.tree.host_facts import accelerators
@@ -122,11 +123,12 @@ def _probe(p: HttpProbe) -> dict[str, Any]:
     return out
 
 
-def process_view(spec: ProcessSpec) -> dict[str, Any]:
+def process_view(spec: ProcessSpec, secret: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A process as the review shows it; the values of the `secret` variables (the plan's engine env) as `<set>`."""
     return {"name": spec.name, "role": spec.role, "node": spec.node_index, "host": spec.host,
             "bind": spec.bind or spec.host, "port": spec.port, "side_ports": spec.side_ports, "gpus": spec.gpus,
             "gpu_ids": list(spec.gpu_ids), "mpi_ranks": spec.mpi_ranks, "nodes": spec.nodes, "argv": list(spec.argv),
-            "env": spec.env, "probes": [_probe(p) for p in spec.probes], "files": spec.files}
+            "env": shown_env(spec.env, secret), "probes": [_probe(p) for p in spec.probes], "files": spec.files}
 
 
 def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
@@ -143,10 +145,11 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     placement = review_placement(engine, workspace / "pids")
     specs = be.processes(engine.config(), model_dir, placement, build_dir)
     endpoint = be.endpoint(engine.config(), model_dir, specs)
+    secret = frozenset(getattr(engine.config(), "env", None) or ())
     out: dict[str, Any] = {
         "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
-        "options": engine.options, "model_dir": str(model_dir), "build_dir": str(build_dir),
-        "processes": [process_view(s) for s in specs]}
+        "options": shown_options(engine.options), "model_dir": str(model_dir), "build_dir": str(build_dir),
+        "processes": [process_view(s, secret) for s in specs]}
     if engine.launcher == "kubernetes":   # the objects it would create are part of the review (no cluster asked)
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
@@ -157,17 +160,31 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
             names = [f"node{i}" for i in range(max(s.node_index + s.nodes for s in specs))]
             copies = slurm_stage.review(settings, specs, model_dir, names)
             specs = slurm_stage.localised(settings, specs, model_dir, names)
-            out["processes"] = [process_view(s) for s in specs]
+            out["processes"] = [process_view(s, secret) for s in specs]
         out["slurm"] = {**slurm_cli.review(settings, specs), "local_stage": copies}
     out["endpoint"] = endpoint.for_client()
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
     sized = sizing(plan, bench)
     out["capacity"] = sized.as_dict()
+    out["predicted"] = _predicted(plan, bench)
     out["slurm_time"] = _slurm_time(plan, bench)
     out["time_problems"] = (out["slurm_time"] or {}).get("problems", [])
     out["description"] = _description(plan, bench)
     return out
+
+
+def _predicted(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
+    """Each run and audit's predicted seconds and GPU-hours, each scenario's and the whole (submission/budget/cost.py),
+    whatever the launcher."""
+    from submission.budget import cost
+
+    needs, gpus = cost.run_needs(plan, bench), cost.benchmark_gpus(bench)
+    runs = [{"run": n.label, "samples": n.length.samples, "accuracy_samples": n.length.accuracy_samples,
+             "seconds": round(n.length.seconds, 1), "gpu_hours": n.gpu_hours} for n in needs]
+    seconds = sum(n.length.seconds for n in needs)
+    return {"gpus": gpus, "runs": runs, "scenarios": cost.scenario_totals(needs, gpus), "seconds": round(seconds, 1),
+            "gpu_hours": cost.gpu_hours(seconds, gpus), "text": cost.prediction_lines(plan, bench, needs)}
 
 
 def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
@@ -180,9 +197,9 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
     job = slurm_time(job_need(plan))
     nodes = settings.nodes or backend(bench.engine.name).demand(bench.engine.config())[0]
     sbatch = slurm_cli.sbatch_argv(settings, nodes, job, ["run", "PLAN.yaml"])
-    text = [*n.lines(), f"  Slurm time: engine.slurm.time_limit is {settings.time_limit} (used when Podium takes the "
-                        f"allocation itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
-                        f"{job} for the whole plan (preflight checks the job's time left)"]
+    text = [n.limit_line(), f"  Slurm time: engine.slurm.time_limit is {settings.time_limit} (used when Podium "
+                            f"takes the allocation itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
+                            f"{job} for the whole plan (preflight checks the job's time left)"]
     if settings.allocation != "new":
         text.append(f"  Podium inside one job, with engine.slurm's allocation: {shlex.join(sbatch)}")
     return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": job, "sbatch": sbatch,
@@ -257,6 +274,11 @@ def _measuring(measuring: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _env_text(env: dict[str, str]) -> str:
+    """`K=V ...` as a shell would take it; a secret's `<set>` as it is."""
+    return " ".join(f"{k}={v if v == SHOWN else shlex.quote(v)}" for k, v in sorted(env.items()))
+
+
 def render(items: list[dict[str, Any]]) -> str:
     """The review as text, one block per process."""
     lines = []
@@ -278,7 +300,7 @@ def render(items: list[dict[str, Any]]) -> str:
             lines += [f"  [node {p['node']}] {p['name']} ({p['role']}) on {p['host']}:{p['port']}{side}; "
                       f"{gpus}{mpi}",
                       f"    argv: {shlex.join(p['argv'])}",
-                      f"    env:  {' '.join(f'{k}={shlex.quote(v)}' for k, v in sorted(p['env'].items()))}",
+                      f"    env:  {_env_text(p['env'])}",
                       "    ready when: " + "; ".join(
                           f"{q['method']} {q['path']}" + (f" {json.dumps(q['body'])}" if "body" in q else "")
                           + (f" contains {q['contains']}" if "contains" in q else "") for q in p["probes"])]
@@ -296,6 +318,7 @@ def render(items: list[dict[str, Any]]) -> str:
         lines += _sampler_steps(r.get("slurm"))
         lines += _measuring(r["measuring"])
         lines += r["capacity"]["text"]
+        lines += r["predicted"]["text"]
         lines += (r.get("slurm_time") or {}).get("text", [])
         lines += r["description"]["text"]
         lines.append("")

@@ -1,6 +1,6 @@
 """`podium fetch`: a plan's inputs onto the cluster's storage, each from its source at its pin, verified, before any
 GPU is allocated (the plan's `fetch` sections: submission/plan/fetch.py). Plain URLs and archives are
-tasks/staging/fetch_http.py's.
+tasks/staging/fetch_http.py's, data sets on MLCommons' storage tasks/staging/fetch_r2.py's.
 
 A Hugging Face repository lands whole in its destination folder, at the commit the plan or the round pins, through
 `huggingface_hub` (`hf_hub_download` of each file, endpoint and token as given: HF_ENDPOINT, and HF_TOKEN or a Prefect
@@ -33,20 +33,17 @@ from submission.base.errors import PlanError, StorageError
 from submission.base.files import sha256_file, write_atomic
 from submission.plan.fetch import FetchItem, FetchSource
 from tasks.staging.fetch_http import FETCHED, GITHUB, fetch_archive, fetch_url, read_json
+from tasks.staging.fetch_r2 import ANONYMOUS, Access, fetch_listing
+from tasks.staging.progress import QUIET, Meter, Progress
 from tasks.staging.sources import MANIFEST, Manifest, manifest_digest
 from tasks.staging.transfer import ChecksumMismatch
 
 SOURCE = ".source"                        # <file>.source/: the release files a converted file is made from
 SECRET = "hf-token"                       # the Prefect Secret block read for the hub's token when HF_TOKEN is unset
-SHARE = 1000                              # one item's share of the whole fetch, in the progress reported
 Say = Callable[[str], None]
 TOKEN_FIX = ("export HF_TOKEN=<a read token of a Hugging Face account that may read {repo}> (or store it in the "
              "Prefect Secret block {secret}); for a gated repository, accept its terms at "
              "https://huggingface.co/{path} first")
-
-
-def _ignore(*_: Any) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -59,39 +56,6 @@ class Hub:
     token: str | None = field(default=None, repr=False)
     token_from: str = "HF_TOKEN"
     secret: str = SECRET
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How a fetch shows how far it is: `bytes(label, done, total)` for a download or a conversion read byte by byte
-    (a hub file's bars are huggingface_hub's own); `share(done, total)` for the whole fetch, each item an equal
-    share (what a Prefect progress artifact shows)."""
-
-    bytes: Callable[[str, int, int], None] = _ignore
-    share: Callable[[int, int], None] = _ignore
-
-
-@dataclass(frozen=True)
-class Meter:
-    """One item's part of the whole fetch's progress: from `low` to `high` of its share."""
-
-    progress: Progress
-    index: int
-    count: int
-    low: float = 0.0
-    high: float = 1.0
-
-    def item(self, done: int, total: int) -> None:
-        part = self.low + (self.high - self.low) * (done / total if total else 1.0)
-        self.progress.share(self.index * SHARE + round(SHARE * min(part, 1.0)), self.count * SHARE)
-
-    def bytes(self, label: str, done: int, total: int) -> None:
-        self.progress.bytes(label, done, total)
-        if total:   # 0: the size is not known yet
-            self.item(done, total)
-
-    def within(self, low: float, high: float) -> Meter:
-        return Meter(self.progress, self.index, self.count, low, high)
 
 
 @dataclass(frozen=True)
@@ -114,8 +78,8 @@ def placed(dest: str, root: Path | None) -> Path:
 
 
 def fetch_all(items: Iterable[FetchItem], *, root: Path | None = None, hub: Hub = Hub(), github: str = GITHUB,
-              say: Say = print, progress: Progress = Progress()) -> list[Fetched]:
-    """Fetch (or verify) every item, in the plan's order."""
+              access: Access = ANONYMOUS, say: Say = print, progress: Progress = QUIET) -> list[Fetched]:
+    """Fetch (or verify) every item, in the plan's order (`access`: MLCommons' storage, tasks/staging/fetch_r2.py)."""
     items = list(items)
     out = []
     for i, item in enumerate(items):
@@ -125,6 +89,9 @@ def fetch_all(items: Iterable[FetchItem], *, root: Path | None = None, hub: Hub 
             out.append(fetch_repo(item, dest, hub, say, meter))
         elif kind == "livecodebench":
             out.append(fetch_livecodebench(item, dest, hub, say, meter))
+        elif kind == "mlcommons_uri":
+            fetched, files = fetch_listing(item, dest, access, say, meter)
+            out.append(_fetched(item, dest, files, fetched))
         elif kind == "url":
             fetched, size = fetch_url(item, dest, say, meter.bytes)
             out.append(Fetched(str(dest), item.source.describe(), None, 1, size, fetched, 1 - fetched))

@@ -5,9 +5,11 @@ A file lands through `<file>.part`, resumed with a Range request after an interr
 sha256 is the plan's; `<file>.podium-fetch.json` beside it records URL, size and sha256.
 
 An archive is kept beside its folder as `<folder>.tar.gz` (what `pip install` takes for the endpoints client, whose
-install check reads the commit back from it) and unpacked into the folder through `.<folder>.unpacking/`: one
-top-level folder (GitHub's `<repo>-<commit>/`) is stripped, and Python's `data` extraction filter refuses absolute
-paths, `..`, links that leave the folder and device files. A `github` archive must name its commit: `git archive`,
+install check reads the commit back from it) and unpacked into the folder through `.<folder>.unpacking/` by
+tasks/staging/unpack.py's rules: one top-level folder (GitHub's `<repo>-<commit>/`) is stripped; folders, files and
+links that resolve inside the folder are kept; anything else (hard links, devices, absolute names, `..`, a link
+leading out, a name under a link, an over-long name, more than the source's `max_unpacked_gib`) refuses the whole
+archive, which is deleted, and nothing is left of the unpacking. A `github` archive must name its commit: `git archive`,
 which GitHub runs, writes it into the archive's pax header (`comment`); its sha256 is checked when the plan gives one,
 and recorded either way. The folder holds `.podium-manifest.json` (size and sha256 of every file, staging's format)
 and `.podium-fetch.json` (source, commit, the archive's sha256, the manifest's digest). A later call hashes the
@@ -22,7 +24,7 @@ import os
 import shutil
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +33,13 @@ from submission.base.files import replace_atomic, sha256_file, write_atomic
 from submission.plan.fetch import COMMIT, FetchItem
 from tasks.staging.sources import MANIFEST, Manifest, manifest_digest
 from tasks.staging.transfer import ChecksumMismatch
+from tasks.staging.unpack import Refused, open_tar, unpack
 
 FETCHED = ".podium-fetch.json"            # in a fetched folder (beside a fetched file: <file>.podium-fetch.json)
 ARCHIVE = ".tar.gz"                       # <folder>.tar.gz: the archive a folder was unpacked from
 GITHUB = "https://github.com"
 BLOCK = 1 << 20
+GIB = 1 << 30
 Say = Callable[[str], None]
 Bytes = Callable[[str, int, int], None]   # (label, bytes done, bytes in all or 0: not known) of one download
 
@@ -88,10 +92,9 @@ def fetch_archive(item: FetchItem, dest: Path, say: Say, meter: Bytes, github: s
                                f"{item.revision}; the download was deleted", where=str(archive),
                                fix="check the revision (or GitHub's address, PODIUM_GITHUB_URL, for a mirror)")
     say(f"{dest.name}: unpacking {archive.name}")
-    files, left_out = _unpack(item, archive, dest, {**want, "url": url, "archive_sha256": have, "commit": commit})
+    files = _unpack(item, archive, dest, {**want, "url": url, "archive_sha256": have, "commit": commit})
     say(f"{dest.name}: {len(files)} file(s) unpacked from {archive.name} (sha256 {str(have)[:12]}"
-        + (f", commit {commit[:12]}" if commit else "") + ")"
-        + (f"; left out, as unsafe to unpack: {', '.join(left_out)}" if left_out else ""))
+        + (f", commit {commit[:12]}" if commit else "") + ")")
     return fetched + len(files), len(files), _size(files)
 
 
@@ -104,20 +107,9 @@ def _identity(item: FetchItem) -> dict[str, Any]:
 def tar_commit(archive: Path) -> str | None:
     """The commit a `git archive` tar (or tar.gz) was made from: its pax global header's `comment`; None when the
     archive names none. OSError or tarfile.TarError when it is not a readable archive."""
-    with tarfile.open(archive) as tar:
+    with open_tar(archive) as tar:
         commit = tar.pax_headers.get("comment", "")
     return commit if COMMIT.fullmatch(commit) else None
-
-
-def fetched_commit(folder: Path) -> str | None:
-    """The commit a folder `podium fetch` unpacked from a commit's archive holds, when its record says so and every
-    file of its manifest is there at its size (the bytes are hashed by `podium fetch`); else None."""
-    record, files = read_json(folder / FETCHED), read_json(folder / MANIFEST)
-    if record is None or files is None or not record.get("commit"):
-        return None
-    whole = all((folder / rel).is_file() and (folder / rel).stat().st_size == meta.get("size")
-                for rel, meta in files.items())
-    return str(record["commit"]) if whole else None
 
 
 # ----- downloads and unpacking --------------------------------------------------------------------------------
@@ -138,15 +130,17 @@ def _download_verified(item: FetchItem, url: str, dest: Path, sha256: str | None
     replace_atomic(part, dest)
 
 
-def _download(item: FetchItem, url: str, part: Path, say: Say, meter: Bytes, timeout_s: float) -> None:
-    """Into `part`, continuing what an interrupted call left there when the server honours the Range."""
+def _download(item: FetchItem, url: str, part: Path, say: Say, meter: Bytes, timeout_s: float,
+              headers: Mapping[str, str] | None = None) -> None:
+    """Into `part`, continuing what an interrupted call left there when the server honours the Range. `headers`
+    (credentials, tasks/staging/fetch_r2.py) go to `url` alone: a redirect is then not followed."""
     import httpx
 
     have = part.stat().st_size if part.is_file() else 0
-    headers = {"Range": f"bytes={have}-"} if have else {}
+    sent = {**(headers or {}), **({"Range": f"bytes={have}-"} if have else {})}
     name = part.name.removesuffix(".part")
     try:
-        with httpx.stream("GET", url, headers=headers, timeout=timeout_s, follow_redirects=True) as response:
+        with httpx.stream("GET", url, headers=sent, timeout=timeout_s, follow_redirects=not headers) as response:
             if response.status_code == 416 and have:   # the part is already whole: the checksum decides
                 return
             if response.status_code in (401, 403, 404):
@@ -173,56 +167,51 @@ def _download(item: FetchItem, url: str, part: Path, say: Say, meter: Bytes, tim
             from None
 
 
-def _unpack(item: FetchItem, archive: Path, dest: Path, record: dict[str, Any]) -> tuple[Manifest, list[str]]:
+def _unpack(item: FetchItem, archive: Path, dest: Path, record: dict[str, Any]) -> Manifest:
     """Unpack into a fresh folder beside `dest`, write its manifest and record, then put it in `dest`'s place; the
-    manifest and the members left out (a link out of the folder, a device file: what the `data` filter refuses)."""
+    manifest. Whatever fails, the fresh folder goes."""
     work = dest.with_name(f".{dest.name}.unpacking")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    left_out: list[str] = []
-
-    def safe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        try:
-            return tarfile.data_filter(member, path)
-        except tarfile.FilterError:
-            left_out.append(member.name)
-            return None
-
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(work, members=_stripped(tar.getmembers()), filter=safe)
-    except (tarfile.TarError, OSError) as e:
+        _unpack_into(item, archive, work)
+        files = {}
+        for folder, _, names in os.walk(work):   # links are not followed, nor listed: the manifest holds files
+            for name in names:
+                path = Path(folder) / name
+                if path.is_file() and not path.is_symlink():
+                    files[path.relative_to(work).as_posix()] = {"size": path.stat().st_size,
+                                                                "sha256": sha256_file(path)}
+        write_atomic(work / MANIFEST, json.dumps(files, indent=1, sort_keys=True))
+        _write_json(work / FETCHED, {**record, "manifest_sha256": manifest_digest(files)})
+    except BaseException:
         shutil.rmtree(work, ignore_errors=True)
-        archive.unlink(missing_ok=True)
-        raise ChecksumMismatch(f"{item.field}: {archive.name} cannot be unpacked ({e}); it was deleted",
-                               where=str(archive), fix="run podium fetch again to fetch it afresh") from None
-    files = {}
-    for folder, _, names in os.walk(work):   # links are not followed, nor listed: the manifest holds files
-        for name in names:
-            path = Path(folder) / name
-            if path.is_file() and not path.is_symlink():
-                files[path.relative_to(work).as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    write_atomic(work / MANIFEST, json.dumps(files, indent=1, sort_keys=True))
-    _write_json(work / FETCHED, {**record, "manifest_sha256": manifest_digest(files)})
+        raise
     if dest.exists():
         stale = dest.with_name(f".{dest.name}.stale-{time.time_ns()}")
         dest.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
     os.replace(work, dest)
-    return files, left_out
+    return files
 
 
-def _stripped(members: list[tarfile.TarInfo]) -> Iterator[tarfile.TarInfo]:
-    """The members without their one top-level folder, when they all lie in one (GitHub's `<repo>-<commit>/`)."""
-    tops = {m.name.split("/", 1)[0] for m in members}
-    if len(tops) != 1 or not any("/" in m.name for m in members):
-        yield from members
-        return
-    prefix = f"{tops.pop()}/"
-    for m in members:
-        if m.name.startswith(prefix):   # not the top folder itself
-            link = m.linkname.removeprefix(prefix) if m.islnk() else m.linkname
-            yield m.replace(name=m.name.removeprefix(prefix), linkname=link, deep=False)
+def _unpack_into(item: FetchItem, archive: Path, work: Path) -> None:
+    """The archive unpacked into `work` (tasks/staging/unpack.py), or deleted with the error that says why."""
+    cap = item.source.max_unpacked_gib
+    try:
+        unpack(archive, work, int(cap * GIB))
+    except Refused as e:
+        archive.unlink(missing_ok=True)
+        fix = (f"when the archive is what you expect, raise {item.field}.max_unpacked_gib (now {cap:g}) and run "
+               "podium fetch again" if e.too_big else
+               "fetch the publisher's own archive (a GitHub commit's archive holds folders, files and links that stay "
+               "inside it); Podium unpacks no archive with such a member")
+        raise PlanError(f"{item.field}: {archive.name} refused, nothing unpacked and the archive deleted: {e}",
+                        where=str(archive), fix=fix) from None
+    except (tarfile.TarError, OSError) as e:
+        archive.unlink(missing_ok=True)
+        raise ChecksumMismatch(f"{item.field}: {archive.name} cannot be unpacked ({e}); it was deleted",
+                               where=str(archive), fix="run podium fetch again to fetch it afresh") from None
 
 
 def _intact(folder: Path, files: Manifest) -> bool:

@@ -14,6 +14,7 @@ from submission.tree.package import FinalTarball
 from tasks.submit.server import Receipt
 
 RECORD = "submit.json"
+STEPS = {"podium": "Podium's checker", "preprocess": "preprocess_submission.py", "official": "the official checker"}
 
 
 class Official(BaseModel):
@@ -40,17 +41,29 @@ class Record(BaseModel):
     receipt: Receipt | None = None
     error: str = ""
 
+    def steps(self) -> str:
+        """Which checks ran (the official verdict with it) and which did not, and why."""
+        ran = [STEPS["podium"]] * bool(self.podium_check) + [STEPS["preprocess"]] * (self.changes is not None)
+        if self.official is not None:
+            ran.append(f"{STEPS['official']} ({self.official.verdict.splitlines()[0]})")
+        why: dict[str, list[str]] = {}
+        for step, reason in self.skipped.items():
+            why.setdefault(reason.removeprefix("skipped: "), []).append(STEPS[step])
+        return "; ".join([f"ran {', '.join(ran) or 'no check'}",
+                          *(f"not run: {' and '.join(steps)}, {reason}" for reason, steps in why.items())])
+
     def outcome(self) -> str:
-        """The submit in one line."""
+        """The submit in one line; a finished one ends with what ran and what did not."""
         test = "TEST upload" if self.test_upload else "upload"
-        if self.error:
+        if self.error:   # the error names the step that stopped it
             return f"submit failed: {self.error.splitlines()[0]}" + (
                 f"; the tarball stays at {self.tarball.path}" if self.tarball else "")
         if self.receipt is not None:
-            return (f"{test} done: submission {self.receipt.submission_id} for {self.receipt.submitter_name!r} at "
+            head = (f"{test} done: submission {self.receipt.submission_id} for {self.receipt.submitter_name!r} at "
                     f"{self.server}, its checker started; tarball {self.tarball.path if self.tarball else ''}")
-        where = self.tarball.path if self.tarball else self.out
-        return f"dry run: nothing uploaded; the {test} would send {where}"
+        else:
+            head = f"dry run: nothing uploaded; the {test} would send {self.tarball.path if self.tarball else self.out}"
+        return f"{head}; {self.steps()}"
 
     def lines(self) -> list[str]:
         out = [f"tree            {self.tree}", *([f"podium check    {self.podium_check}"] * bool(self.podium_check)),

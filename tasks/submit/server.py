@@ -14,7 +14,8 @@
 Where Podium differs: `filename` is the tarball's name (the automation sends the path of a temporary copy named
 submission.tar.gz, to keep it short); an answer other than 2xx to the third call is an error (the automation logs it
 and reports success). The submitter id goes only into the two request bodies; every text the server sends back is
-shown with it blanked out, and the signed URL (a credential for the upload) is never shown, only its host.
+shown with it blanked out, and the signed URL (a credential for the upload) is never shown, only its host. The
+server must be https (http only on this host's loopback, a local stand-in): `check_server`, before anything is sent.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from submission.base.errors import UploadError
+from submission.base.errors import PlanError, UploadError
+from submission.base.hosts import private_url
 
 DEFAULT_URL = "https://submissions-ui.mlcommons.org"  # meta.yaml default_env MLC_MLPERF_SUBMISSION_URL
 BENCHMARK = "Inference"  # meta.yaml, variation wg-inference (the default): MLC_MLPERF_BENCHMARK
@@ -58,6 +60,15 @@ class Receipt(BaseModel):
     upload_status: int
     check_status: int
     check_answer: str
+
+
+def check_server(server: str) -> None:
+    """PlanError unless the submitter id may go to `server`: an https URL, or http to this host's loopback
+    (127.0.0.1, ::1, localhost: a local test server)."""
+    if not private_url(server):
+        raise PlanError(f"--server {server!r} is not an https URL: the submitter id goes to a submission server over "
+                        "https only (plain http only to this host: 127.0.0.1, ::1 or localhost)",
+                        fix=f"e.g. --server {DEFAULT_URL}")
 
 
 def shown(text: str, submitter_id: SecretStr) -> str:
@@ -143,7 +154,8 @@ def upload(server: str, tarball: Path, submitter_id: SecretStr, *, submitter: st
            say: Callable[[str], object] = print) -> Receipt:
     """The three calls. `submitter`: the organisation the id must belong to (the automation's
     MLC_MLPERF_SUBMITTER), checked before any byte is sent. UploadError names the step that failed; the tarball is
-    left as it is."""
+    left as it is. A server that is not https is refused first (`check_server`)."""
+    check_server(server)
     try:
         return _calls(server.rstrip("/"), Path(tarball), submitter_id, submitter, say)
     except UploadError as error:

@@ -1,5 +1,5 @@
-"""Bad input through the real CLI: each malformed plan gives ONE message naming the field and the fix, exits
-non-zero, and starts nothing (no workspace folder, no process)."""
+"""Bad input through the real CLI: each malformed plan gives ONE message naming the field (or the file) and the fix,
+exits 2, and starts nothing (no workspace folder, no process)."""
 
 from __future__ import annotations
 
@@ -79,14 +79,35 @@ def _gpu_too_small(d: dict) -> None:
     _bench(d)["model"] |= {"parameters": 70e9, "weight_data_types": "bf16"}
 
 
+def _not_utf8(d: dict) -> bytes:
+    """The plan saved as Latin-1, a system description holding an e acute."""
+    d["systems"][0]["description"] = {"host_processor_model_name": "caf\u00e9"}
+    return yaml.safe_dump(d, sort_keys=False, allow_unicode=True).encode("latin-1")
+
+
+def _nested(depth: int) -> Callable[[dict], bytes]:
+    """A free-form engine option (vLLM's mm_processor_kwargs) holding lists `depth` levels deep."""
+    def change(d: dict) -> bytes:
+        _bench(d)["engine"] = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0",
+                                                           "mm_processor_kwargs": {"x": "HOLE"}}}
+        return yaml.safe_dump(d, sort_keys=False).replace("HOLE", "[" * depth + "]" * depth).encode()
+    return change
+
+
+def _vllm_env(env: dict[str, str]) -> Callable[[dict], None]:
+    def change(d: dict) -> None:
+        _bench(d)["engine"] = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0", "env": env}}
+    return change
+
+
 def _short_sequence_budget(d: dict) -> None:
     _bench(d)["engine"] = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0", "max_model_len": 64}}
     _bench(d)["model"] |= {"parameters": 1e6}
     _bench(d)["generation"]["max_tokens"] = 64
 
 
-# (id, change, what the message must name: the field, then the fix)
-CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
+# (id, change, what the message must name: the field, then the fix); a change that returns bytes writes them as the plan
+CASES: list[tuple[str, Callable[[dict], bytes | None], tuple[str, ...]]] = [
     ("unknown-top-key", _set("nmae", "x"), ("nmae: unknown field", "remove it or check its spelling")),
     ("unknown-scenario-key", _set("benchmarks.0.scenarios.Server.target_qsp", 25),
      ("benchmarks.0.scenarios.Server.target_qsp: unknown field", "check its spelling")),
@@ -135,7 +156,32 @@ CASES: list[tuple[str, Callable[[dict], None], tuple[str, ...]]] = [
      ("performance, accuracy, TEST07, TEST09 runs need 67 tokens (the longest prompt of ", "(3 tokens) + max_tokens "
       "64), but the engine is launched with max_model_len 64",
       "fix: set benchmarks[cpu-smoke/gpt-oss-120b].engine.options.max_model_len to at least 67")),
+    ("not-utf8", _not_utf8, ("plan.yaml:", "not UTF-8 text: byte 0xe9", "fix: save the plan as UTF-8")),
+    ("nested-20k", _nested(20_000), ("plan.yaml: nested deeper than the YAML parser follows",
+                                     "a plan is a few levels deep")),
+    ("nested-300", _nested(300), ("benchmarks: nested more than 32 levels deep", "a plan is a few levels deep")),
+    ("qps-inf", _set("benchmarks.0.scenarios.Offline.target_qps", float("inf")),
+     ("benchmarks.0.scenarios.Offline.target_qps: inf is not a finite number", "give a number")),
+    ("margin-nan", _set("gates.accuracy_margin_min", float("nan")),
+     ("gates.accuracy_margin_min: nan is not a finite number", "give a number")),
+    ("timeout-inf", _set("benchmarks.0.engine.ready_timeout_s", float("inf")),
+     ("benchmarks.0.engine.ready_timeout_s: inf is not a finite number", "give a number")),
+    ("qps-1e308", _set("benchmarks.0.scenarios.Server.target_qps", 1e308),
+     ("benchmarks.0.scenarios.Server.target_qps: 1e+308 is over 1000000000", "give the real value")),
+    ("nodes-1e20", _set("systems.0.nodes", 10**20),
+     ("systems.0.nodes: 100000000000000000000 is over 1000000, more nodes than any cluster has",
+      "give the real value")),
+    ("max-tokens-1e12", _set("benchmarks.0.generation.max_tokens", 10**12),
+     ("benchmarks.0.generation.max_tokens: 1000000000000 is over 16777216", "give the real value")),
+    ("env-name-comma", _vllm_env({"A,B": "1"}),
+     ("options.env: 'A,B' is not an environment variable name", "one variable per key")),
+    ("nodelist-comma", _set("benchmarks.0.engine", {"name": "smoke", "launcher": "slurm",
+                                                    "slurm": {"nodelist": ["gpu01,gpu02"]}}),
+     ("slurm.nodelist: 'gpu01,gpu02' is not one node", "one per list item")),
 ]
+
+
+MESSAGE_LINES = 3   # `error:` with the file, the problem with its field, its `fix:`
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +230,9 @@ def test_every_bad_plan_gives_one_clear_message_and_starts_nothing(base: dict, t
         folder = tmp_path / name
         (folder / "home").mkdir(parents=True)
         data = copy.deepcopy(base)
-        change(data)
+        raw = change(data)
         plan = folder / "plan.yaml"
-        plan.write_text(yaml.safe_dump(data, sort_keys=False))
+        plan.write_bytes(raw if raw is not None else yaml.safe_dump(data, sort_keys=False).encode())
         jobs.append((plan, folder / "ws"))
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda job: _run(*job), jobs))
@@ -201,8 +247,8 @@ def test_every_bad_plan_gives_one_clear_message_and_starts_nothing(base: dict, t
             problems.append(f"{name}: message lacks {missing}:\n{err}")
         if err.count("error:") != 1 or err.count("\n  - ") > 1 or err.count("fix:") != 1:
             problems.append(f"{name}: not exactly one message with one fix:\n{err}")
-        if "Traceback" in err + result.stdout:
-            problems.append(f"{name}: a traceback")
+        if "Traceback" in err + result.stdout or len(err.splitlines()) > MESSAGE_LINES:
+            problems.append(f"{name}: a traceback, or more than one message")
         if ws.exists():
             problems.append(f"{name}: the workspace {ws} was created")
     assert not problems, "\n\n".join(problems)

@@ -6,8 +6,9 @@ deployment and the load that drives it live where nothing else can reach.
 SPEC.json names the dynamo interpreter, the model, the data set and a work folder; the script brings up loopback,
 launches frontend + prefill mocker + decode mocker with the dynamo backend and the local launcher, records what the
 frontend and the workers report, runs a loadgen Offline run through the harness, sampled as every measured run
-(tasks.serving.telemetry: the frontend's and each worker's own metrics), stops everything and writes `result.json`
-into the work folder.
+(tasks.serving.telemetry: the frontend's and each worker's own metrics), then keeps the deployment under load, sampled
+the same way into `load/`, until the decode mocker's KV gauge moves (`kv_under_load`), stops everything and writes
+`result.json` into the work folder.
 """
 
 from __future__ import annotations
@@ -15,9 +16,52 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
+
+LOAD_STREAMS = 8        # requests kept in flight at the frontend while the KV gauge is watched
+KV_DEADLINE_S = 90.0    # the mocker publishes its gauges on its own cadence, later on a busy machine
+
+
+def kv_under_load(endpoint, work: Path) -> dict:
+    """Keep LOAD_STREAMS long completions in flight at the frontend, sampled as a run is (the workers' own pages,
+    every 0.1 s, into `work`/telemetry.jsonl), until a sample has the decode worker's KV use above 0 or
+    KV_DEADLINE_S pass; what the load did."""
+    from tasks.serving import telemetry
+
+    stop, lock = threading.Event(), threading.Lock()
+    done = {"completed": 0, "errors": []}
+
+    def load() -> None:
+        with httpx.Client(base_url=endpoint.base_url, timeout=60) as http:
+            while not stop.is_set():
+                try:
+                    http.post("/v1/completions", json={"model": "tiny", "prompt": list(range(1, 65)),
+                                                       "max_tokens": 256}).raise_for_status()
+                    with lock:
+                        done["completed"] += 1
+                except httpx.HTTPError as e:
+                    with lock:
+                        done["errors"].append(f"{type(e).__name__}: {e}")
+
+    def moved(sampler) -> bool:
+        return any(x.get("workers", {}).get("decode-0", {}).get("kv_cache", 0) > 0 for x in list(sampler.lines)
+                   if x["kind"] == "sample")
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(LOAD_STREAMS)]
+    with telemetry.sampling(work, endpoint, "dynamo", interval_s=0.1) as sampler:
+        for t in threads:
+            t.start()
+        while not moved(sampler) and time.monotonic() - began < KV_DEADLINE_S:
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(timeout=70)
+    return {**done, "errors": done["errors"][:5], "waited_s": round(time.monotonic() - began, 1)}
 
 
 def main(spec_file: Path) -> None:
@@ -53,6 +97,7 @@ def main(spec_file: Path) -> None:
         telemetry.INTERVAL_S = 0.25   # a few seconds' run: samples enough to see it
         with telemetry.sampling(work / "run", endpoint, "dynamo", run.harness):
             result["stats"] = runner.run(run, endpoint, work / "run", timeout_s=180)
+        result["kv_under_load"] = kv_under_load(endpoint, work / "load")
     finally:
         where.stop(deployment)
     result["left"] = [p.name for p in (work / "pids").glob("*.json")]

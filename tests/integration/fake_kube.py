@@ -13,16 +13,28 @@ on this host as a node without a container would, once, when the pod is created:
 `fake-node-0`, phase Succeeded or Failed by the exit code, and the output as its log (`schedulable=False`: it stays
 Pending, Unschedulable, as on a cluster with no GPU free). Collections are listed by label selector; a deleted object
 stays listed, and its name taken, for the next `linger_lists` lists of its kind (`linger_lists=0`: gone at once), as
-a Deployment deleted in the foreground stays until its pods have ended. Listens on 127.0.0.1 only.
+a Deployment deleted in the foreground stays until its pods have ended. A label selector may name a key alone (the
+label present). Every change (an object created, deleted, or changed by `finish_job`) gets the next resourceVersion
+and is streamed to a watch (`?watch=true`) of its kind and namespace that matches it, from the resourceVersion the
+watch gives; a watch stays open `watch_s` (or its timeoutSeconds) and then ends, as the API server's do. An object
+created with `generateName` is named from it. Discovery (`/api`, `/apis`, their group versions) is answered to every
+authenticated account, as the API server's system:discovery role does. Jobs (batch/v1) are kept like the other
+objects; nothing runs them: `finish_job` does what the Job controller and the kubelet would for a Job whose one pod
+ran to an exit code. Listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
 import http.client
 import json
 import re
+import secrets
 import subprocess
 import threading
+import time
+import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -34,8 +46,8 @@ import yaml
 from tests.local_http import LocalServer
 
 TOKEN = "podium-test-token"
-OBJECT = re.compile(r"^/(?:api/v1|apis/apps/v1|apis/nvidia\.com/v1alpha1|apis/rbac\.authorization\.k8s\.io/v1)"
-                    r"/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
+OBJECT = re.compile(r"^/(?:api/v1|apis/apps/v1|apis/batch/v1|apis/nvidia\.com/v1alpha1"
+                    r"|apis/rbac\.authorization\.k8s\.io/v1)/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?$")
 NAMESPACES = re.compile(r"^/api/v1/namespaces$")
 CLUSTER_RBAC = re.compile(r"^/apis/rbac\.authorization\.k8s\.io/v1/(clusterroles|clusterrolebindings)$")
 RESOURCE = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)"
@@ -74,6 +86,34 @@ def allowed(rules: list[dict], what: Attributes) -> bool:
     return any((what.group in r.get("apiGroups", []) or "*" in r.get("apiGroups", []))
                and (what.resource in r.get("resources", []) or "*" in r.get("resources", []))
                and (what.verb in r.get("verbs", []) or "*" in r.get("verbs", [])) for r in rules)
+
+
+def matches(labels: dict[str, str], selector: str) -> bool:
+    """Whether labels match a label selector of `key=value` and `key` (present) terms, comma-separated."""
+    terms = [t for t in selector.split(",") if t]
+    return all(labels.get(k) == v if eq else t in labels for t in terms for k, eq, v in [t.partition("=")])
+
+
+def _resources(*names: tuple[str, str, bool, str]) -> list[dict]:
+    return [{"name": name, "singularName": "", "kind": kind, "namespaced": namespaced, "verbs": verbs.split()}
+            for name, kind, namespaced, verbs in names]
+
+
+# What discovery answers: the API groups and resources the clients of the tests resolve (kopf, in the Prefect worker's
+# observer, reads these before it watches)
+DISCOVERY = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": _resources(
+        ("pods", "Pod", True, "create delete get list watch"), ("pods/log", "Pod", True, "get"),
+        ("events", "Event", True, "create get list watch"), ("nodes", "Node", False, "get list watch"),
+        ("namespaces", "Namespace", False, "create get list watch"))},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": "batch", "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
+         "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"}}]},
+    "/apis/batch/v1": {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": _resources(
+        ("jobs", "Job", True, "create delete get list watch"))},
+    "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0"},
+}
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy(/.*)$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
@@ -97,7 +137,52 @@ class FakeCluster:
     nodes: list[dict] = field(default_factory=list)   # the cluster's Node objects, listed by label selector
     linger_lists: int = 0                 # a deleted object is still listed (terminating) this many more times
     terminating: dict[tuple[str, str], list] = field(default_factory=dict)   # (plural, name) -> [object, lists left]
+    version: int = 0                      # the resourceVersion of the last change
+    changes: list[tuple[int, str, str, dict]] = field(default_factory=list)   # (version, event type, plural, object)
+    watch_s: float = 2.0                  # how long a watch stays open, at most
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def changed(self, kind: str, plural: str, obj: dict) -> None:
+        """An object ADDED, MODIFIED or DELETED (the lock held): its resourceVersion the next one, and the change
+        kept for the watches of its kind."""
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.changes.append((self.version, kind, plural, copy.deepcopy(obj)))
+
+    def finish_job(self, name: str, exit_code: int, log: str = "") -> dict:
+        """What the Job controller and the kubelet do for Job `name` whose one pod ran to `exit_code`: the pod, with
+        the Job's pod labels and `job-name`, created and ended (its output `log`), and the Job's status counting it.
+        Returns the pod."""
+        with self.lock:
+            job = self.objects[("jobs", name)]
+            template = job["spec"]["template"]
+            pod_name = f"{name}-{secrets.token_hex(3)[:5]}"
+            [container] = template["spec"]["containers"]
+            ended = "Succeeded" if exit_code == 0 else "Failed"
+            reason = "Completed" if exit_code == 0 else "Error"
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": pod_name, "namespace": job["metadata"]["namespace"], "uid": str(uuid.uuid4()),
+                "labels": {**template["metadata"].get("labels", {}), "job-name": name,
+                           "controller-uid": job["metadata"]["uid"]},
+                "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {**template["spec"], "nodeName": "fake-node-0"},
+                "status": {"phase": ended, "containerStatuses": [
+                    {"name": container["name"], "image": container["image"], "imageID": "", "ready": False,
+                     "restartCount": 0, "state": {"terminated": {"exitCode": exit_code, "reason": reason}}}]}}
+            self.objects[("pods", pod_name)] = pod
+            self.pod_logs[pod_name] = log
+            self.changed("ADDED", "pods", pod)
+            job["status"] = {"succeeded" if exit_code == 0 else "failed": 1, "conditions": [
+                {"type": "Complete" if exit_code == 0 else "Failed", "status": "True"}]}
+            self.changed("MODIFIED", "jobs", job)
+            return pod
+
+    def watched(self, plural: str, namespace: str, since: int, labels: str, fields: str) -> list[tuple[int, dict]]:
+        """The changes after `since` a watch of `plural` in `namespace` with these selectors sees, as watch events."""
+        name = fields.removeprefix("metadata.name=") if fields else None
+        return [(version, {"type": kind, "object": obj}) for version, kind, p, obj in self.changes
+                if version > since and p == plural and obj["metadata"].get("namespace") == namespace
+                and matches(obj["metadata"].get("labels") or {}, labels) and name in (None, obj["metadata"]["name"])]
 
     def sa_token(self, namespace: str, name: str) -> str:
         token = f"sa-{namespace}-{name}"
@@ -151,7 +236,6 @@ class FakeCluster:
 
     def listed(self, plural: str, selector: str) -> list[dict]:
         """The objects of a kind whose labels match `k=v,...`, terminating ones included (each such list counts)."""
-        wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
         found = [o for (p, _), o in self.objects.items() if p == plural]
         for key, entry in list(self.terminating.items()):
             if key[0] == plural:
@@ -159,17 +243,33 @@ class FakeCluster:
                 entry[1] -= 1
                 if entry[1] <= 0:
                     del self.terminating[key]
-        return [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+        return [o for o in found if matches(o["metadata"].get("labels", {}), selector)]
+
+    def container_env(self, deployment: str) -> dict[str, str]:
+        """The environment the engine container of Deployment `deployment` starts with, as the kubelet builds it: each
+        `value`, and each `secretKeyRef` read from the Secret it names (its stringData, or its base64 data, as the API
+        server keeps it); a reference to a Secret or key that is not there fails, as the pod would
+        (CreateContainerConfigError)."""
+        [container] = self.objects[("deployments", deployment)]["spec"]["template"]["spec"]["containers"]
+        env = {}
+        for var in container.get("env") or []:
+            ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+            if ref is None:
+                env[var["name"]] = var.get("value", "")
+                continue
+            secret = self.objects[("secrets", ref["name"])]
+            data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+            env[var["name"]] = (data | (secret.get("stringData") or {}))[ref["key"]]
+        return env
 
     def pods(self, selector: str) -> list[dict]:
-        wanted = dict(kv.split("=", 1) for kv in selector.split(",") if kv)
         out = []
         for (plural, name), obj in self.objects.items():
-            if plural == "pods" and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items()):
+            if plural == "pods" and matches(obj["metadata"].get("labels", {}), selector):
                 out.append({k: obj[k] for k in ("metadata", "spec", "status") if k in obj})
                 continue
             labels = obj["spec"]["template"]["metadata"]["labels"] if plural == "deployments" else {}
-            if plural != "deployments" or any(labels.get(k) != v for k, v in wanted.items()):
+            if plural != "deployments" or not matches(labels, selector):
                 continue
             state = {"waiting": {"reason": self.pod_waiting}} if self.pod_waiting else {"running": {}}
             out.append({"metadata": {"name": f"{name}-7d9f8-abcde", "labels": labels},
@@ -219,6 +319,8 @@ class Handler(BaseHTTPRequestHandler):
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
         if token != TOKEN and token not in c.tokens:
             return self._status(401, "Unauthorized", "no valid bearer token")
+        if path in DISCOVERY and method == "GET":   # system:discovery's, for every authenticated account
+            return self._send(200, DISCOVERY[path])
         try:
             what = attributes(method, path, parse_qs(url.query))
         except ValueError:   # not a resource (/version, discovery): the admin's only, in this fake
@@ -230,11 +332,14 @@ class Handler(BaseHTTPRequestHandler):
             return None
         if path == SSAR and method == "POST":
             return self._send(201, c.review(token, body))
+        if method == "GET" and what.verb == "watch":
+            return self._watch(what, parse_qs(url.query))
         if m := PROXY.match(path):
             return self._proxy(method, m.group(2), m.group(4), raw)
         if (m := PODS.match(path)) and method == "GET":
             selector = parse_qs(url.query).get("labelSelector", [""])[0]
-            return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": c.pods(selector)})
+            return self._send(200, {"kind": "PodList", "apiVersion": "v1",
+                                    "metadata": {"resourceVersion": str(c.version)}, "items": c.pods(selector)})
         if (m := LOG.match(path)) and method == "GET":
             return self._send(200, c.pod_logs.get(m.group(2), c.pod_log).encode(), "text/plain")
         if m := OBJECT.match(path):
@@ -245,21 +350,30 @@ class Handler(BaseHTTPRequestHandler):
                 if method == "GET" and name is not None:
                     return self._send(200, c.objects[(plural, name)])
                 if method == "GET" and name is None:
-                    selector = parse_qs(url.query).get("labelSelector", [""])[0]
-                    return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {},
-                                            "items": c.listed(plural, selector)})
+                    query = parse_qs(url.query)
+                    fields = query.get("fieldSelector", [""])[0].removeprefix("metadata.name=")
+                    return self._send(200, {"kind": "List", "apiVersion": "v1",
+                                            "metadata": {"resourceVersion": str(c.version)},
+                                            "items": [o for o in c.listed(plural, query.get("labelSelector", [""])[0])
+                                                      if fields in ("", o["metadata"]["name"])]})
                 if method == "POST" and name is None:
-                    key = (plural, body["metadata"]["name"])
+                    meta = body["metadata"]
+                    meta.setdefault("name", meta.get("generateName", "") + secrets.token_hex(3)[:5])
+                    key = (plural, meta["name"])
                     if key in c.objects or key in c.terminating:
                         return self._status(409, "AlreadyExists", f"{plural} \"{key[1]}\" already exists")
+                    meta |= {"namespace": m.group(1), "uid": str(uuid.uuid4()),
+                             "creationTimestamp": "2026-01-01T00:00:00Z"}
                     c.objects[key] = body
                     if plural == "pods":
                         c.run(body)
+                    c.changed("ADDED", plural, body)
                     if body.get("kind") in ("Role", "RoleBinding"):
                         c.rbac[(body["kind"], m.group(1), key[1])] = body
                     return self._send(201, body)
                 if method == "DELETE" and name is not None:
                     gone = c.objects.pop((plural, name))
+                    c.changed("DELETED", plural, gone)
                     if c.linger_lists:
                         gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
                         c.terminating[(plural, name)] = [gone, c.linger_lists]
@@ -281,12 +395,34 @@ class Handler(BaseHTTPRequestHandler):
             self._send(201, body)
             return True
         if path == NODES and method == "GET":
-            wanted = dict(kv.split("=", 1) for kv in parse_qs(query).get("labelSelector", [""])[0].split(",") if kv)
-            items = [n for n in c.nodes if all(n["metadata"].get("labels", {}).get(k) == v
-                                               for k, v in wanted.items())]
+            selector = parse_qs(query).get("labelSelector", [""])[0]
+            items = [n for n in c.nodes if matches(n["metadata"].get("labels", {}), selector)]
             self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items})
             return True
         return False
+
+    def _watch(self, what: Attributes, query: dict[str, list[str]]) -> None:
+        """A watch: each change it matches after its resourceVersion, one JSON line each, as they happen, until
+        `watch_s` (or its timeoutSeconds) has passed; then the stream ends (the connection closes)."""
+        c = self.cluster
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        labels, fields = query.get("labelSelector", [""])[0], query.get("fieldSelector", [""])[0]
+        until = time.monotonic() + min(c.watch_s, float(query.get("timeoutSeconds", [c.watch_s])[0]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            while time.monotonic() < until:
+                with c.lock:
+                    found = c.watched(what.resource, what.namespace, since, labels, fields)
+                for version, event in found:
+                    self.wfile.write(json.dumps(event).encode() + b"\n")
+                    since = version
+                self.wfile.flush()
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):   # the client stopped watching
+            pass
+        self.close_connection = True
 
     def _proxy(self, method: str, service: str, path: str, raw: bytes) -> None:
         c = self.cluster

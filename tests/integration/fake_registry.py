@@ -2,7 +2,8 @@
 HTTP API v2) that reading an image's platforms uses, on 127.0.0.1 only.
 
 - `GET /v2/` and every `/v2/...` answer 401 with a `Bearer realm=".../token",service="fake-registry"` challenge
-  unless the request carries a token the token service issued;
+  (`realm`, when set, names another token service instead) unless the request carries a token the token service
+  issued;
 - `GET /token?service=...&scope=repository:NAME:pull` issues one: to anyone, or only with the basic credentials of
   `users` when that is set (401 otherwise);
 - `GET /v2/NAME/manifests/REF` answers an image index (OCI; its platforms, plus an attestation entry as buildx
@@ -39,6 +40,7 @@ class Registry:
     blobs: dict[str, dict] = field(default_factory=dict)                   # digest -> config
     users: dict[str, str] = field(default_factory=dict)    # user -> password the token service takes; {}: anyone
     tokens: set[str] = field(default_factory=set)
+    realm: str | None = None    # the token service the challenge names; None: this server's /token
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def push_index(self, name: str, tag: str, platforms: list[str]) -> None:
@@ -92,7 +94,7 @@ class Handler(BaseHTTPRequestHandler):
         if not url.path.startswith("/v2/"):
             return self._send(404, {"errors": [{"code": "NOT_FOUND"}]})
         if auth.removeprefix("Bearer ") not in r.tokens:
-            challenge = f'Bearer realm="{self.base}/token",service="fake-registry"'
+            challenge = f'Bearer realm="{r.realm or self.base + "/token"}",service="fake-registry"'
             name = url.path.removeprefix("/v2/").rsplit("/", 2)[0]
             if name:
                 challenge += f',scope="repository:{name}:pull"'

@@ -2,7 +2,8 @@
 model), and each verifier fails, for the right reason, when a fault proxy in front of the engine makes the SUT
 cheat: padded outputs (TEST09), early EOS and a wrong first token (TEST06), wrong answers (TEST07), cached
 answers (TEST04). TEST07 and TEST09 passing for real is shown by the smoke flow (tests/integration/test_smoke_flow.py).
-"""
+Each TEST06, TEST07 and TEST09 audit also runs the round's run_verification.py (the `inference_src` fixture), whose
+verdict and lines are compared with Podium's."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import yaml
 from submission.base.files import sha256_file
 from submission.plan import model as plans
 from submission.results.logs import load_run, parse_accuracy_log
-from submission.results.runs import RunRecord, plan_runs
+from submission.results.runs import AuditRecord, RunRecord, plan_runs
 from submission.rules import load_rules
 from tasks.compliance import AuditJob
 from tasks.compliance.planning import audit_jobs
@@ -96,17 +97,29 @@ def _jobs(plan: plans.Plan, store: Path, records: list[RunRecord] = ()) -> dict[
     return {job.label: job for job in jobs}
 
 
+def _official(job: AuditJob, src: Path) -> AuditJob:
+    """The job with the round's sources: the audit runs their run_verification.py on its run too."""
+    return job.model_copy(update={"inference_src": str(src)})
+
+
+def _official_lines(record: AuditRecord, name: str) -> list[str]:
+    """The lines of the verify file the official script left for `record`'s run."""
+    return (Path(record.run_dir) / "official" / "output" / record.test / name).read_text().splitlines()
+
+
 def _failed(job: AuditJob, session: Fixed, work: Path, attempts: int = 1) -> AuditFailed:
     with pytest.raises(AuditFailed) as caught:
         run_audit(job, session, work, attempts=attempts)
     return caught.value
 
 
-def test_test06_passes_on_the_cpu_engine(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:
+def test_test06_passes_on_the_cpu_engine(engine: Endpoint, smoke_store: Path, inference_src: Path,
+                                        tmp_path: Path) -> None:
     plan = _plan(tmp_path, smoke_store, "llama3.1-8b", {"Server": {"target_qps": 25}})
-    job = _jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Server/TEST06"]
+    job = _official(_jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Server/TEST06"], inference_src)
     record = run_audit(job, Fixed(engine), tmp_path / "work")
     assert record.passed, record.summary()
+    assert record.official == "PASS" and record.disagreement is None   # the round's run_verification.py agrees
     assert record.attempts == 1 and record.target_qps == 24.25   # 0.97 x 25
     run_dir = Path(record.run_dir)
     assert not (run_dir / "audit.config").exists()   # present only while the run ran
@@ -118,38 +131,45 @@ def test_test06_passes_on_the_cpu_engine(engine: Endpoint, smoke_store: Path, tm
     assert len(entries) == 100 and all(e.token_data for e in entries)   # every sample logged, with its first token
     verify = (Path(record.folder) / "verify_accuracy.txt").read_text().splitlines()
     assert verify[:4] == ["First token check pass: True", "EOS check pass: True", "Sample length check pass: True",
-                          "TEST06 verification complete"]
+                          "TEST06 verification complete"] == _official_lines(record, "verify_accuracy.txt")
     assert sorted(str(p.relative_to(record.folder)) for p in Path(record.folder).rglob("*") if p.is_file()) == [
         "accuracy/mlperf_log_accuracy.json", "verify_accuracy.txt"]
 
 
-def test_test06_fails_on_early_eos(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:
+def test_test06_fails_on_early_eos(engine: Endpoint, smoke_store: Path, inference_src: Path, tmp_path: Path) -> None:
+    """Podium fails it; the round's run_verification.py, given the model's EOS id as Podium passes it, cannot (it
+    compares tokens with the id as a string, tests/unit/test_compliance_verify.py): a disagreement, reported."""
     plan = _plan(tmp_path, smoke_store, "llama3.1-8b", {"Offline": {"target_qps": 800}})
-    job = _jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Offline/TEST06"]
+    job = _official(_jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Offline/TEST06"], inference_src)
     with FaultProxy(engine.base_url, "eos", keep=4) as proxy:
         error = _failed(job, Fixed(engine, proxy.url), tmp_path / "work")
     failed = {c.name: c for c in error.record.failed_checks}
     assert set(failed) == {"outputs ending in more than 1 EOS"}
     assert failed["outputs ending in more than 1 EOS"].measured == 100   # every answer: 4 words, then 12 EOS
     assert "EOS check pass: False" in (Path(error.record.folder) / "verify_accuracy.txt").read_text()
+    assert "EOS check pass: True" in _official_lines(error.record, "verify_accuracy.txt")
+    assert error.record.official == "PASS" and "says PASS, Podium says FAIL" in error.record.disagreement
 
 
 def test_test06_fails_when_the_first_token_is_not_the_outputs(engine: Endpoint, smoke_store: Path,
-                                                              tmp_path: Path) -> None:
+                                                              inference_src: Path, tmp_path: Path) -> None:
     plan = _plan(tmp_path, smoke_store, "llama3.1-8b", {"Interactive": {"target_qps": 25}})
-    job = _jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Interactive/TEST06"]
+    job = _official(_jobs(plan, smoke_store)["cpu-smoke/llama3.1-8b/Interactive/TEST06"], inference_src)
     with FaultProxy(engine.base_url, "split_first") as proxy:
         error = _failed(job, Fixed(engine, proxy.url), tmp_path / "work")
     failed = {c.name: c for c in error.record.failed_checks}
     assert set(failed) == {"first token differs from the output"}
     assert failed["first token differs from the output"].measured > 50
-    assert "First token check pass: False" in (Path(error.record.folder) / "verify_accuracy.txt").read_text()
+    verify = (Path(error.record.folder) / "verify_accuracy.txt").read_text().splitlines()
+    assert "First token check pass: False" in verify and verify[:4] == _official_lines(error.record,
+                                                                                        "verify_accuracy.txt")
+    assert error.record.official == "FAIL" and error.record.disagreement is None
 
 
 def test_test09_fails_on_padded_outputs_and_is_retried_once(engine: Endpoint, smoke_store: Path,
-                                                            tmp_path: Path) -> None:
+                                                            inference_src: Path, tmp_path: Path) -> None:
     plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 800}})
-    job = _jobs(plan, smoke_store)["cpu-smoke/gpt-oss-120b/Offline/TEST09"]
+    job = _official(_jobs(plan, smoke_store)["cpu-smoke/gpt-oss-120b/Offline/TEST09"], inference_src)
     with FaultProxy(engine.base_url, "pad", pad_to=32) as proxy:
         error = _failed(job, Fixed(engine, proxy.url), tmp_path / "work", attempts=2)
     record = error.record
@@ -160,11 +180,14 @@ def test_test09_fails_on_padded_outputs_and_is_retried_once(engine: Endpoint, sm
     assert (Path(record.run_dir).parent / f"{Path(record.run_dir).name}.attempt-1").is_dir()
     text = (Path(record.folder) / "verify_output_len.txt").read_text()
     assert "TEST FAIL" in text and "TEST PASS" not in text
+    assert record.official == "FAIL" and record.disagreement is None
+    assert "Mean output tokens: 32.00" in _official_lines(record, "verify_output_len.txt")
 
 
-def test_test07_fails_on_wrong_answers(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:
+def test_test07_fails_on_wrong_answers(engine: Endpoint, smoke_store: Path, inference_src: Path,
+                                      tmp_path: Path) -> None:
     plan = _plan(tmp_path, smoke_store, "gpt-oss-120b", {"Offline": {"target_qps": 800}})
-    job = _jobs(plan, smoke_store)["cpu-smoke/gpt-oss-120b/Offline/TEST07"]
+    job = _official(_jobs(plan, smoke_store)["cpu-smoke/gpt-oss-120b/Offline/TEST07"], inference_src)
     assert ("gpt-oss-120b.*.performance_sample_count_override", "16") in job.spec.user_conf   # the set's size
     with FaultProxy(engine.base_url, "corrupt") as proxy:
         error = _failed(job, Fixed(engine, proxy.url), tmp_path / "work")
@@ -173,6 +196,9 @@ def test_test07_fails_on_wrong_answers(engine: Endpoint, smoke_store: Path, tmp_
     assert failed["exact_match"].measured < 60.698 and failed["exact_match"].bound == ">= 60.698"
     text = (Path(error.record.folder) / "verify_accuracy.txt").read_text()
     assert "'exact_match'" in text and "TEST PASS" not in text
+    assert error.record.official == "FAIL" and error.record.disagreement is None
+    official = _official_lines(error.record, "verify_accuracy.txt")
+    assert f"Accuracy score: {round(failed['exact_match'].measured, 3)}" in official and "TEST FAIL" in official
 
 
 def test_test04_fails_against_a_caching_sut(engine: Endpoint, smoke_store: Path, tmp_path: Path) -> None:

@@ -1,15 +1,16 @@
-"""The endpoints client's accuracy score and `podium score` agree on the same answers, on the
+"""The endpoints client's accuracy score, `podium score` and the official evaluator agree on the same answers, on the
 known-answer Qwen3-VL cases (tests/qwen3_vl_cases.py: code fences, nulls, extra keys, duplicate keys, lax booleans,
-...), whose official hierarchical F1 is 0.5142857: a stub engine answers each request with its case's answer, the
-REAL client runs an accuracy run (`--mode both`), and `tasks.endpoints.answers` hands the accuracy phase's answers to
-Podium's reference evaluator. The stub answers the performance phase (the first requests) with the truth, so taking
-that phase's answers instead would score 1.0. One client run, about 10 s."""
+...): a stub engine answers each request with its case's answer, the REAL client runs an accuracy run (`--mode both`),
+`tasks.endpoints.answers` hands the accuracy phase's answers to Podium's reference evaluator, and mlcommons/inference
+`evaluation.py` scores the same log (tests/references.py). The stub answers the performance phase (the first requests)
+with the truth, so taking that phase's answers instead would score 1.0. One client run, about 10 s."""
 
 from __future__ import annotations
 
 import io
 import json
 import re
+import shutil
 import subprocess
 import threading
 import urllib.request
@@ -21,10 +22,12 @@ import pytest
 from submission.results.logs import parse_accuracy_log
 from submission.results.runs import RunSpec
 from tasks.accuracy import score
+from tasks.accuracy.qwen3_vl import parse_answer
 from tasks.endpoints import answers, measure, runner
 from tasks.engines import Endpoint
+from tests import references
 from tests.local_http import LocalServer
-from tests.qwen3_vl_cases import CATS, LOG, REFERENCE, ROWS
+from tests.qwen3_vl_cases import CATS, LOG, ROWS
 
 pytestmark = pytest.mark.integration
 BENCH = "qwen3-vl-235b-a22b"
@@ -103,7 +106,8 @@ def cases_parquet(path: Path) -> list[str]:
     return titles
 
 
-def test_the_clients_score_and_podiums_agree_on_the_known_answer_cases(client: Path, tmp_path: Path) -> None:
+def test_the_clients_score_and_podiums_agree_on_the_known_answer_cases(client: Path, inference_src: Path,
+                                                                         tmp_path: Path) -> None:
     from tasks.engines.smoke import model
 
     model.build(tmp_path / "model")   # a tokenizer for the client's token counts
@@ -138,17 +142,23 @@ def test_the_clients_score_and_podiums_agree_on_the_known_answer_cases(client: P
 
     ours = score(BENCH, run_dir, tmp_path / "cases.parquet", None, benchmark=BENCH).metrics["F1_HIERARCHICAL"]
     assert result.accuracy == pytest.approx(ours, abs=measure.AGREE)
-    assert ours == pytest.approx(REFERENCE["f1"], abs=1e-6) and result.accuracy == pytest.approx(REFERENCE["f1"],
-                                                                                                abs=1e-6)
+    data = tmp_path / "reference-data"   # the folder layout datasets.load_dataset reads: data/train-*.parquet
+    (data / "data").mkdir(parents=True)
+    shutil.copy(tmp_path / "cases.parquet", data / "data" / "train-00000.parquet")
+    reference = references.qwen3_vl(inference_src, log, data, tmp_path / "reference")   # the official evaluator
+    f1_line = reference.accuracy_txt.splitlines()[2]
+    assert (run_dir / "accuracy.txt").read_text().splitlines()[2] == f1_line   # {"f1": ...}, every digit
+    assert result.accuracy == pytest.approx(json.loads(f1_line)["f1"], abs=1e-6)
+    assert reference.rejected == sum(parse_answer(a) is None for a in case_answers.values()) > 0
     scored = measure.score_answers(spec, run_dir, None, None)    # the endpoints run step's own cross-check
     assert scored.metrics["F1_HIERARCHICAL"] == ours and scored.verdict is not None and not scored.verdict.passed
 
 
-def test_where_the_client_and_the_reference_differ(client: Path) -> None:
+def test_where_the_client_and_the_reference_differ(client: Path, inference_src: Path, tmp_path: Path) -> None:
     """Outside the known-answer cases they differ on a category ending in the separator: the client strips the
     answer's category before splitting it (evaluation/scoring.py `_parse_response_to_category`), the reference
     (evaluation.py, `pred_item.category`) and Podium do not. Pinned so a client that changes it is noticed."""
-    from tasks.accuracy.qwen3_vl import parse_answer, prefix_components
+    from tasks.accuracy.qwen3_vl import prefix_components
 
     answer = json.dumps({"category": "A > B > ", "brand": "Acme", "is_secondhand": False})
     script = ("import sys, json\nfrom inference_endpoint.evaluation.scoring import _match_hierarchical_paths as m, "
@@ -156,4 +166,5 @@ def test_where_the_client_and_the_reference_differ(client: Path) -> None:
     found = subprocess.run([str(client.parent / "python"), "-c", script, answer], capture_output=True, text=True,
                            timeout=60, check=True)
     assert json.loads(found.stdout) == [1, 2, 3]                                       # "A > B >": A, then "B >"
-    assert prefix_components(parse_answer(answer).category, "A > B > C", " > ") == (2, 3, 3)   # A, B, ""
+    official = references.qwen3_vl_components(inference_src, answer, "A > B > C", tmp_path)
+    assert prefix_components(parse_answer(answer).category, "A > B > C", " > ") == official == (2, 3, 3)   # A, B, ""

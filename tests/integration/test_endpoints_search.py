@@ -1,8 +1,9 @@
 """The peak search through the MLCommons endpoints client (docs/benchmarks.md, "The peak search through the endpoints
 client"): a Qwen3-VL smoke plan on the simulated engine, its Offline run (where the bracket starts) and every probe
 measured by the real client and judged by the bar the v6.1 checker applies, the early-stopping p99 latency within the
-1.5 s Interactive limit. Then the rate the search returned is checked apart from it, against a fresh engine: a client
-run of the plan's full length at that rate passes the bar, one at 1.06x it fails. About 90 s.
+1.5 s Interactive limit. Then the rate the search returned is checked apart from it, against a fresh engine on a
+slower clock: a client run of the plan's full length at that rate passes the bar, one at 1.06x it fails. About 2
+minutes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ ENGINE = {"prefill_workers": 1, "prefill_ms": 1, "decode_workers": 1, "decode_sl
 FULL_MS = 6000
 # Probes as long as the plan's runs (the probe length rule asks less above 110 q/s: 662 samples), so a probe's pass
 # holds for a full run and the confirmation is the last passing probe itself, recalled; 5 % steps from near the peak.
+# The independent runs, engine and client alike, on a clock four times slower than the real one (libfaketime, as
+# tasks.clock runs a rehearsal's faster), so a busy machine's late wake-ups count a quarter on it. A late client only
+# ever adds latency: the search's own VALID at its rate, measured on the real clock, bounds the rate's p99 from above.
+CHECK_CLOCK = 0.25
 SETTINGS = {"precision": 0.05, "start_fraction": 1.2, "step_up": 1.1, "step_down": 0.9,
             "probe_duration_ms": FULL_MS, "probe_queries": P99_MIN_SAMPLES, "max_probes": 8, "max_confirmations": 4}
 
@@ -71,11 +76,12 @@ def test_the_search_through_the_client_returns_a_rate_the_checker_passes_and_not
     assert all(r["latency_p99_ms"] is not None for r in trace[1:])          # every probe had its estimate
     assert any(not r["valid"] and "p99 latency (early stopping)" in r["reason"] for r in trace), trace
     runs = sorted((tmp_path / "ws" / "work" / "search-runs").iterdir())
-    assert len(runs) == out["runs"] and all((r / "report" / "performance" / "result_summary.json").is_file()
-                                            for r in runs)                  # each run was the client's
+    assert runs and len(runs) == out["runs"] and all((r / "report" / "performance" / "result_summary.json").is_file()
+                                                     for r in runs)         # each run was the client's
     # What the search spent, counted from every client report it produced, is what its trace says, within its limits
     reports = [json.loads((r / "report" / "performance" / "result_summary.json").read_text()) for r in runs]
     spent, made = out["spend"], [r for r in trace if not r["cached"]]
+    assert made, trace
     assert spent["within"] and spent["problems"] == [], spent
     assert spent["total"]["runs"] == len(reports) == len(made)
     assert spent["total"]["samples"] == sum(r["n_samples_issued"] for r in reports) == sum(r["samples"] for r in made)
@@ -92,19 +98,20 @@ def test_the_search_through_the_client_returns_a_rate_the_checker_passes_and_not
                       dataset_sha256={str(staged["data"]): "-"})
     base = next(s for s in specs if s.scenario == "Interactive").model_copy(update={"dataset": str(staged["data"])})
     verdicts = {}
-    with simulated_engine(ENGINE) as (_, endpoint):
+    with simulated_engine(ENGINE, speed=CHECK_CLOCK) as (_, endpoint):
         for qps in (rate, round(rate * 1.06, 2)):
             spec = with_rate(base, qps, min_duration_ms=None, min_query_count=None)
             result = runner.run(spec, endpoint, tmp_path / "check" / f"{qps:g}", tokenizer=staged["tokenizer"],
-                                data_dir=tmp_path / "check" / "data", timeout_s=120, client=client)
+                                data_dir=tmp_path / "check" / "data", timeout_s=240, client=client, speed=CHECK_CLOCK)
             assert result.issued >= P99_MIN_SAMPLES and result.duration_s * 1000 >= FULL_MS
-            verdicts[qps] = (result.latency_p99_ms, invalid_reasons(spec, result, rules))
-    (at_rate, passed), (above, failed) = verdicts.values()
-    summary = json.dumps({"search": out["summary"], "checks": {str(k): v for k, v in verdicts.items()}}, indent=1)
-    # Beside other work on 2 shared cores the same rate's p99 moves by a few % between runs (measured: the answer's
-    # own confirmation VALID, an independent run at it 1541 ms; 1.06x at 1480 ms), so each independent run is held
-    # to its side of the 1500 ms limit within the search's precision; the search's precision itself is measured on
-    # the simulated server's model (tests/unit/test_search_forecast.py, docs/search.md "Measured precision").
-    slack = SETTINGS["precision"] * 1500
-    assert at_rate <= 1500 + slack and all("1500 ms" in r for r in passed), summary
-    assert above >= 1500 - slack and all("1500 ms" in r for r in failed), summary
+            verdicts[qps] = (result.latency_p99_ms, invalid_reasons(spec, result, rules), result.ttft_p99_ms)
+    (at_rate, passed, _), (above, failed, _) = verdicts.values()
+    summary = json.dumps({"search": out["summary"], "checks (p99 ms, reasons, TTFT p99 ms: the client's lag, the "
+                          "engine's prefill being 1 ms)": {str(k): v for k, v in verdicts.items()}}, indent=1)
+    # Each verdict as the checker gives it, no slack: the rate VALID, 1.06x INVALID for its p99 alone. Measured, the
+    # search lands between 150.5 and 153.3 q/s, whose p99 is 140 to 20 ms under the limit, 1.06x's 325 to 470 ms
+    # over it; on the real clock one rate's p99 moved by 3 ms across runs beside two or four `yes > /dev/null` loops
+    # but by up to 63 ms inside the suite (152.5 q/s: 1451 ms alone, 1485 and 1514 ms as search probes), on
+    # CHECK_CLOCK by a quarter of that. The TTFT p99 in the message (the engine's prefill is 1 ms) shows the lag.
+    assert passed == [] and at_rate <= 1500, summary
+    assert failed == [f"p99 latency (early stopping) {above:g} ms exceeds 1500 ms"], summary

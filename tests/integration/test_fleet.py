@@ -97,6 +97,56 @@ def fleet(smoke_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         podium("dev", "down", "--workspace", str(ws))
 
 
+def test_a_members_parameters_on_the_server_hold_no_engine_env_value(tmp_path: Path, smoke_store: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's start against a Prefect server (the session's): each member's flow run keeps the plan with its
+    engine env as `<set>` and the name of the Secret block that holds the values; the member reads them back from
+    it; once the members ended the block is gone. No pool here has a worker: the runs stay Scheduled, then are
+    cancelled."""
+    import asyncio
+    import logging
+
+    from prefect.blocks.system import Secret
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.states import Cancelled
+
+    from flows import fleet as fleet_flow
+    from submission.base.errors import PlanError
+    from submission.plan import model as plans
+    from tests.secret_search import leaks, prefect_texts
+
+    planted = "hf_plantedFleetParameters0123456789"
+    data = yaml.safe_load(fleet_plan(tmp_path / "fleet.yaml", smoke_store).read_text())
+    data["benchmarks"][1]["engine"] = {"name": "smoke", "options": {"env": {"HF_TOKEN": planted}}}
+    plan = plans.parse(data)
+    pools = {s.work_pool for s in plan.systems}
+    with get_client(sync_client=True) as client:
+        for pool in pools - {p.name for p in client.read_work_pools()}:
+            client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+    monkeypatch.setattr(fleet_flow, "get_run_logger", lambda: logging.getLogger("test.fleet"))
+    started = fleet_flow.start(plan, "parent-with-a-token")
+    try:
+        with get_client(sync_client=True) as client:
+            runs = [client.read_flow_run(s.flow_run_id) for s in started]
+        assert len(runs) == 2 and {r.parameters["env_block"] for r in runs} == {"podium-engine-env-parent-with-a-token"}
+        assert runs[1].parameters["plan"]["benchmarks"][1]["engine"]["options"]["env"] == {"HF_TOKEN": "<set>"}
+        assert leaks(asyncio.run(prefect_texts()), planted) == []   # flow runs, task runs, logs, artifacts
+        values = fleet_flow.carried_env(runs[1].parameters["env_block"])   # what the member reads
+        restored = fleet_flow.with_env(runs[1].parameters["plan"], values)
+        assert plans.parse(restored).benchmarks[1].engine.config().env == {"HF_TOKEN": planted}
+    finally:
+        with get_client(sync_client=True) as client:
+            for s in started:
+                client.set_flow_run_state(s.flow_run_id, Cancelled(message="test"), force=True)
+        fleet_flow.forget_env(started)   # what wait() does once every member ended
+    with pytest.raises(ValueError):
+        Secret.load("podium-engine-env-parent-with-a-token")
+    with pytest.raises(PlanError, match="podium-engine-env-parent-with-a-token with the engine env of this fleet "
+                                        "run is gone"):
+        fleet_flow.carried_env("podium-engine-env-parent-with-a-token")
+
+
 def test_a_missing_pool_is_refused_before_anything_runs(fleet: Fleet, tmp_path: Path) -> None:
     plan = fleet_plan(tmp_path / "z.yaml", Path("/nonexistent-store"), pool_b="cluster-z")   # sources not checked
     before = set((fleet.ws / "runs").iterdir())

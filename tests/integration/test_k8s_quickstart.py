@@ -1,12 +1,13 @@
 """docs/quickstart-kubernetes.md, followed as far as a recording fake API server allows
 (tests/integration/fake_kube.py: it keeps objects and authorises as RBAC does; nothing schedules or runs): the
-namespace, deployments/kubernetes/rbac.yaml and the claims applied as the admin, the work pool registered from its
-JSON on a real Prefect server and the run-k8s deployment's Job rendered from it; then every command the page does not
-mark as not run, in its order, with bash: the dry run, preflight on this host and, with `--nodes`, against the fake
-API as the `podium` account (its rights asked, the model's claim read, the engine's node described from a pod), and
-`prefect deploy` of the two deployments onto that Prefect server; PLAN pinned to the plan with its /mnt/mlperf
-sources in a temporary folder and the fake API's kubeconfig. Then, as the `podium` account, the plan's trtllm server
-launched and stopped, every call one the Role grants."""
+namespace, deployments/kubernetes/rbac.yaml and the two claims applied from their files as the admin, the work pool
+registered from its JSON on a real Prefect server and the run-k8s deployment's Job rendered from it; then every
+command the page does not mark as not run, in its order, with bash: `prefect deploy` of every deployment on the
+Kubernetes pool onto that Prefect server (the fetch's Job rendered from what the server stored: the models claim
+read-write), the dry run, preflight on this host and, with `--nodes`, against the fake API as the `podium` account
+(its rights asked, the model's claim read, the engine's node described from a pod); PLAN pinned to the plan with its
+/mnt/mlperf sources in a temporary folder and the fake API's kubeconfig. Then, as the `podium` account, the plan's
+trtllm server launched and stopped, every call one the Role grants."""
 
 from __future__ import annotations
 
@@ -40,8 +41,12 @@ from tests.unit.test_preflight import CLOSED_FIELDS
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).parents[2]
 RBAC = REPO / "deployments" / "kubernetes" / "rbac.yaml"
+MODELS_CLAIM = REPO / "deployments" / "kubernetes" / "models-claim.yaml"
 PLAN = REPO / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
 PAGE = DOCS / "quickstart-kubernetes.md"
+# the deployments on the Kubernetes pool (deployments/prefect.yaml), each by its flow's name
+K8S_DEPLOYMENTS = {"run-k8s": "podium-submission", "bringup-k8s": "podium-submission", "fetch-k8s": "fetch",
+                   "search-k8s": "search-peak-qps", "sweep-k8s": "sweep-prefill-decode"}
 IMAGE = "nvidia/tensorrt-llm/release"   # the engine image's name in the test's registry
 LOG = logging.getLogger("test.k8s-quickstart")
 
@@ -76,19 +81,21 @@ def stand_in() -> Iterator[tuple[str, int]]:
 def test_the_quickstart_names_real_files_and_commands() -> None:
     doc = PAGE.read_text()
     for path in ("deployments/kubernetes/rbac.yaml", "deployments/kubernetes/Dockerfile", str(PLAN.relative_to(REPO)),
-                 "deployments/kubernetes/workspace-claim.yaml",
+                 "deployments/kubernetes/models-claim.yaml", "deployments/kubernetes/workspace-claim.yaml",
                  "deployments/prefect.yaml", "deployments/work-pools/kubernetes.json"):
         assert path in doc and (REPO / path).is_file(), path
     steps = ["kubectl create namespace mlperf", "kubectl apply -f deployments/kubernetes/rbac.yaml",
-             "create secret generic podium-s3", f"export PLAN={PLAN.relative_to(REPO)}", "podium fetch-inference",
-             'podium launch "$PLAN" --dry-run', 'podium preflight "$PLAN"',
+             "create -f deployments/kubernetes/models-claim.yaml", "create secret generic podium-s3",
+             f"export PLAN={PLAN.relative_to(REPO)}",
              "docker buildx build --platform linux/amd64,linux/arm64 -f deployments/kubernetes/Dockerfile",
-             "podium setup", "--pool podium-kubernetes",
-             "--name run-k8s", "prefect deployment run 'podium-submission/run-k8s'"]
+             "podium setup", "--pool podium-kubernetes", "--name run-k8s",
+             "prefect deployment run 'fetch/fetch-k8s'", 'podium launch "$PLAN" --dry-run',
+             'podium preflight "$PLAN"', "prefect deployment run 'podium-submission/run-k8s'",
+             "podium assemble --from", "podium package round/submission", "podium submit round/submission"]
     at = [doc.index(s) for s in steps]
     assert at == sorted(at), "the quickstart's steps are in this order"
-    names = {d["name"] for d in registration.deployments()}
-    assert {"run-k8s", "bringup-k8s"} <= names
+    on_the_pool = {d["name"] for d in registration.deployments() if d["work_pool"]["name"] == "podium-kubernetes"}
+    assert on_the_pool == set(K8S_DEPLOYMENTS)
 
 
 def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: None,
@@ -111,12 +118,13 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
                 ("rolebindings", "podium-worker"), ("clusterroles", "podium-nodes"),
                 ("clusterrolebindings", "podium-nodes")} <= set(api.cluster.objects)
         [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
-        # 2. the flow pod's workspace claim, and the models' claim (the storage's own)
-        k8s_utils.create_from_yaml(admin, str(REPO / "deployments" / "kubernetes" / "workspace-claim.yaml"))
-        assert ("persistentvolumeclaims", "podium-workspace") in api.cluster.objects
-        k8s.CoreV1Api(admin).create_namespaced_persistent_volume_claim(settings.namespace, {
-            "metadata": {"name": settings.model_claim},
-            "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Ti"}}}})
+        # 2. the models' claim, the one the plan names, and the flow pod's workspace claim, from the shipped files
+        for claim in (MODELS_CLAIM, REPO / "deployments" / "kubernetes" / "workspace-claim.yaml"):
+            k8s_utils.create_from_yaml(admin, str(claim))
+        assert {("persistentvolumeclaims", settings.model_claim),
+                ("persistentvolumeclaims", "podium-workspace")} <= set(api.cluster.objects)
+        assert api.cluster.objects[("persistentvolumeclaims", settings.model_claim)]["metadata"]["namespace"] == \
+            settings.namespace
         token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
 
         _check_flow_job(settings, bench, account)   # 9: the pool the page's `podium setup` registers
@@ -148,7 +156,8 @@ def _site_plan(folder: Path, kubeconfig: Path, image: str) -> Path:
 
 
 def _the_pages_commands(api: FakeApiServer, token: str, tmp_path: Path, image: str) -> None:
-    """Steps 4 to 9 as the page has them: every command it does not mark as not run, in its order."""
+    """Steps 4 to 9 as the page has them: every command it does not mark as not run, in its order; then what the
+    page's `prefect deploy` stored on the server."""
     from prefect.client.orchestration import get_client
 
     root = checkout(tmp_path / "checkout")
@@ -165,12 +174,34 @@ def _the_pages_commands(api: FakeApiServer, token: str, tmp_path: Path, image: s
     nodes = out['podium preflight "$PLAN" --nodes']
     assert nodes.rstrip().endswith("preflight: OK") and "described from node fake-node-0" in nodes, nodes
     assert not [k for k in api.cluster.objects if k[0] in ("pods", "deployments", "services")]   # nothing left
-    with get_client(sync_client=True) as client:                                   # 9: the two deployments
-        for name in ("run-k8s", "bringup-k8s"):
-            deployment = client.read_deployment_by_name(f"podium-submission/{name}")
-            assert deployment.work_pool_name == "podium-kubernetes"
-            assert deployment.job_variables["image"] == runner.env["PODIUM_FLOW_IMAGE"]
-            assert deployment.job_variables["gpus"] == 0 and deployment.job_variables["namespace"] == "mlperf"
+    with get_client(sync_client=True) as client:                     # 6: every deployment on the Kubernetes pool
+        stored = {name: client.read_deployment_by_name(f"{flow}/{name}") for name, flow in K8S_DEPLOYMENTS.items()}
+        template = client.read_work_pool("podium-kubernetes").base_job_template
+    for deployment in stored.values():
+        assert deployment.work_pool_name == "podium-kubernetes"
+        assert deployment.job_variables["image"] == runner.env["PODIUM_FLOW_IMAGE"]
+        assert deployment.job_variables["gpus"] == 0 and deployment.job_variables["namespace"] == "mlperf"
+    _check_fetch_job(stored, template)
+
+
+def _check_fetch_job(stored: dict[str, Any], template: dict) -> None:
+    """Step 7's Job, rendered from what the server stored: the plan's models claim mounted read-write where every
+    item of the plan's fetch sections lands, on any node; every other deployment's flow pod mounts it read-only."""
+    plan = plans.load(PLAN)
+    settings = plan.benchmarks[0].engine.kubernetes
+    mounts = {}
+    for name, deployment in stored.items():
+        spec = pod(render(deployment.job_variables, template))
+        [volume] = [v for v in spec.volumes if v.persistent_volume_claim
+                    and v.persistent_volume_claim.claim_name == settings.model_claim]
+        [mount] = [m for m in spec.containers[0].volume_mounts if m.name == volume.name]
+        assert mount.mount_path == settings.volume_mount, name
+        mounts[name] = (bool(volume.persistent_volume_claim.read_only), bool(mount.read_only), spec.node_selector)
+    assert mounts.pop("fetch-k8s") == (False, False, {})
+    assert all(m[:2] == (True, True) for m in mounts.values()), mounts   # the claim and its mount
+    assert stored["fetch-k8s"].parameters["plan"] == str(PLAN.relative_to(REPO))
+    fetched = [item.dest for item in plan.fetches()]
+    assert fetched and all(str(dest).startswith(settings.volume_mount + "/") for dest in fetched), fetched
 
 
 def _check_flow_job(settings: Any, bench: Any, account: dict) -> None:
@@ -209,7 +240,7 @@ def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path
     from tasks.serving.launch import review
 
     reviewed = review(plan, bench, tmp_path / "ws")
-    assert [o["kind"] for o in reviewed["kubernetes"]] == ["ConfigMap", "Deployment", "Service"]
+    assert [o["kind"] for o in reviewed["kubernetes"]] == ["ConfigMap", "Secret", "Deployment", "Service"]
 
     # 10. preflight in the flow pod describes the engine's node from a pod like the engine's, then the launch, as the
     #    flow pod would make it (in the cluster the token is the pod's own)
@@ -232,7 +263,7 @@ def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path
         [engine_container] = deployment["spec"]["template"]["spec"]["containers"]
         assert engine_container["image"] == settings.image
         assert engine_container["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert not [k for k in api.cluster.objects if k[0] in ("deployments", "services", "configmaps")]
+    assert not [k for k in api.cluster.objects if k[0] in ("deployments", "services", "configmaps", "secrets")]
     calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests[before:]
              if r["auth"] == f"Bearer {token}"]
     assert calls and all(api.cluster.authorize(token, c) for c in calls)

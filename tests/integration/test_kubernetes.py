@@ -7,10 +7,14 @@ grants nothing the launcher and preflight never use. No real cluster is involved
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,13 +27,15 @@ from submission.plan import model as plans
 from submission.plan.engine_options import KubernetesSettings
 from submission.tree import host_facts
 from tasks.engines import Endpoint, backend
+from tasks.engines.smoke.llm import ENGINE_ENV
 from tasks.launchers import launched, launcher, start_ready
 from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS, KubernetesDeployment, KubernetesLauncher
 from tasks.launchers.kubernetes_manifests import GRAPH_NAME_LABEL, GRAPH_SERVICE_LABEL
 from tasks.ops.kube_checks import NODES, access_problems, describe_engine_node, node_architectures
 from tasks.serving.telemetry import expand_dcgm
-from tests.integration.fake_kube import Attributes, FakeApiServer, attributes, grant, node
+from tests.integration.fake_kube import DISCOVERY, Attributes, FakeApiServer, FakeCluster, attributes, grant, node
 from tests.integration.fake_registry import FakeRegistry
+from tests.secret_search import files_under, leaks
 
 pytestmark = pytest.mark.integration
 LOG = logging.getLogger("test.k8s")
@@ -37,6 +43,7 @@ NS = "podium-test"
 RBAC = Path(__file__).parents[2] / "deployments" / "kubernetes" / "rbac.yaml"
 K8S_PLAN = Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
 SMOKE_PLAN = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
+PLANTED = "hf_plantedK8sLaunch0123456789"
 
 
 def rbac() -> list[dict]:
@@ -89,8 +96,10 @@ def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_pat
         assert endpoint.watched.nodes == ("fake-node-0",)   # the node its pod runs on: what a DCGM template takes
         created = dict(api.cluster.objects)
         assert json.loads((tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").read_text()) == [
-            ["Deployment", "podium-smoke-smoke-server"], ["Service", "podium-smoke-smoke-server"]]
-    assert _calls(api, "POST") == [("POST", f"/apis/apps/v1/namespaces/{NS}/deployments"),
+            ["Secret", "podium-smoke-env"], ["Deployment", "podium-smoke-smoke-server"],
+            ["Service", "podium-smoke-smoke-server"]]
+    assert _calls(api, "POST") == [("POST", f"/api/v1/namespaces/{NS}/secrets"),
+                                   ("POST", f"/apis/apps/v1/namespaces/{NS}/deployments"),
                                    ("POST", f"/api/v1/namespaces/{NS}/services")]
     deployment = k8s.V1Deployment.from_dict(created[("deployments", "podium-smoke-smoke-server")])
     [c] = deployment.spec.template.spec.containers
@@ -104,8 +113,42 @@ def test_apply_ready_through_the_service_then_delete(api: FakeApiServer, tmp_pat
     assert one_token["body"] == {"model": str(model), "prompt": "the", "max_tokens": 1}
     assert all(r["auth"] == f"Bearer {api.cluster.sa_token('mlperf', 'podium')}" for r in api.cluster.requests)
     assert _calls(api, "DELETE") == [("DELETE", f"/api/v1/namespaces/{NS}/services/podium-smoke-smoke-server"),
-                                     ("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments/podium-smoke-smoke-server")]
+                                     ("DELETE", f"/apis/apps/v1/namespaces/{NS}/deployments/podium-smoke-smoke-server"),
+                                     ("DELETE", f"/api/v1/namespaces/{NS}/secrets/podium-smoke-env")]
     assert api.cluster.objects == {} and not (tmp_path / "state" / f"k8s-{NS}-podium-smoke.json").exists()
+
+
+def test_the_engines_env_values_go_in_a_secret_and_nowhere_else(api: FakeApiServer, tmp_path: Path,
+                                                               smoke_store: Path, smoke_engine: tuple[str, int],
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A planted HF_TOKEN in the engine's env: the pod spec names it and takes its value from the launch's Secret
+    (labelled as the rest, deleted with them), which the container starts with; no other request, no log line, no
+    manifests.json and no dry run holds the value."""
+    model = smoke_store / "models" / "tiny-llama"
+    api.cluster.services["podium-smoke-smoke-server"] = smoke_engine
+    where, options = _launcher(api, tmp_path, owner=SMOKE), {"env": {"HF_TOKEN": PLANTED}}
+    with caplog.at_level(logging.INFO), launched(backend("smoke"), options, model, where, tmp_path / "logs", LOG,
+                                                 timeout_s=60):
+        started_with = api.cluster.container_env("podium-smoke-smoke-server")   # what the kubelet would give it
+        secret = api.cluster.objects[("secrets", "podium-smoke-env")]
+        pod = api.cluster.objects[("deployments", "podium-smoke-smoke-server")]["spec"]["template"]["spec"]
+    assert started_with == {**ENGINE_ENV, "HF_TOKEN": PLANTED}
+    [container] = pod["containers"]
+    assert all(set(e) == {"name", "valueFrom"} and e["valueFrom"]["secretKeyRef"]["name"] == "podium-smoke-env"
+               for e in container["env"])
+    assert secret["metadata"]["labels"]["podium.mlcommons.org/benchmark"] == "gpt-oss-120b"
+    carrying = [(r["method"], r["path"]) for r in api.cluster.requests if PLANTED in json.dumps(r["body"])]
+    assert carrying == [("POST", f"/api/v1/namespaces/{NS}/secrets")]
+    written = json.loads((tmp_path / "logs" / "manifests.json").read_text())
+    assert written[0]["stringData"]["smoke-server.HF_TOKEN"] == "<set>"
+    specs = backend("smoke").processes(options, model, where.placement(1))
+    review, _ = where.review(specs, backend("smoke").endpoint(options, model, specs))   # the dry run's objects
+    assert [o["kind"] for o in review["kubernetes"]] == ["Secret", "Deployment", "Service"]
+    outputs = [*files_under(tmp_path / "logs", tmp_path / "state"), ("log", caplog.text.encode()),
+               ("review", json.dumps(review).encode())]
+    assert leaks(outputs, PLANTED) == [] and leaks([("x", f"x{PLANTED}".encode())], PLANTED) == ["x"]
+    assert "creating Secret podium-smoke-env in podium-test" in caplog.text
+    assert api.cluster.objects == {}   # the Secret went with the rest
 
 
 def test_a_crashing_pod_fails_at_once_with_its_log(api: FakeApiServer, tmp_path: Path, smoke_store: Path) -> None:
@@ -134,7 +177,7 @@ def test_a_later_run_deletes_what_a_killed_run_left(api: FakeApiServer, tmp_path
     second = _launcher(api, tmp_path)
     again = second.start(specs, tmp_path / "logs", LOG)
     methods = [m for m, _ in _calls(api) if m != "GET"]   # GET: the lists by label, empty once the record reaped
-    assert methods == ["POST", "POST", "DELETE", "DELETE", "POST", "POST"]
+    assert methods == ["POST"] * 3 + ["DELETE"] * 3 + ["POST"] * 3   # Secret, Deployment, Service
     second.stop(again)
     assert api.cluster.objects == {}
 
@@ -163,8 +206,9 @@ def test_a_rerun_after_a_killed_flow_pod_replaces_its_engine_by_label(api: FakeA
              for m, p in _calls(api)]
     deleted = calls.index(("DELETE", "deployments/podium-smoke-smoke-server"))
     created = calls.index(("POST", "deployments"))
-    assert calls[:2] == [("GET", "deployments"), ("GET", "services")] and deleted < created
-    assert calls[created - 2:created] == [("GET", "deployments"), ("GET", "services")]   # the list that came back empty
+    listed = [("GET", "secrets"), ("GET", "deployments"), ("GET", "services")]
+    assert calls[:3] == listed and deleted < created and ("DELETE", "secrets/podium-smoke-env") in calls[:created]
+    assert calls[created - 4:created - 1] == listed   # the list that came back empty, then the Secret created
     assert len([c for c in calls[deleted:created] if c[0] == "GET"]) >= 4                  # it waited while listed
     lists = [r for r in api.cluster.requests if r["method"] == "GET" and r["path"].endswith("/deployments")]
     assert lists[0]["query"]["labelSelector"] == ["app.kubernetes.io/managed-by=podium,"
@@ -182,7 +226,7 @@ def test_another_benchmarks_engine_under_the_same_name_is_left_alone(api: FakeAp
     before = dict(api.cluster.objects)
     with pytest.raises(LaunchError) as e:
         _launcher(api, tmp_path, state="mine", owner=SMOKE).start(specs, tmp_path / "logs", LOG)
-    assert ("Deployment podium-smoke-smoke-server in namespace podium-test serves plan smoke, system cpu-smoke, "
+    assert ("Secret podium-smoke-env in namespace podium-test serves plan smoke, system cpu-smoke, "
             "benchmark llama3.1-8b, not plan smoke, system cpu-smoke, benchmark gpt-oss-120b") in str(e.value)
     assert "engine.kubernetes.name a prefix of its own" in e.value.fix
     assert api.cluster.objects == before and not [m for m, _ in _calls(api) if m == "DELETE"]
@@ -206,13 +250,16 @@ def test_dynamo_applies_a_graph_deployment(api: FakeApiServer, tmp_path: Path) -
     nodes, ports = backend("dynamo").demand(options)
     specs = backend("dynamo").processes(options, Path("/models/qwen3-vl"), where.placement(ports, nodes=nodes))
     deployment = where.start(specs, tmp_path / "logs", LOG)
-    assert _calls(api, "POST") == [("POST", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments")]
+    assert _calls(api, "POST") == [("POST", f"/api/v1/namespaces/{NS}/secrets"),
+                                   ("POST", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments")]
     graph = api.cluster.objects[("dynamographdeployments", "podium-dynamo")]
     assert graph["spec"]["services"]["PrefillWorker"]["replicas"] == 6
-    assert json.loads((tmp_path / "logs" / "manifests.json").read_text())[0]["kind"] == "DynamoGraphDeployment"
+    assert [o["kind"] for o in json.loads((tmp_path / "logs" / "manifests.json").read_text())] == [
+        "Secret", "DynamoGraphDeployment"]
     where.stop(deployment)
     assert _calls(api, "DELETE") == [
-        ("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/podium-dynamo")]
+        ("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/podium-dynamo"),
+        ("DELETE", f"/api/v1/namespaces/{NS}/secrets/podium-dynamo-env")]
 
 
 def _operator_pod(graph: str, service: str, name: str, node_name: str) -> dict:
@@ -384,12 +431,12 @@ def test_preflight_reports_a_refused_verb_and_a_missing_claim_at_once_and_create
 
 
 def test_the_fake_refuses_what_the_role_does_not_grant(api: FakeApiServer, tmp_path: Path) -> None:
-    """The check above can fail: a call outside the Role (here: listing Secrets, or a Deployment in another
+    """The check above can fail: a call outside the Role (here: reading a Secret back, or a Deployment in another
     namespace) is refused with 403, and the launcher reports it as a LaunchError naming the fix."""
     token = grant(api.cluster, rbac(), namespace=NS)
     core = k8s.CoreV1Api(k8s.ApiClient(_client_config(api, token)))
     with pytest.raises(k8s.exceptions.ApiException) as e:
-        core.list_namespaced_secret(NS)
+        core.read_namespaced_secret("podium-smoke-env", NS)
     assert e.value.status == 403
     elsewhere = _launcher(api, tmp_path, namespace="default")
     specs = backend("smoke").processes({}, Path("/models/m"), elsewhere.placement(1))
@@ -403,38 +450,111 @@ def _client_config(api: FakeApiServer, token: str) -> k8s.Configuration:
     return config
 
 
-# The calls of the Prefect worker (prefect-kubernetes: KubernetesWorker and its observer) for one flow run, as the
-# kubernetes client sends them: (method, path, query), JOB the flow Job's name.
-JOB = "podium-run-k8s-x7k2p"
-WORKER_CALLS = [
-    ("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", {}),                                      # create_namespaced_job
-    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}", {}),                                 # read_namespaced_job
-    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": [f"job-name={JOB}"], "watch": ["true"]}),  # pod start
-    ("GET", f"/api/v1/namespaces/{NS}/pods/{JOB}-abcde/log", {"follow": ["true"]}),            # stream_output
-    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"fieldSelector": [f"metadata.name={JOB}"], "watch": ["true"]}),
-    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"fieldSelector": [f"metadata.name={JOB}"]}),   # after a 410
-    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": [f"job-name={JOB}"]}),           # the exit code
-    ("GET", f"/api/v1/namespaces/{NS}/events", {}),                                            # a pod never started
-    ("DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/{JOB}", {}),                              # a cancelled run
-    ("GET", f"/api/v1/namespaces/{NS}/pods", {"labelSelector": ["prefect.io/flow-run-id"], "watch": ["true"]}),
-    ("GET", f"/apis/batch/v1/namespaces/{NS}/jobs", {"labelSelector": ["prefect.io/flow-run-id"], "watch": ["true"]}),
-    ("POST", f"/api/v1/namespaces/{NS}/events", {}),                                           # the observer's note
-]
+# The Prefect worker of the podium-kubernetes pool: its work pool made from the shipped template under a name of the
+# test's own, a deployment on it with run-k8s's job variables, and what the worker's log says about a crashed pod
+WORKER_POOL = "podium-kubernetes-role-test"
+WORKER_NS = "mlperf"   # the pool's namespace (deployments/prefect.yaml), where rbac.yaml's worker Role is
+POD_OUTPUT = "Traceback (most recent call last): the flow pod failed\n"
 
 
-def test_the_workers_role_grants_its_calls_and_nothing_more(api: FakeApiServer) -> None:
-    """The worker's account may make each call the worker and its observer make, in the plan's namespace, and the
-    Role grants nothing they do not use; the two accounts stay apart (the flow's cannot create Jobs, the worker's
-    cannot create the engine's Deployments)."""
-    worker = grant(api.cluster, rbac(), namespace=NS, account_name="prefect-worker")
-    podium = api.cluster.sa_token("mlperf", "podium")
-    calls = [attributes(m, p, q) for m, p, q in WORKER_CALLS]
+def test_the_workers_role_grants_the_calls_of_a_real_worker_run_and_nothing_more(
+        api: FakeApiServer, prefect_server: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prefect-kubernetes's worker, with its observer, as `prefect worker start --type kubernetes` runs it, as the
+    `prefect-worker` account of rbac.yaml against the fake API (the observer told to watch `mlperf` only, as the
+    quickstart says), on the session's Prefect server: two flow runs of a deployment on the shipped pool template; the
+    first one's pod fails (the observer reads the pod's log and marks the run Crashed), the second is cancelled while
+    pending (the worker deletes its Job). Every call the worker and its observer made is one the worker's Role grants
+    in `mlperf`, and each rule of the Role is needed by some call (without it, the check refuses one: the check can
+    fail); the two accounts stay apart."""
+    import kubernetes.config.kube_config
+
+    worker = grant(api.cluster, rbac(), account_name="prefect-worker")   # the Roles in mlperf, as shipped
+    kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig", worker))   # the worker's, as its pod's would be
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)   # read at import
+    monkeypatch.setenv("PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", f'["{WORKER_NS}"]')
+    crashed, cancelled, jobs = asyncio.run(_worker_runs(api, monkeypatch))
+    assert crashed.is_crashed() and cancelled.is_cancelled(), (crashed, cancelled)
+    assert [k for k in api.cluster.objects if k[0] == "jobs"] == [("jobs", jobs[0])]   # the cancelled one's deleted
+    mine = [r for r in api.cluster.requests if r["auth"] == f"Bearer {worker}"]
+    assert {r["path"] for r in mine if r["path"] in DISCOVERY} <= {"/api", "/api/v1", "/apis", "/apis/batch/v1"}
+    calls = [attributes(r["method"], r["path"], r["query"]) for r in mine if r["path"] not in DISCOVERY]
     assert [c for c in calls if not api.cluster.authorize(worker, c)] == []
+    assert {c.namespace for c in calls} == {WORKER_NS}
     used = {(c.verb, c.group, c.resource) for c in calls}
+    assert {("create", "batch", "jobs"), ("delete", "batch", "jobs"), ("watch", "batch", "jobs"),
+            ("watch", "", "pods"), ("get", "", "pods/log")} <= used, used
     grants = granted(rbac(), "podium-worker")
     assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
-    assert not api.cluster.authorize(podium, Attributes("create", "batch", "jobs", NS))
-    assert not api.cluster.authorize(worker, Attributes("create", "apps", "deployments", NS))
+    [role] = [d for d in rbac() if d["kind"] == "Role" and d["metadata"]["name"] == "podium-worker"]
+    for rule in role["rules"]:   # the positive control: the Role less any one rule refuses some call it made
+        less = [{**d, "rules": [r for r in d["rules"] if r is not rule]} if d is role else d for d in rbac()]
+        smaller = FakeCluster()
+        token = grant(smaller, less, account_name="prefect-worker")
+        assert [c for c in calls if not smaller.authorize(token, c)], rule
+    podium = api.cluster.sa_token("mlperf", "podium")
+    assert not api.cluster.authorize(podium, Attributes("create", "batch", "jobs", WORKER_NS))
+    assert not api.cluster.authorize(worker, Attributes("create", "apps", "deployments", WORKER_NS))
     assert not api.cluster.authorize(worker, Attributes("create", "batch", "jobs", "default"))   # mlperf's only
     [binding] = [d for d in rbac() if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "podium-worker"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prefect-worker", "namespace": "mlperf"}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prefect-worker", "namespace": WORKER_NS}]
+
+
+async def _worker_runs(api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, list[str]]:
+    """The worker's two flow runs (see the test); their final states and their Jobs' names."""
+    import kubernetes_asyncio.config.kube_config
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.states import Cancelling
+    from prefect_kubernetes import observer
+    from prefect_kubernetes.settings import KubernetesSettings
+    from prefect_kubernetes.worker import KubernetesWorker
+
+    from tasks.ops import registration
+
+    monkeypatch.setattr(observer, "settings", KubernetesSettings())   # the namespaces above, read where it starts
+    monkeypatch.setattr(kubernetes_asyncio.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", os.environ["KUBECONFIG"])
+    run_k8s = next(d for d in registration.deployments() if d["name"] == "run-k8s")
+    async with get_client() as client:
+        await client.create_work_pool(WorkPoolCreate(name=WORKER_POOL, type="kubernetes",
+                                                     base_job_template=registration.template("kubernetes")),
+                                      overwrite=True)
+        deployment = await client.create_deployment(
+            flow_id=await client.create_flow_from_name("podium-submission"), name="run-k8s",
+            work_pool_name=WORKER_POOL, entrypoint=run_k8s["entrypoint"], parameters=run_k8s["parameters"],
+            job_variables={**run_k8s["work_pool"]["job_variables"], "image": "registry.example/podium-flow:1"})
+        runs = [(await client.create_flow_run_from_deployment(deployment)).id for _ in range(2)]
+        async with KubernetesWorker(work_pool_name=WORKER_POOL, name="role-test") as worker:
+            await worker.sync_with_backend()
+            await worker.get_and_submit_flow_runs()
+            jobs = await _until("both flow runs have their Job", lambda: _jobs_of(api, runs))
+            api.cluster.finish_job(jobs[0], 1, POD_OUTPUT)
+            crashed = await _until("the failed pod's run is Crashed", lambda: _final(client, runs[0]))
+            await client.set_flow_run_state(runs[1], Cancelling(message="test"), force=True)
+            cancelled = await _until("the pending run is Cancelled", lambda: _final(client, runs[1]))
+    return crashed, cancelled, jobs
+
+
+def _jobs_of(api: FakeApiServer, runs: list[Any]) -> list[str] | None:
+    by_run = {o["metadata"]["labels"].get("prefect.io/flow-run-id"): name
+              for (plural, name), o in list(api.cluster.objects.items()) if plural == "jobs"}
+    return [by_run[str(r)] for r in runs] if all(str(r) in by_run for r in runs) else None
+
+
+async def _final(client: Any, run: Any) -> Any:
+    state = (await client.read_flow_run(run)).state
+    return state if state.is_final() else None
+
+
+async def _until(what: str, probe: Any, within_s: float = 120) -> Any:
+    """`probe()`'s first truthy value (awaited when it is a coroutine), asked every 0.2 s; fails naming `what`."""
+    import inspect
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        found = probe()
+        found = await found if inspect.isawaitable(found) else found
+        if found:
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not within {within_s:.0f} s: {what}")

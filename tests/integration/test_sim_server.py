@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -55,20 +56,83 @@ def test_chat_and_chunked_events() -> None:
         assert got[0]["choices"][0]["delta"]["content"].startswith(" t")       # chat chunks carry a delta
 
 
+@pytest.fixture()
+def server_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """What the simulated server did, on its own clock (its event loop's), by task: ("admit", arrival, Timeline) for
+    each request; ("wait", due, slept) each time a task waits for a token's time, `slept` False when that time had
+    passed already (a late loop then writes the overdue tokens at once); ("event", t, task) for each streamed event
+    and ("send", t, task, body) for each whole answer it wrote."""
+    from tasks.engines.simulated import server
+    from tasks.engines.simulated.queueing import SimModel
+
+    log: list[tuple] = []
+    admit, send, event, sleep_until = SimModel.admit, server.SimServer._send, server._event, server._sleep_until
+
+    def admitted(self, arrival: float, *args, **kwargs):
+        timeline = admit(self, arrival, *args, **kwargs)
+        log.append(("admit", arrival, timeline))
+        return timeline
+
+    async def waited(loop, when: float) -> None:
+        log.append(("wait", when, when > loop.time(), asyncio.current_task()))
+        await sleep_until(loop, when)
+
+    async def sent(self, writer, status, kind, data, keep):
+        log.append(("send", asyncio.get_running_loop().time(), asyncio.current_task(), data))
+        await send(self, writer, status, kind, data, keep)
+
+    def evented(writer, payload):
+        log.append(("event", asyncio.get_running_loop().time(), asyncio.current_task()))
+        event(writer, payload)
+
+    monkeypatch.setattr(SimModel, "admit", admitted)
+    monkeypatch.setattr(server, "_sleep_until", waited)
+    monkeypatch.setattr(server.SimServer, "_send", sent)
+    monkeypatch.setattr(server, "_event", evented)
+    return log
+
+
 @pytest.mark.parametrize("stream", [False, None])   # None: the field absent, as the endpoints client sends it
-def test_without_stream_one_json_completion_when_the_last_token_is_due(stream: bool | None) -> None:
-    cfg = SimConfig(prefill_ms=30, tpot_ms=10, tpot_load=0.0, output_tokens=5)
+def test_without_stream_one_json_completion_when_the_last_token_is_due(stream: bool | None,
+                                                                       server_log: list[tuple]) -> None:
+    """Judged on the server's own clock and order, which a busy machine cannot move: beside a streamed request
+    whose tokens, 10 ms apart for 10 s, serve as a clock, the whole answer is written no earlier than its last token
+    is due, and before every streamed token due after it that the server waited for (the event loop wakes waiting
+    tasks in the order of their times; a loop running late writes a stream's overdue tokens without waiting)."""
+    cfg = SimConfig(prefill_workers=2, prefill_ms=30, decode_slots=4, tpot_ms=10, tpot_load=0.0, output_tokens=1000)
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
-    with running(cfg, free_port()) as url, httpx.Client(base_url=url, timeout=10) as http:
-        began = time.monotonic()
-        r = http.post("/v1/chat/completions", json=body if stream is None else {**body, "stream": stream})
-        took = time.monotonic() - began
+    with running(cfg, free_port()) as url, httpx.Client(base_url=url, timeout=10) as http, \
+            httpx.Client(base_url=url, timeout=10) as other:
+        clock_request = {"model": MODEL_NAME, "prompt": [9], "stream": True}
+        with other.stream("POST", "/v1/completions", json=clock_request) as ticks:
+            lines = (line for line in ticks.iter_lines() if line.startswith("data:"))
+            next(lines)                                            # the clock is decoding
+            r = http.post("/v1/chat/completions", json=body if stream is None else {**body, "stream": stream})
+            (_, _, clock), (_, _, timeline) = [x for x in server_log if x[0] == "admit"]
+            due = timeline.token_times()[-1]
+            ticked = 1
+            while clock.token_times()[ticked - 1] <= due + 0.001:    # until a tick due after the answer was sent
+                next(lines)
+                ticked += 1
         assert r.status_code == 200 and r.headers["content-type"] == "application/json"
         answer = r.json()
         choice = answer["choices"][0]
         assert answer["object"] == "chat.completion" and answer["id"] and choice["finish_reason"] == "length"
         assert choice["message"]["role"] == "assistant" and len(choice["message"]["content"].split()) == 3
-        assert answer["usage"]["completion_tokens"] == 3 == len(choice["token_ids"])   # max_completion_tokens caps 5
-        assert 0.03 + 2 * 0.010 <= took < 2                        # prefill, then 2 more tokens, then the answer
+        assert answer["usage"]["completion_tokens"] == 3 == len(choice["token_ids"])   # max_completion_tokens caps 1000
         text = http.post("/v1/completions", json={"model": MODEL_NAME, "prompt": [1, 2], "max_tokens": 2}).json()
         assert text["object"] == "text_completion" and len(text["choices"][0]["token_ids"]) == 2
+    assert len(timeline.token_times()) == 3 and due == timeline.first_token + 2 * timeline.tpot_s
+    [at] = [i for i, x in enumerate(server_log) if x[0] == "send" and b"chat.completion" in x[3]]
+    _, written, task, _ = server_log[at]
+    assert written >= due - 1e-6                                   # not before its last token is due
+    assert [x[1] for x in server_log[:at] if x[0] == "wait" and x[3] is task] == [due]   # it waited for that token
+    ticks, waits = [], {}   # each tick: (its due time, whether the server waited for it, written before the answer)
+    for i, entry in enumerate(server_log):
+        if entry[0] == "wait":
+            waits[entry[3]] = entry[1:3]
+        elif entry[0] == "event" and entry[2] is not task:
+            ticks.append((*waits[entry[2]], i < at))
+    later = [tick for tick in ticks if tick[0] > due + 0.001]
+    assert later and not later[-1][2], ticks                       # a tick due after the answer went out after it
+    assert not [t for t in later if t[1] and t[2]], (due, written, later)   # none waited for went out before it

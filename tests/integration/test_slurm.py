@@ -11,6 +11,7 @@ import http.server
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from tasks.staging.stage import stage
 from tests.integration.conftest import write_plan
 from tests.integration.engines_support import offline_spec
 from tests.local_http import LocalServer
+from tests.secret_search import CommandLines, files_under, leaks
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 LOG = logging.getLogger("test.slurm")
@@ -92,6 +94,19 @@ def _process_on_port(port: int) -> int:
                 and args[args.index("--port") + 1] == str(port):
             return int(cmdline.parent.name)
     raise AssertionError(f"no process serves port {port}")
+
+
+def _web_pid(port: int) -> int:
+    """The pid of the WEB server on `port` (a Python process; srun's command line ends with the same words)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if Path(args[0]).name.startswith("python") and args[1:2] == ["-c"] and args[2:3] == [WEB] \
+                and args[3:4] == [str(port)]:
+            return int(cmdline.parent.name)
+    raise AssertionError(f"no WEB server on port {port}")
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -266,6 +281,35 @@ def test_another_launcher_object_stops_a_deployment(slurm_conf: Path, tmp_path: 
     SlurmLauncher(tmp_path / "state", _settings(slurm_conf)).stop(deployment)
     assert deployment.steps[0].srun.poll() is not None
     assert _jobs(slurm_conf) == [] and not list((tmp_path / "state").glob("slurm-*.json"))
+
+
+def test_the_environment_goes_by_name_and_no_value_shows_in_ps_or_the_log(slurm_conf: Path, tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A planted HF_TOKEN (and a value holding a comma) in a step's env: srun's command line names the variables
+    (`--export=ALL,NAME,...`), `ps` shows no value while the step runs, the launch log says `HF_TOKEN=<set>`, and the
+    process on its node starts with both values."""
+    planted = "hf_plantedSlurmStep" + secrets.token_hex(8)
+    where = SlurmLauncher(tmp_path / "state", _settings(slurm_conf))
+    port = where.placement(1).ports[0]
+    spec = dataclasses.replace(_web("web", port), env={"HF_TOKEN": planted, "HOSTS": "a,b"})
+    serves = f" {port}"   # how the WEB server's command line ends; srun's too, which starts with srun
+    with caplog.at_level(logging.INFO), \
+            CommandLines(watch=lambda args: args.endswith(serves) and not args.startswith("srun")) as ps:
+        deployment = where.start([spec], tmp_path / "logs", LOG)
+        try:
+            where.wait_ready(deployment, timeout_s=60)
+            pid = _web_pid(port)
+            env = _environ(pid)   # the process on its node, under its slurmstepd
+            assert _stepd_of(pid) == f"slurmstepd: [{deployment.steps[0].step_id}]"
+            _until(lambda: pid in ps.environ)   # `ps` listed it at least once while it served
+        finally:
+            where.stop(deployment)
+    assert (env["HF_TOKEN"], env["HOSTS"]) == (planted, "a,b") and ps.environ[pid]["HF_TOKEN"] == planted
+    assert "--export=ALL,HF_TOKEN,HOSTS" in deployment.steps[0].srun.args
+    assert any(line.split(maxsplit=1)[1].startswith("srun --jobid=") for line in ps.seen)   # srun was listed
+    assert '"HF_TOKEN": "<set>"' in caplog.text
+    outputs = [*ps.blobs(), *files_under(tmp_path / "logs", tmp_path / "state"), ("log", caplog.text.encode())]
+    assert leaks(outputs, planted) == []
 
 
 def test_a_later_launch_cancels_what_a_killed_run_left(slurm_conf: Path, tmp_path: Path) -> None:

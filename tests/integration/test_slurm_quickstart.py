@@ -1,10 +1,12 @@
 """docs/quickstart-slurm.md on the local 4-node cluster (deployments/slurm/local-cluster.sh): every command the page
 does not mark as not run, in its order, with bash, in a folder laid out like the repository's root: the engine's
 interpreter against `uname -m`, the plan copied, the dry run, preflight on this host and on the nodes, the sbatch run
-with the --time the dry run printed, the check and the package; PLAN pinned to the smoke plan on the simulated engine
-(Offline only) and the embedded S3 server. And preflight's checks on the nodes themselves: the engine interpreter's
-architecture on every node (the real one, then a fake one built for aarch64), etcd looked for on node 0 (`podium
-preflight PLAN --nodes`) and the system described from node 0 of the engine's allocation by a Slurm step."""
+with the --time the dry run printed, and the check (the assembly of the round's tree from this run and another plan's
+runs in the bucket is not run: tests/integration/test_curation.py assembles and packs runs of two plans); PLAN pinned
+to the smoke plan on the simulated engine (Offline only) and the embedded S3 server. And preflight's checks on the
+nodes themselves: the engine interpreter's architecture on every node (the real one, then a fake one built for
+aarch64), etcd looked for on node 0 (`podium preflight PLAN --nodes`) and the system described from node 0 of the
+engine's allocation by a Slurm step."""
 
 from __future__ import annotations
 
@@ -162,6 +164,4 @@ def test_the_slurm_quickstart_on_the_local_cluster(slurm_conf: Path, smoke_store
     assert re.search(r"run folder: .*/ws/runs/", text)
     checked = out['.venv/bin/podium check "$PODIUM_WORKSPACE/runs/latest/submission"']   # step 8
     assert "1 scenario folder(s) checked against v6.1: no errors" in checked, checked
-    package = (ws / "runs" / "latest").resolve() / "submission.package"                  # step 9
-    assert (package / "submission.tar.gz").is_file() and (package / "submission.tar.gz.sha256").is_file()
     assert _jobs(slurm_conf) == []

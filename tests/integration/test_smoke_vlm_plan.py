@@ -93,3 +93,47 @@ def test_the_tree_is_in_the_endpoints_layout_and_only_deviates_by_name(smoke_vlm
     assert {"min-duration", "accuracy-coverage"} <= {f.rule for f in report.deviations} <= {
         "min-duration", "accuracy-coverage", "latency-limit"}
     assert {f.rule for f in report.warnings} == {"accuracy-target"}   # the tiny model's F1 0, open division
+
+
+
+def test_the_official_checker_refuses_the_endpoints_smoke_tree_as_podium_names_it(smoke_vlm_run: dict,
+                                                                                   inference_src: Path) -> None:
+    """The round's checker (mlcommons/inference at the v6.1 pin) on the endpoints smoke tree, as `podium check
+    --inference-src` runs it: it refuses each scenario for the smoke plan's minimum durations and the 16 samples of
+    its accuracy runs, and an online scenario for its p99 wherever the client measured it over the round's limit (a
+    busy machine), in its own words and for nothing else; Podium finds no error, names each of those as one of the
+    smoke profile's deviations (latency-limit exactly where the official checker says the latency is not met) and
+    calls every difference EXPECTED."""
+    from submission.checks.official import check_all
+    from submission.rules import load_rules
+    from tasks.engines.smoke import VLM_ROWS
+
+    tree = (smoke_vlm_run["folder"] / "submission").resolve()
+    checked = check_all(tree, "v6.1", inference_src=inference_src)
+    theirs, ours = checked.official, checked.report
+    rules = load_rules("v6.1").benchmark("qwen3-vl-235b-a22b")
+    planned = yaml.safe_load(PLAN.read_text())["benchmarks"][0]["scenarios"]
+    results = tree / "open" / "Podium" / "results" / "cpu-smoke" / "tiny-llava"
+    words, over = [], set()
+    for sc in ("Interactive", "Offline", "Server"):
+        perf, acc = results / sc / "performance" / "run_1" / "mlperf_log_detail.txt", results / sc / "accuracy"
+        summary = json.loads((results / sc / "performance" / "result_summary.json").read_text())
+        p99, limit = summary["latency"]["early_stopping_percentiles"]["99.0"], rules.scenario(sc).latency_ns
+        if limit is not None and p99 > limit:
+            over.add(sc)
+            words.append(f"{perf} Latency constraint not met, expected={limit}, found={p99}")
+        words += [f"{perf} Test duration less than 600s in user config. expected=600000, "
+                  f"found={planned[sc]['min_duration_ms']}",
+                  f"Some performance checks Checks failed for: {perf}",
+                  f"{acc}/mlperf_log_detail.txt accurcy run does not cover all dataset, accuracy samples: {VLM_ROWS}, "
+                  f"dataset size: {rules.scenario(sc).accuracy_sample_count}",
+                  f"Some accuracy checks Checks failed for: {acc}/mlperf_log_detail.txt"]
+    words += [f"NoResults {results / sc / 'performance' / 'run_1' / 'mlperf_log_detail.txt'}"
+              for sc in ("Interactive", "Offline", "Server")]
+    assert theirs.errors == [*words, "SUMMARY: submission has errors"], theirs.output_tail
+    assert theirs.summary[0] == "Results=0, NoResults=3, Power Results=0" and theirs.rows == [] and not theirs.crashed
+    assert ours.errors == [] and {f.path.split("/")[5] for f in ours.deviations if f.rule == "latency-limit"} == over
+    assert [(d.kind, d.path) for d in checked.differences] == [("verdict", "."), *(
+        ("rejected-by-official", f"open/Podium/results/cpu-smoke/tiny-llava/{sc}")
+        for sc in ("Interactive", "Offline", "Server"))]
+    assert all(d.expected for d in checked.differences), [d.line() for d in checked.differences]

@@ -336,13 +336,8 @@ def test_cli_exit_codes_json_and_csv(corpus: tuple[Path, dict[str, Path], Path],
     assert CliRunner().invoke(app, ["check", str(root), "--round", "v9.9"]).exit_code == 2
 
 
-INFERENCE_SRC = Path(os.environ.get("PODIUM_INFERENCE_SRC", "/nonexistent")).expanduser()
-
-
-@pytest.mark.skipif(not (INFERENCE_SRC / "tools" / "submission" / "preprocess_submission.py").is_file(),
-                    reason="PODIUM_INFERENCE_SRC names no checkout of mlcommons/inference with tools/submission/"
-                           "preprocess_submission.py (`podium fetch-inference` prints one)")
-def test_the_round_tools_on_the_corpus(corpus: tuple[Path, dict[str, Path], Path], tmp_path: Path) -> None:
+def test_the_round_tools_on_the_corpus(corpus: tuple[Path, dict[str, Path], Path], tmp_path: Path,
+                                      inference_src: Path) -> None:
     """`podium submit`'s official steps, run for real from the round's pinned sources: the checker passes the corpus
     (src/<benchmark>/ included) and ends with its counts. preprocess_submission.py, at the pin: on the closed tree it
     stops with the TypeError of submission_checker_old.py line 3669 (TEST07), named as the known defect; without
@@ -354,26 +349,26 @@ def test_the_round_tools_on_the_corpus(corpus: tuple[Path, dict[str, Path], Path
     from submission.tree.changes import compare
 
     root, _, _ = corpus
-    theirs = official.run_official(root, INFERENCE_SRC, "v6.1", tmp_path / "official.csv")
+    theirs = official.run_official(root, inference_src, "v6.1", tmp_path / "official.csv")
     assert theirs.ok and theirs.summary[-1] == "SUMMARY: submission looks OK", theirs.output_tail
     assert theirs.summary[:2] == ["Results=5, NoResults=0, Power Results=0", "Closed Results=5, Closed Power Results=0"]
     with pytest.raises(PreprocessFailed, match=r"exited with code 1: TypeError: 'NotImplementedType' object is not "
                                                r"callable; a known defect at mlcommons/inference b66003e1") as failed:
-        run_preprocess(root, INFERENCE_SRC, "v6.1", tmp_path / "closed")
+        run_preprocess(root, inference_src, "v6.1", tmp_path / "closed")
     assert "line 3669, in check_compliance_acc_dir" in failed.value.log and "FileNotFoundError" not in failed.value.log
     results = f"{ORG}/results/{SYSTEM}/{QWEN}"
     no_gpt = tmp_path / "no-gpt"
     shutil.copytree(root, no_gpt)
     shutil.rmtree(no_gpt / "closed" / ORG / "results" / SYSTEM / GPT)
     with pytest.raises(PreprocessDroppedResults) as dropped:
-        run_preprocess(no_gpt, INFERENCE_SRC, "v6.1", tmp_path / "closed-qwen")
+        run_preprocess(no_gpt, inference_src, "v6.1", tmp_path / "closed-qwen")
     assert dropped.value.folders == [f"closed/{results}/{sc}" for sc in ("Interactive", "Offline")]
     assert (tmp_path / "closed-qwen" / "open" / ORG / "src" / QWEN / "README.md").is_file()   # copied to open
     opened = tmp_path / "open-tree"
     shutil.copytree(org(root), opened / "open" / ORG)
     _edit_json(opened / "open" / ORG / "systems" / f"{SYSTEM}.json", lambda d: d.update(division="open"))
     with pytest.raises(PreprocessDroppedResults) as dropped:
-        run_preprocess(opened, INFERENCE_SRC, "v6.1", tmp_path / "preprocessed")
+        run_preprocess(opened, inference_src, "v6.1", tmp_path / "preprocessed")
     assert dropped.value.folders == [f"open/{results}/{sc}" for sc in ("Interactive", "Offline")]
     kept = compare(opened, tmp_path / "preprocessed")
     assert not (kept.added or kept.changed) and {Path(p).parts[4] for p in kept.removed} == {QWEN}

@@ -1,7 +1,8 @@
 """The audit step around its loadgen run: audit.config present only while the run runs (also when it crashes),
 a failed verdict retried once and reported with what failed, the official run_verification.py run at the process
-boundary (a small fake script stands in for the mlcommons/inference checkout, which cannot be fetched here), and
-the TESTxx folders carried into the tree and the report."""
+boundary (the round's own TEST09 script, from the `inference_src` fixture, agreeing; a small fake script that
+disagrees or crashes on demand; real disagreements are in tests/unit/test_compliance_verify.py), and the TESTxx
+folders carried into the tree and the report."""
 
 from __future__ import annotations
 
@@ -170,6 +171,19 @@ def test_official_verification_that_cannot_run(runner: dict, tmp_path: Path) -> 
     checkout = _checkout(tmp_path, "crash")
     record = audits.audit_once(_job(inference_src=str(checkout)), Engine(), tmp_path / "b")
     assert record.official.startswith("not run: run_verification.py exited 1 and left no verdict")
+
+
+@pytest.mark.parametrize("bounds", [(7.2, 8.8), (1150.38, 1406.02)], ids=["pass", "fail"])
+def test_the_official_script_through_the_audit_step(runner: dict, inference_src: Path, tmp_path: Path,
+                                                    bounds: tuple[float, float]) -> None:
+    """The round's own compliance/TEST09/run_verification.py, run by the audit step on the audit's run: its verdict
+    recorded beside Podium's (8 tokens: PASS in [7.2, 8.8], FAIL in gpt-oss-120b's bounds), with no disagreement."""
+    record = audits.audit_once(_job(bounds, inference_src=str(inference_src)), Engine(), tmp_path)
+    assert record.passed == (bounds[0] < 8) and record.official == ("PASS" if record.passed else "FAIL")
+    assert record.disagreement is None
+    log = (Path(record.run_dir) / "official" / "official.log").read_text()
+    assert str(inference_src / "compliance" / "TEST09" / "run_verification.py") in log.splitlines()[0]
+    assert f"exit code: {0 if record.passed else 1}\n" in log and "Mean output tokens: 8.00" in log
 
 
 def test_official_argv_of_every_test(runs: dict[str, Path], tmp_path: Path) -> None:

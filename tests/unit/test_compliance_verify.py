@@ -1,11 +1,16 @@
 """Each verifier on real loadgen 6.0.17 audit runs (the fake token SUT of tests/loadgen_fake.py, with the audit's
 audit.config applied by loadgen): it passes a consistent run and fails, naming the check and the measured value, a
-run that breaks its criterion. The TESTxx folders it leaves have exactly the reference §1.5 layout."""
+run that breaks its criterion. The TESTxx folders it leaves have exactly the reference §1.5 layout. The official
+TEST06, TEST07 and TEST09 run_verification.py of the round's sources run beside Podium's verdicts on the same runs,
+passing and failing, and agree with them (where they do not, the test names the difference)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +22,8 @@ from submission.results.runs import RunSpec
 from submission.rules import load_rules
 from tasks.accuracy import AccuracyResult
 from tasks.compliance import AuditJob, Verdict, audit
+from tasks.compliance.official_scripts import Official, run_official, script_for
+from tests import references
 from tests.loadgen_fake import default_user_conf, fake_tokens, run_fake
 
 RULES = load_rules("v6.1")
@@ -301,3 +308,162 @@ def test_folders_pass_the_checkers_compliance_checks(runs: dict[str, Path], tmp_
         check_test(ctx, job.test, folder, b, b.scenario(scenario))
         found = {f.rule for f in ctx.findings} & compliance_rules
         assert found == ({"compliance-pass"} if name.endswith("fail") else set()), (name, ctx.findings)
+
+
+# The official compliance/TESTxx/run_verification.py of the round's sources beside Podium's verdicts, run by Podium's
+# own wrapper (tasks/compliance/official_scripts.py) on a copy of the same run, unless a test says otherwise.
+TEST09_LINES = ("Total samples: ", "Mean output tokens: ", "Min output tokens: ", "Max output tokens: ",
+                "Min threshold: ", "Max threshold: ", "Min check pass: ", "Max check pass: ", "TEST PASS", "TEST FAIL")
+EOS = "02000000"   # int32 2, little-endian: the EOS id TEST06's script checks when given none
+
+
+def _official(job: AuditJob, run: Path, src: Path, work: Path) -> tuple[Official, list[str]]:
+    """The official verification of `job` on a copy of `run` in `work`: its verdict and its verify file's lines."""
+    copy = work / "run"
+    shutil.copytree(run, copy)
+    official = run_official(audit(job.test), job.model_copy(update={"inference_src": str(src)}), copy)
+    text = (copy / "official" / "output" / job.test / audit(job.test).verify_files[0]).read_text()
+    return official, text.splitlines()
+
+
+def _agree(official: Official, verdict: Verdict) -> None:
+    assert official.verdict == ("PASS" if verdict.passed else "FAIL") and official.disagreement(verdict.passed) is None
+
+
+def _edited(run: Path, dest: Path, edit: Callable[[list[dict]], object]) -> Path:
+    """A copy of `run` whose accuracy log entries `edit` changed in place."""
+    shutil.copytree(run, dest)
+    entries = json.loads((dest / "mlperf_log_accuracy.json").read_text())
+    edit(entries)
+    (dest / "mlperf_log_accuracy.json").write_text(json.dumps(entries))
+    return dest
+
+
+@pytest.mark.parametrize("bounds", [(7.2, 8.8), None], ids=["pass", "fail"])
+def test_test09_as_the_official_script(runs: dict[str, Path], inference_src: Path, tmp_path: Path,
+                                       bounds: tuple[float, float] | None) -> None:
+    """Same verdict, and the same statistics, thresholds and check lines, as TEST09's run_verification.py (8 tokens
+    against smoke bounds, then against gpt-oss-120b's [1150.38, 1406.02])."""
+    overrides = {"test09_min_output_tokens": bounds[0], "test09_max_output_tokens": bounds[1]} if bounds else {}
+    job = _job("TEST09", "gpt-oss-120b", runs["TEST09"], lines=_lines("TEST09", "gpt-oss-120b", **overrides))
+    ours = audit("TEST09").verify(runs["TEST09"], job)
+    official, lines = _official(job, runs["TEST09"], inference_src, tmp_path)
+    _agree(official, ours)
+    assert ours.passed == (bounds is not None)
+    shared = {line for line in lines if line.startswith(TEST09_LINES)}
+    assert len(shared) == 9 and shared == {line for line in ours.files["verify_output_len.txt"].splitlines()
+                                           if line.startswith(TEST09_LINES)}
+
+
+@pytest.mark.parametrize("case", ["consistent", "first token", "token count"])
+def test_test06_as_the_official_script(runs: dict[str, Path], inference_src: Path, tmp_path: Path, case: str) -> None:
+    """TEST06's run_verification.py writes Podium's four lines word for word, with the same verdict: a consistent
+    Server run, one answer whose reported first token is not its output's, token counts that are not the output's
+    (Offline: the first token check skipped)."""
+    run, scenario = (runs["TEST06-short-count"], "Offline") if case == "token count" else (runs["TEST06-Server"],
+                                                                                           "Server")
+    if case == "first token":
+        run = _edited(run, tmp_path / "edited", lambda es: es[3].update(token_data=es[3]["data"][8:16]))
+    job = _job("TEST06", "llama3.1-8b", run, scenario=scenario, eos_token_ids=(2,))
+    ours = audit("TEST06").verify(run, job)
+    official, lines = _official(job, run, inference_src, tmp_path)
+    _agree(official, ours)
+    assert ours.passed == (case == "consistent")
+    assert lines == ours.files["verify_accuracy.txt"].splitlines()[:4]
+
+
+def _trailing_eos(entries: list[dict], *, bad: bool) -> None:
+    """An output of exactly two EOS and one ending in one EOS (both allowed); with `bad`, one ending in two EOS."""
+    entries[0].update(data=EOS * 2, token_data=EOS, token_count=2)
+    entries[1].update(data=entries[1]["data"] + EOS, token_count=entries[1]["token_count"] + 1)
+    if bad:
+        entries[2].update(data=entries[2]["data"] + EOS * 2, token_count=entries[2]["token_count"] + 2)
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["allowed", "two-trailing"])
+def test_test06_eos_check_as_the_official_script(runs: dict[str, Path], inference_src: Path, tmp_path: Path,
+                                                 bad: bool) -> None:
+    """TEST06's script as its README runs it (no --eos_token_id: it checks the integer 2) and Podium, told the EOS id
+    is 2, judge trailing EOS tokens alike, word for word."""
+    run = _edited(runs["TEST06-Server"], tmp_path / "run", lambda es: _trailing_eos(es, bad=bad))
+    ours = audit("TEST06").verify(run, _job("TEST06", "llama3.1-8b", run, scenario="Server", eos_token_ids=(2,)))
+    out = tmp_path / "official"
+    subprocess.run([sys.executable, str(script_for(str(inference_src), "TEST06")), "-c", str(run), "-o", str(out),
+                    "-s", "Server"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    lines = (out / "TEST06" / "verify_accuracy.txt").read_text().splitlines()
+    assert lines == ours.files["verify_accuracy.txt"].splitlines()[:4]
+    assert f"EOS check pass: {not bad}" in lines and ours.passed is not bad
+
+
+def test_test06_official_eos_check_passes_whatever_eos_id_it_is_given(runs: dict[str, Path], inference_src: Path,
+                                                                      tmp_path: Path) -> None:
+    """The script parses `--eos_token_id` (which Podium passes: the model's EOS id) as a string, which no int32 token
+    equals: its EOS check passes a run ending in two EOS that Podium fails, and the record names the disagreement."""
+    run = _edited(runs["TEST06-Server"], tmp_path / "edited", lambda es: _trailing_eos(es, bad=True))
+    job = _job("TEST06", "llama3.1-8b", run, scenario="Server", eos_token_ids=(2,))
+    ours = audit("TEST06").verify(run, job)
+    official, lines = _official(job, run, inference_src, tmp_path)
+    assert "--eos_token_id" in official.argv and "EOS check pass: True" in lines
+    assert _failed(ours) == {"outputs ending in more than 1 EOS": 1}
+    assert official.verdict == "PASS" and "says PASS, Podium says FAIL" in (official.disagreement(ours.passed) or "")
+
+
+def _gpt_oss_test07(tmp_path: Path, **overrides: float) -> tuple[Path, AuditJob, dict[str, Path]]:
+    """A TEST07 run folder holding the known-answer gpt-oss-120b log (tests/gpt_oss_cases.py: 5 prompts, 7 entries),
+    its job scored by Podium's gpt-oss-120b evaluator."""
+    from tests.gpt_oss_cases import ROWS, write_case
+
+    case = write_case(tmp_path / "case")
+    run = tmp_path / "audit-run"
+    run.mkdir()
+    shutil.copy(case["log"], run / "mlperf_log_accuracy.json")
+    job = _job("TEST07", "gpt-oss-120b", run, lines=_lines("TEST07", "gpt-oss-120b", **overrides),
+               evaluator="gpt-oss-120b", metric="exact_match", tokenizer=str(case["tokenizer"]))
+    spec = job.spec.model_copy(update={"dataset": str(case["data"]), "user_conf": (
+        ("gpt-oss-120b.*.performance_sample_count_override", str(len(ROWS))),)})
+    return run, job.model_copy(update={"spec": spec}), case
+
+
+def _score(verdict: Verdict) -> float:
+    return next(c.measured for c in verdict.checks if c.name == "exact_match")
+
+
+@pytest.mark.parametrize("threshold", [None, 58.5], ids=["fail", "pass"])
+def test_test07_as_the_official_script(inference_src: Path, tmp_path: Path, threshold: float | None) -> None:
+    """TEST07's run_verification.py, scoring through `python -m tasks.compliance.score` as Podium runs it: the same
+    verdict, at gpt-oss-120b's 60.698 and at 58.5, the score it parsed being Podium's to the three decimals printed."""
+    run, job, _ = _gpt_oss_test07(tmp_path, **({"test07_accuracy_threshold": threshold} if threshold else {}))
+    ours = audit("TEST07").verify(run, job)
+    official, lines = _official(job, run, inference_src, tmp_path)
+    _agree(official, ours)
+    assert ours.passed == (threshold is not None)
+    assert f"Accuracy score: {round(_score(ours), 3)}" in lines
+    podium = ours.files["verify_accuracy.txt"].splitlines()
+    for key in ("Accuracy threshold: ", "Accuracy check pass: "):
+        assert [x for x in lines if x.startswith(key)] == [x for x in podium if x.startswith(key)]
+
+
+def test_test07_with_the_reference_evaluator(inference_src: Path, tmp_path: Path) -> None:
+    """TEST07's script with the benchmark's reference evaluator as its accuracy script, as compliance/TEST07/README.md
+    runs it: the score it parses is Podium's to the three decimals printed, and the verdict (FAIL at 60.698) too."""
+    run, job, case = _gpt_oss_test07(tmp_path)
+    ours = audit("TEST07").verify(run, job)
+    work = tmp_path / "official"
+    work.mkdir()
+    (work / "audit.config").write_text("\n".join(job.spec.audit_config) + "\n")
+    references.run([sys.executable, str(script_for(str(inference_src), "TEST07")), "-c", str(run), "-o",
+                    str(work / "output"), "--audit-config", str(work / "audit.config"), "--accuracy-script",
+                    references.gpt_oss_command(inference_src, case["data"], case["tokenizer"].parent)], work)
+    text = (work / "output" / "TEST07" / "verify_accuracy.txt").read_text()
+    assert "'exact_match': " in text and f"Accuracy score: {round(_score(ours), 3)}\n" in text
+    assert not ours.passed and "TEST FAIL" in text and "TEST PASS" not in text
+
+
+def test_test07_official_script_compares_the_printed_score(inference_src: Path, tmp_path: Path) -> None:
+    """The script compares the score as the evaluator printed it (3 decimals), Podium the score itself: at a threshold
+    of 59.091 the case's 59.0909... passes there and fails here, and the record names the disagreement."""
+    run, job, _ = _gpt_oss_test07(tmp_path, test07_accuracy_threshold=59.091)
+    ours = audit("TEST07").verify(run, job)
+    official, lines = _official(job, run, inference_src, tmp_path)
+    assert 59.0905 < _score(ours) < 59.091 and "Accuracy score: 59.091" in lines
+    assert official.verdict == "PASS" and "says PASS, Podium says FAIL" in (official.disagreement(ours.passed) or "")

@@ -16,6 +16,7 @@ from flows.cli import app
 from submission.base.errors import CurationError
 from submission.plan import model as plans
 from submission.results.runs import AuditCheck, AuditRecord, RunRecord
+from submission.tree import source
 from submission.tree.assemble import assemble, plan_file
 from submission.tree.curated import write
 from submission.tree.curation import curate, load_source
@@ -87,7 +88,7 @@ def _audits(folder: Path, run_id: str, plan: plans.Plan, scenario: str, tests: d
 
 def make_run(base: Path, run_id: str, plan: plans.Plan, metrics: dict[str, float], *, invalid: tuple[str, ...] = (),
              accuracy: bool = True, audits: dict[str, bool] | None = None, ended: str | None = None,
-             description: dict[str, str] | None = None) -> Path:
+             description: dict[str, str] | None = None, code: source.Code | None = None) -> Path:
     """A run folder as `podium run` leaves it: results.json, compliance.json and the tree `assemble` writes."""
     folder = base / run_id
     records, audit_records = [], []
@@ -99,7 +100,7 @@ def make_run(base: Path, run_id: str, plan: plans.Plan, metrics: dict[str, float
     desc = {"division": plan.division, "submitter": plan.submitter, "system_name": system, "hw_notes": "CPU only",
             **(description or {})}
     assemble(plan, records, {system: desc}, folder / "submission", folder / "logs" / "accuracy-full",
-             commit="test", audits=audit_records)
+             commit="test", audits=audit_records, code=code)
     (folder / "results.json").write_text(json.dumps([r.model_dump(mode="json") for r in records]))
     (folder / "compliance.json").write_text(json.dumps([a.model_dump(mode="json") for a in audit_records]))
     return folder
@@ -299,6 +300,30 @@ def test_the_curated_tree(tmp_path: Path) -> None:
     assert all(f"`{plan_file(plan)}`" in code for plan in (one, two))
     assert (tmp_path / "out" / "submission" / "SMOKE-NOT-A-SUBMISSION.md").is_file()
     assert not (tmp_path / "out" / "submission" / "closed").exists()
+
+
+def test_the_curated_tree_carries_the_podium_source_of_each_run(tmp_path: Path) -> None:
+    """Runs of two commits and a third run of the first: each archive once in src/podium/, listed in source.json and
+    the README with its sha256, byte for byte the run trees' own."""
+    from tests.unit.test_source import checkout, git
+
+    repo = tmp_path / "repo"
+    first = checkout(repo)
+    one = source.snapshot(tmp_path / "code-1", first, root=repo)
+    (repo / "tasks" / "steps.py").write_text("STEP = 6\n")
+    git(repo, "commit", "-qam", "two")
+    two = source.snapshot(tmp_path / "code-2", git(repo, "rev-parse", "HEAD").decode().strip(), root=repo)
+    runs = [make_run(tmp_path, f"run-{i}", make_plan(f"p{i}", f"sys-{i}"), {"Offline": 1.0}, code=code)
+            for i, code in enumerate((one, two, one))]
+    assert source.read(runs[0] / "submission" / "open" / "Podium" / "src" / "podium") == [one.model_copy(
+        update={"folder": runs[0] / "submission" / "open" / "Podium" / "src" / "podium"})]
+    write(curate([load_source(run) for run in runs], "best"), tmp_path / "out")
+    podium = tmp_path / "out" / "submission" / "open" / "Podium" / "src" / "podium"
+    assert [c.archive for c in source.read(podium)] == [one.archive, two.archive]
+    for code in (one, two):
+        assert (podium / code.archive.name).read_bytes() == (code.folder / code.archive.name).read_bytes()
+        assert f"`{code.archive.name}` ({code.archive.size:,} bytes, sha256 `{code.archive.sha256}`)" in (
+            podium / "README.md").read_text()
 
 
 def test_an_older_tree_with_src_podium_plan_yaml(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Qwen3-VL hierarchical F1: hand-computed cases, the unparsable answers, and accuracy.txt read as the checker does."""
+"""Qwen3-VL hierarchical F1: hand-computed cases, the unparsable answers, and accuracy.txt read as the checker does;
+the official evaluation.py and its answer schema run on the known-answer cases, their values equal to Podium's
+(tests/references.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import pytest
 
 from tasks.accuracy import evaluate_log
 from tasks.accuracy.qwen3_vl import hierarchical_f1, parse_answer, prefix_components
+from tests import references
 from tests.accuracy_logs import write_log
-from tests.qwen3_vl_cases import REFERENCE, write_case
+from tests.qwen3_vl_cases import LOG, write_case
 from tests.unit.test_datasets import _png
 
 
@@ -78,16 +81,29 @@ def test_interactive_target_differs(tmp_path: Path) -> None:
     assert judge(text, "qwen3-vl-235b-a22b", "Interactive").passed         # 0.781 >= 0.779922
 
 
-def test_reference_values_on_tricky_answers(tmp_path: Path) -> None:
+def test_reference_values_on_tricky_answers(inference_src: Path, tmp_path: Path) -> None:
+    """tests/qwen3_vl_cases.py scored by the official run_evaluation and by Podium: the f1 line of accuracy.txt to the
+    last digit, the three printed scores as printed, the count of rejected answers, and the is_secondhand drawn for
+    each rejected answer."""
+    from submission.results.logs import parse_accuracy_log
+    from tasks.accuracy.common import entry_text
+    from tasks.accuracy.qwen3_vl_fields import rejected_secondhand
+    from tasks.datasets.shopify import read_products
+
     case = write_case(tmp_path, _png((1, 2, 3)))
+    reference = references.qwen3_vl(inference_src, case["log"], tmp_path, tmp_path / "reference")
     result, text = evaluate_log("qwen3-vl-235b-a22b", case["log"], case["data"], None)
-    assert result.metrics["F1_HIERARCHICAL"] == pytest.approx(REFERENCE["f1"], abs=1e-12)
-    assert text.splitlines()[2] == json.dumps({"f1": REFERENCE["f1"]})
-    for name in ("Brand F1 Score", "Is_secondhand F1 Score"):
-        assert result.reported[name] == pytest.approx(REFERENCE[name], abs=1e-12)
-    assert result.samples == REFERENCE["entries"]
-    assert f"{REFERENCE['rejected']} of 13 answer(s) did not validate" in text
-    assert "qsl_idx 2 appear(s) more than once" in result.notes[0]
+    assert text.splitlines()[:3] == reference.accuracy_txt.splitlines()[:3]   # Results, "", {"f1": ...}
+    ours = {"Category hierarchical F1 Score": result.metrics["F1_HIERARCHICAL"], **result.reported}
+    assert {name: format(value, "g") for name, value in ours.items()} == reference.table   # tabulate's "g"
+    assert f"{reference.rejected} of {result.samples} answer(s) did not validate" in text
+    assert result.samples == len(LOG) and "qsl_idx 2 appear(s) more than once" in result.notes[0]
+    entries = parse_accuracy_log(case["log"])
+    products = read_products(case["data"], accuracy=True).products
+    drawn = rejected_secondhand([parse_answer(entry_text(e)) is not None for e in entries],
+                                [products[e.qsl_idx].categories for e in entries], seed=12345, workers=4)
+    assert [(e.qsl_idx, d) for e, d in zip(entries, drawn, strict=True) if d is not None] == reference.drawn
+    assert len(reference.drawn) == reference.rejected and {d for _, d in reference.drawn} == {True, False}
 
 
 def test_schema_as_the_reference_model() -> None:
@@ -110,30 +126,49 @@ def test_brand_ratio_and_secondhand_f1() -> None:
     assert binary_f1([(False, False)]) == 0.0   # no positive at all: scikit-learn's zero_division value
 
 
-# The reference's ProductMetadata.model_validate_json verdict on each answer (schema.py at b66003e1, pydantic 2.14.4):
-# the validated fields, or None for a rejected answer (scored as padding).
-SCHEMA_VERDICTS = [
-    ('{"category": "A", "brand": "b", "is_secondhand": false}', ("A", "b", False)),
-    ('{"category": "A", "brand": "b", "is_secondhand": false,}', None),             # trailing comma
-    ('{"category": "A", "brand": "b", "is_secondhand": "yes"}', ("A", "b", True)),  # lax bool strings
-    ('{"category": "A", "brand": "b", "is_secondhand": "1"}', ("A", "b", True)),
-    ('{"category": "A", "brand": "b", "is_secondhand": 1.0}', ("A", "b", True)),
-    ('{"category": "A", "brand": "b", "is_secondhand": 2}', None),
-    ('{"category": "A\\u00e9", "brand": "b", "is_secondhand": false}', ("A\u00e9", "b", False)),
-    ('[{"category": "A", "brand": "b", "is_secondhand": false}]', None),           # an array
-    ('{"category": "A", "brand": {"name": "b"}, "is_secondhand": false}', None),    # an object for a string
-    ('{"category": "A", "brand": "b", "is_secondhand": false} trailing', None),     # text after the object
-    ('\ufeff{"category": "A", "brand": "b", "is_secondhand": false}', None),        # a byte-order mark
-    ("   ", None),
-    ('{"category": "A", "brand": "b", "is_secondhand": NaN}', None),
-    ('{"Category": "A", "brand": "b", "is_secondhand": false}', None),              # field names are exact
-    ('{"category": ["A"], "brand": "b", "is_secondhand": false}', None),
-    ('{"category": "A", "brand": "b", "is_secondhand": null}', None),
-    ('{"category": "A", "brand": "b", "is_secondhand": false}\n\n', ("A", "b", False)),
+# Answers the schema must judge as the reference's ProductMetadata.model_validate_json does (schema.py at the round's
+# pin, run by `reference_schema`): accepted with these fields, or rejected (scored as padding).
+SCHEMA_TEXTS = [
+    '{"category": "A", "brand": "b", "is_secondhand": false}',
+    '{"category": "A", "brand": "b", "is_secondhand": false,}',             # trailing comma
+    '{"category": "A", "brand": "b", "is_secondhand": "yes"}',              # lax bool strings
+    '{"category": "A", "brand": "b", "is_secondhand": "1"}',
+    '{"category": "A", "brand": "b", "is_secondhand": 1.0}',
+    '{"category": "A", "brand": "b", "is_secondhand": 2}',
+    '{"category": "A", "brand": "b", "is_secondhand": "maybe"}',
+    '{"category": "A\\u00e9", "brand": "b", "is_secondhand": false}',
+    '[{"category": "A", "brand": "b", "is_secondhand": false}]',           # an array
+    '{"category": "A", "brand": {"name": "b"}, "is_secondhand": false}',    # an object for a string
+    '{"category": "A", "brand": "b", "is_secondhand": false} trailing',     # text after the object
+    '\ufeff{"category": "A", "brand": "b", "is_secondhand": false}',        # a byte-order mark
+    "   ",
+    "",
+    '{"category": "A", "brand": "b", "is_secondhand": NaN}',
+    '{"Category": "A", "brand": "b", "is_secondhand": false}',              # field names are exact
+    '{"category": ["A"], "brand": "b", "is_secondhand": false}',
+    '{"category": "A", "brand": "b", "is_secondhand": null}',
+    '{"category": "A", "brand": "b", "is_secondhand": false}\n\n',
+    '{"category": "A", "brand": "b", "is_secondhand": false, "confidence": 0.9}',   # an extra key
+    '{"category": "A", "brand": null, "is_secondhand": false}',                     # a null
+    '{"category": 5, "brand": "b", "is_secondhand": false}',                        # a number for a string
+    ' {"category": "A", "brand": "b", "is_secondhand": "true"}\n',                  # spaces around, "true"
+    '{"category": "X", "brand": "b", "is_secondhand": 0, "category": "A"}',        # a duplicate key
+    '```json\n{"category": "A", "brand": "b", "is_secondhand": false}\n```',       # a code fence
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), SCHEMA_VERDICTS)
-def test_schema_verdicts_of_the_reference(text: str, expected: tuple | None) -> None:
+@pytest.fixture(scope="module")
+def reference_schema(inference_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple | None]:
+    verdicts = references.qwen3_vl_schema(inference_src, SCHEMA_TEXTS, tmp_path_factory.mktemp("schema"))
+    return dict(zip(SCHEMA_TEXTS, verdicts, strict=True))
+
+
+@pytest.mark.parametrize("text", SCHEMA_TEXTS)
+def test_schema_verdicts_of_the_reference(reference_schema: dict[str, tuple | None], text: str) -> None:
     answer = parse_answer(text)
-    assert (None if answer is None else (answer.category, answer.brand, answer.is_secondhand)) == expected
+    assert (None if answer is None else (answer.category, answer.brand, answer.is_secondhand)) == reference_schema[text]
+
+
+def test_the_schema_cases_cover_both_verdicts(reference_schema: dict[str, tuple | None]) -> None:
+    verdicts = list(reference_schema.values())
+    assert verdicts.count(None) >= 10 and sum(v is not None for v in verdicts) >= 6

@@ -23,6 +23,7 @@ from tasks.staging.fetch import FETCHED, Hub, Progress, fetch_all
 from tasks.staging.sources import MANIFEST, LocalSource
 from tasks.staging.transfer import ChecksumMismatch
 from tests.fake_hub import FakeHub, commit_archive
+from tests.fake_r2 import md5_listing
 from tests.lcb_release import CALL, LATER, STDIN, release
 
 PLANS = Path(__file__).parents[2] / "deployments" / "plans"
@@ -31,6 +32,7 @@ MODEL = {"config.json": b'{"model_type": "tiny"}', "model-00001-of-00002.safeten
          "model-00002-of-00002.safetensors": b"v" * 3000, "tokenizer/tokenizer.json": b'{"vocab": {}}'}
 DATASET = {"README.md": b"# tiny catalogue\n", "data/train-00000-of-00001.parquet": b"P" * 4000,
            "data/test-00000-of-00001.parquet": b"Q" * 1000}
+GPT_OSS_DATA = {"perf/perf_eval_ref.parquet": b"perf", "acc/acc_eval_inputs.parquet": b"acc"}
 
 
 @pytest.fixture()
@@ -170,8 +172,11 @@ def test_a_url_is_verified_by_its_sha256_and_resumed_with_a_range(hub: FakeHub, 
 
     item = _url(tmp_path, hub, "perf_eval_ref.parquet", sha)
     (tmp_path / "perf_eval_ref.parquet.part").write_bytes(data[:3000])   # what a killed download left
+    hub.sent.clear()
     [got] = _fetch([item], hub)
     assert Path(item.dest).read_bytes() == data and got.fetched == 1
+    # one GET that asked for the rest, and the hub sent only the rest: the 3000 bytes kept are not fetched again
+    assert hub.sent == [("perf_eval_ref.parquet", "bytes=3000-", len(data) - 3000)]
     record = json.loads((tmp_path / f"perf_eval_ref.parquet{FETCHED}").read_text())
     assert record == {"url": item.source.url, "sha256": sha, "size": len(data)}
     before = sum(hub.downloads.values())
@@ -190,8 +195,13 @@ def test_podium_fetch_of_a_shipped_plan_fetches_its_pins_then_nothing(
     hub.add(lcb.repo, lcb.revision, release([STDIN], [CALL], [LATER], [], [], []), repo_type="dataset")
     for repo, commit in rules.source_pins().items():
         hub.github(repo, commit, commit_archive(commit, {"README.md": repo.encode()}, top=repo.split("/")[1]))
+    mirror = f"{hub.url}/files/mlcommons"   # MLCommons' storage: the gpt-oss data sets' .uri, .md5 and files
+    hub.files |= {"mlcommons/metadata/gpt-oss-data.uri": f"{mirror}/gpt-oss-data\n".encode(),
+                  "mlcommons/metadata/gpt-oss-data.md5": md5_listing(GPT_OSS_DATA).encode(),
+                  **{f"mlcommons/gpt-oss-data/{path}": data for path, data in GPT_OSS_DATA.items()}}
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("PODIUM_GITHUB_URL", hub.github_url)
+    monkeypatch.setenv("PODIUM_MLCOMMONS_STORAGE_URL", mirror)
     runner = CliRunner()
     first = runner.invoke(app, ["fetch", str(PLANS / name), "--dest", str(tmp_path)])
     assert first.exit_code == 0, first.output
@@ -202,6 +212,7 @@ def test_podium_fetch_of_a_shipped_plan_fetches_its_pins_then_nothing(
         assert set(read_problems(tmp_path / "mnt/mlperf/data/gpt-oss-120b/acc/livecodebench_tests.jsonl")) == {
             STDIN["question_id"], CALL["question_id"], LATER["question_id"]}
         assert (tmp_path / "mnt/mlperf/src/inference/README.md").read_bytes() == b"mlcommons/inference"
+        assert (tmp_path / "mnt/mlperf/data/gpt-oss-120b/perf/perf_eval_ref.parquet").read_bytes() == b"perf"
     else:
         assert (tmp_path / "lustre/mlperf/data/qwen3-vl/shopify_product_catalogue_8k/data/"
                            "train-00000-of-00001.parquet").is_file()

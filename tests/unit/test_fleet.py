@@ -1,6 +1,7 @@
 """The fleet's parts that need no server: the plan's pools and its cut for one member, the member's records carried
 into its run folder and landed where the parent downloads it, what the parent makes of a member that published or
-did not, the engine state kept per node, and the member's job variables against the pool's job template."""
+did not, the engine state kept per node, and the member's job variables against the pool's job template; and, on the
+session's Prefect server, the parent's `--only` in each member's own flow run."""
 
 from __future__ import annotations
 
@@ -153,27 +154,88 @@ def test_the_parent_gathers_what_a_member_published(tmp_path: Path, monkeypatch:
     assert crashed_after["failures"][-1].endswith("ended Crashed: lost")
 
 
-def test_the_parents_only_selection_travels_to_each_member(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.integration   # the session's Prefect server (tests/conftest.py)
+def test_the_parents_only_selection_travels_to_each_member(prefect_server: None,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's start on a real Prefect server: the member deployments registered, one flow run per pooled
+    benchmark created through run_deployment, and each member's own flow run holds the parent's `--only` in its
+    parameters as the member flow takes it; a start without `--only` gives none. No pool here has a worker: the runs
+    stay Scheduled, then are cancelled."""
+    import logging
+    import uuid
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.states import Cancelled
+
+    plan = plans.parse(fleet_data())
+    pooled = [b.key for b in plan.benchmarks if b.system in plan.pools()]
+    assert len(pooled) == 2
+    selected = [f"{pooled[0]}/Offline"]
+    with get_client(sync_client=True) as client:
+        for pool in set(plan.pools().values()) - {p.name for p in client.read_work_pools()}:
+            client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+    monkeypatch.setattr(fleet, "get_run_logger", lambda: logging.getLogger("test.fleet"))
+    started = []
+    try:
+        started += (picked := fleet.start(plan, f"parent-only-{uuid.uuid4().hex[:8]}", tuple(selected)))
+        started += (everything := fleet.start(plan, f"parent-all-{uuid.uuid4().hex[:8]}"))
+        with get_client(sync_client=True) as client:
+            runs = {s.flow_run_id: client.read_flow_run(s.flow_run_id) for s in started}
+            deployment = client.read_deployment(runs[picked[0].flow_run_id].deployment_id)
+        assert [runs[s.flow_run_id].parameters["key"] for s in picked] == pooled
+        assert [runs[s.flow_run_id].parameters.get("only") for s in picked] == [selected, selected]
+        assert [runs[s.flow_run_id].parameters.get("only") for s in everything] == [None, None]
+        assert deployment.entrypoint == fleet.ENTRYPOINT and "only" in deployment.parameter_openapi_schema[
+            "properties"]   # the member flow's own parameter
+    finally:
+        with get_client(sync_client=True) as client:
+            for s in started:
+                client.set_flow_run_state(s.flow_run_id, Cancelled(message="test"), force=True)
+
+
+def test_the_members_parameters_carry_no_engine_env_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan a member gets shows each engine env value as `<set>`; the values go in a Secret block (here a dict:
+    tests/integration/test_fleet.py saves and reads a real one on a Prefect server), and the member puts them back."""
     import logging
     from types import SimpleNamespace
 
     import prefect.deployments
 
-    plan = plans.parse(fleet_data())
+    planted = "hf_plantedFleet0123456789"
+    data = fleet_data()
+    data["benchmarks"][1]["engine"] = {"name": "smoke", "options": {"env": {"HF_TOKEN": planted, "HF_HOME": "/h"}}}
+    plan = plans.parse(data)
     calls: list[dict] = []
+    blocks: dict[str, dict] = {}
 
     def run_deployment(name: str, **options: object) -> SimpleNamespace:
         calls.append(options["parameters"])   # type: ignore[arg-type]
         return SimpleNamespace(id="id", name="m")
 
+    def save(plan: dict, run: str) -> str | None:   # what carry_env saves: env_values' values
+        if not fleet.env_values(plan):
+            return None
+        blocks[fleet.ENV_BLOCK.format(run=run)] = fleet.env_values(plan)
+        return fleet.ENV_BLOCK.format(run=run)
+
     monkeypatch.setattr(fleet.registration, "deploy_member", lambda pool, entrypoint, schema: f"member/{pool}")
     monkeypatch.setattr(prefect.deployments, "run_deployment", run_deployment)
     monkeypatch.setattr(fleet, "get_run_logger", lambda: logging.getLogger("test"))
-    pooled = [b.key for b in plan.benchmarks if b.system in plan.pools()]
-    assert pooled
-    fleet.start(plan, "parent", (f"{pooled[0]}/Offline",))
-    fleet.start(plan, "parent")
-    assert [c.get("only") for c in calls] == [[f"{pooled[0]}/Offline"]] * len(pooled) + [None] * len(pooled)
+    monkeypatch.setattr(fleet, "carry_env", save)
+    monkeypatch.setattr(fleet, "carried_env", blocks.__getitem__)
+    started = fleet.start(plan, "parent-1")
+    assert len(calls) == 2 and planted not in json.dumps(calls)
+    assert {c["env_block"] for c in calls} == {"podium-engine-env-parent-1"} == {s.env_block for s in started}
+    shown = calls[1]["plan"]["benchmarks"][1]["engine"]["options"]["env"]
+    assert shown == {"HF_TOKEN": "<set>", "HF_HOME": "<set>"}
+    restored = fleet.with_env(calls[1]["plan"], fleet.carried_env(calls[1]["env_block"]))   # what member() parses
+    assert restored == plan.model_dump(mode="json")
+    assert plans.parse(restored).benchmarks[1].engine.config().env["HF_TOKEN"] == planted
+    assert plans.parse(calls[1]["plan"]).fingerprint() == plan.fingerprint()   # the tag says the same plan
+    calls.clear()
+    fleet.start(plans.parse(fleet_data()), "parent-2")   # no engine env: no block
+    assert calls and all("env_block" not in c for c in calls)
 
 
 def test_engine_state_is_kept_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

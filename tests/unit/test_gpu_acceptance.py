@@ -1,6 +1,7 @@
 """The GPU acceptance script (deployments/gpu/acceptance.sh) without a GPU: its two plans as `podium launch --dry-run`
 reviews them (the flags each engine gets, both Dynamo workers on GPU 0), its step limits against the 10-minute
-budget, the shell itself (bash -n, shellcheck when installed) and the table it prints from a leg's results."""
+budget, the shell itself (bash -n, and shellcheck on every shell script under deployments/: `make system-deps`
+installs it) and the table it prints from a leg's results."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def _flag(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
-def test_vllm_leg_serves_the_fp32_model_on_gpu_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_vllm_legs_dry_run_places_the_fp32_model_on_gpu_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     review = _review("vllm", tmp_path, monkeypatch)
     assert (review["engine"], review["launcher"]) == ("vllm", "local")
     [server] = review["processes"]
@@ -62,7 +63,8 @@ def test_vllm_leg_serves_the_fp32_model_on_gpu_0(tmp_path: Path, monkeypatch: py
     assert bench.engine.options["version"] == "0.31.0"   # preflight refuses another installed vLLM
 
 
-def test_dynamo_leg_puts_prefill_and_decode_on_one_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dynamo_legs_dry_run_places_prefill_and_decode_on_one_gpu(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     review = _review("dynamo", tmp_path, monkeypatch)
     procs = {p["name"]: p for p in review["processes"]}
     assert set(procs) == {"prefill-0", "decode-0", "frontend"}   # file discovery: no etcd, no NATS
@@ -160,11 +162,27 @@ def test_the_engines_and_podium_share_one_torch() -> None:
     assert carry["mlcommons-loadgen"] == pins["mlcommons-loadgen"]
 
 
-def test_shell_parses_and_passes_shellcheck() -> None:
-    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
-    if shutil.which("shellcheck"):
-        done = subprocess.run(["shellcheck", "-x", str(SCRIPT)], capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stdout
+def _shellcheck(*scripts: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("shellcheck")
+    assert binary, "shellcheck is not installed; run `make system-deps` (deployments/ci/system-deps.sh), which " \
+                   "apt-installs it"
+    return subprocess.run([binary, "-x", *map(str, scripts)], capture_output=True, text=True, check=False,
+                          cwd=REPO)
+
+
+def test_the_shell_scripts_parse_and_pass_shellcheck(tmp_path: Path) -> None:
+    """The acceptance script and every other shell script under deployments/ parse and pass shellcheck, which must
+    be installed; and shellcheck finds what it is there for (an unquoted variable in a planted script)."""
+    scripts = sorted({*(REPO / "deployments").rglob("*.sh"), *(REPO / "deployments").rglob("*.sbatch")})
+    assert SCRIPT in scripts and len(scripts) >= 4, scripts
+    for script in scripts:
+        subprocess.run(["bash", "-n", str(script)], check=True)
+    done = _shellcheck(*scripts)
+    assert done.returncode == 0, done.stdout
+    planted = tmp_path / "planted.sh"
+    planted.write_text('#!/usr/bin/env bash\nset -euo pipefail\nrm -rf $1/cache\n')
+    flagged = _shellcheck(planted)
+    assert flagged.returncode != 0 and "SC2086" in flagged.stdout, flagged.stdout
 
 
 def _report(*args: str) -> subprocess.CompletedProcess:

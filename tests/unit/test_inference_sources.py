@@ -1,12 +1,16 @@
 """`podium fetch-inference` (tasks/ops/inference_sources.py) against a local bare git repository shaped like
 mlcommons/inference: the real git, a file:// remote that serves blobs on demand as GitHub does. It fetches only what
 Podium uses at the pinned commit, reuses a verified copy without the network, resumes an interrupted fetch, and
-refuses a commit the remote lacks, a copy at another commit or with changed files, and a missing git."""
+refuses a commit the remote lacks, a copy at another commit or with changed files, and a missing git. With --archive
+it unpacks the repository's own `git archive` of a commit (its manifest and record written), reuses it, and refuses
+an archive of another commit and a tampered file, as preflight's `inference_src` check does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tarfile
 import types
 from pathlib import Path
 
@@ -15,9 +19,12 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from submission.base.errors import PodiumError
+from submission.base.files import sha256_file
 from submission.rules import SourcePin, load_rules
 from tasks.ops import inference_sources
 from tasks.ops.inference_sources import fetch
+from tasks.staging.fetch_http import FETCHED
+from tasks.staging.sources import MANIFEST
 
 FILES = {   # what the repository holds: the paths Podium uses, and some it must not fetch
     "tools/submission/submission_checker/main.py": "print('checker')\n",
@@ -135,3 +142,133 @@ def test_cli_prints_the_folder_alone_on_stdout(tmp_path: Path, upstream, monkeyp
     assert done.exit_code == 0, done.output
     assert done.stdout == f"{ws.resolve() / 'inference' / upstream.pinned}\n"
     assert "--inference-src" in done.stderr
+
+
+# ----- `podium fetch-inference --archive`: a `git archive` of the commit, unpacked as `podium fetch` unpacks one -----
+
+
+def _archive(upstream: types.SimpleNamespace, commit: str, path: Path, fmt: str = "tar.gz") -> Path:
+    """`git archive` of `commit`, as GitHub's archive and CI's copy of the official tools are made (the commit in the
+    pax header)."""
+    _git(upstream.path, "archive", f"--format={fmt}", "-o", str(path), commit)
+    return path
+
+
+def test_an_archive_is_unpacked_with_its_manifest_and_record_then_reused(tmp_path: Path, upstream) -> None:
+    archive = _archive(upstream, upstream.pinned, tmp_path / "inference.tar.gz")
+    root = tmp_path / "ws" / "inference"
+    first = inference_sources.unpack_archive(_pin(upstream), archive, root)
+    assert first.path == root.resolve() / upstream.pinned and first.commit == upstream.pinned and not first.reused
+    assert (first.path / "tools/submission/submission_checker/main.py").read_text() == "print('checker')\n"
+    assert (first.path / "loadgen/mlperf.conf").read_text() == "*.*.qsl_rng_seed = 1\n"   # the pinned, not the later
+    manifest = json.loads((first.path / MANIFEST).read_text())
+    assert set(manifest) == set(FILES) and manifest["loadgen/mlperf.conf"]["size"] == len("*.*.qsl_rng_seed = 1\n")
+    record = json.loads((first.path / FETCHED).read_text())
+    assert record["commit"] == upstream.pinned and record["archive"] == str(archive.resolve())
+    assert record["archive_sha256"] == sha256_file(archive)
+    assert sha256_file(root / f"{upstream.pinned}.tar.gz") == sha256_file(archive)   # kept beside, as `podium fetch`
+    assert sorted(p.name for p in root.iterdir()) == [upstream.pinned, f"{upstream.pinned}.tar.gz"]   # nothing left
+    stamp = (first.path / FETCHED).stat().st_mtime_ns
+    again = inference_sources.unpack_archive(_pin(upstream), archive, root)
+    assert again.reused and again.path == first.path and (first.path / FETCHED).stat().st_mtime_ns == stamp
+    # the plain command (git) takes the unpacked folder as it is, without git or the network
+    plain = fetch(SourcePin(repository=(tmp_path / "gone.git").as_uri(), commit=upstream.pinned), root)
+    assert plain.reused and plain.path == first.path
+    # another archive of the same commit (plain tar) replaces the copy
+    other = inference_sources.unpack_archive(_pin(upstream), _archive(upstream, upstream.pinned, tmp_path / "i.tar",
+                                                                      "tar"), root)
+    assert not other.reused and json.loads((other.path / FETCHED).read_text())["archive_sha256"] == \
+        sha256_file(tmp_path / "i.tar")
+
+
+def test_an_archive_of_another_commit_or_none_is_refused(tmp_path: Path, upstream) -> None:
+    root = tmp_path / "inference"
+    later = _archive(upstream, upstream.later, tmp_path / "later.tar.gz")
+    with pytest.raises(PodiumError) as error:
+        inference_sources.unpack_archive(_pin(upstream), later, root)
+    assert f"--archive {later} is the archive of commit {upstream.later}, not the pinned {upstream.pinned}" \
+        in error.value.message and "git archive" in error.value.fix
+    plain = tmp_path / "plain.tar.gz"   # a tarball that names no commit: not a `git archive`
+    with tarfile.open(plain, "w:gz") as tar:
+        tar.add(tmp_path / "later.tar.gz", arcname="x")
+    with pytest.raises(PodiumError, match="names no commit"):
+        inference_sources.unpack_archive(_pin(upstream), plain, root)
+    (tmp_path / "junk.tar.gz").write_text("not an archive\n")
+    with pytest.raises(PodiumError, match="is not a tar archive"):
+        inference_sources.unpack_archive(_pin(upstream), tmp_path / "junk.tar.gz", root)
+    with pytest.raises(PodiumError, match="no such file") as gone:
+        inference_sources.unpack_archive(_pin(upstream), tmp_path / "gone.tar.gz", root)
+    assert "INFERENCE_ARCHIVE" in gone.value.fix
+    no_checker = _archive(upstream, upstream.other, tmp_path / "other.tar.gz")
+    with pytest.raises(PodiumError, match=r"has no tools/submission/submission_checker/main\.py"):
+        inference_sources.unpack_archive(_pin(upstream, upstream.other), no_checker, root)
+    assert not root.exists() or [p.name for p in root.iterdir() if not p.name.endswith(".tar.gz")] == []
+
+
+def test_a_tampered_file_is_refused_by_the_fetch_and_by_preflight(tmp_path: Path, upstream,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.ops import prerequisites
+
+    archive = _archive(upstream, upstream.pinned, tmp_path / "inference.tar.gz")
+    folder = inference_sources.unpack_archive(_pin(upstream), archive, tmp_path / "inference").path
+    monkeypatch.setattr(prerequisites, "load_rules", lambda round: types.SimpleNamespace(
+        inference_sources=_pin(upstream)))
+    plan = _plan_with(folder)
+    assert prerequisites.inference_src_problems(plan) == []
+    conf = folder / "loadgen" / "mlperf.conf"
+    conf.write_text(conf.read_text().replace("1", "7"))   # the same size: only the hash tells
+    with pytest.raises(PodiumError, match="files of its manifest are missing or changed since it was unpacked "
+                                          r"\(1, e\.g\. loadgen/mlperf\.conf\)") as error:
+        inference_sources.unpack_archive(_pin(upstream), archive, tmp_path / "inference")
+    assert f"remove {folder}" in error.value.fix
+    [problem] = prerequisites.inference_src_problems(plan)
+    assert problem.where == "inference_src" and "loadgen/mlperf.conf" in problem.message
+    assert "--archive" in problem.fix
+    conf.unlink()
+    [problem] = prerequisites.inference_src_problems(plan)
+    assert "files of its manifest are missing or changed" in problem.message
+    monkeypatch.setattr(prerequisites, "load_rules", lambda round: types.SimpleNamespace(
+        inference_sources=_pin(upstream, upstream.later)))
+    (folder / "loadgen" / "mlperf.conf").write_text("*.*.qsl_rng_seed = 1\n")
+    [problem] = prerequisites.inference_src_problems(plan)
+    assert f"it is the archive of commit {upstream.pinned[:12]}, not the pinned {upstream.later[:12]}" \
+        in problem.message
+
+
+def _plan_with(inference_src: Path):
+    """A shipped plan with `inference_src` set (its own fetch section dropped: it names the source elsewhere)."""
+    import yaml
+
+    from submission.plan import model as plans
+
+    data = yaml.safe_load((Path(__file__).parents[2] / "deployments" / "plans" /
+                           "gpt-oss-120b-trtllm-k8s.yaml").read_text())
+    data.pop("fetch", None)
+    return plans.parse({**data, "inference_src": str(inference_src)})
+
+
+def test_cli_unpacks_an_archive_and_prints_the_folder_alone(tmp_path: Path, upstream,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    ws = tmp_path / "ws"
+    archive = _archive(upstream, upstream.pinned, tmp_path / "inference.tar.gz")
+    refused = runner.invoke(app, ["fetch-inference", "--archive", str(archive), "-w", str(ws)])   # the v6.1 pin
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert f"is the archive of commit {upstream.pinned}, not the pinned " \
+           f"{load_rules('v6.1').inference_sources.commit}" in refused.output
+    monkeypatch.setattr("submission.rules.load_rules", lambda round: types.SimpleNamespace(
+        inference_sources=_pin(upstream)))
+    both = runner.invoke(app, ["fetch-inference", "--archive", str(archive), "--repository", upstream.url])
+    assert both.exit_code == 2 and "--archive and --repository" in both.output
+    for said in ("unpacked from", "already there, checked"):
+        done = runner.invoke(app, ["fetch-inference", "--archive", str(archive), "-w", str(ws)])
+        assert done.exit_code == 0, done.output
+        assert done.stdout == f"{ws.resolve() / 'inference' / upstream.pinned}\n" and said in done.stderr
+
+
+def test_the_official_tools_the_suite_runs_are_accepted_as_the_round_pins_them(inference_src: Path) -> None:
+    """What `make test` unpacked (or PODIUM_INFERENCE_SRC names) is mlcommons/inference at the v6.1 pin as preflight
+    accepts it: the official checks the suite runs are the round's."""
+    from tasks.ops import prerequisites
+
+    assert prerequisites.inference_src_problems(_plan_with(inference_src)) == []

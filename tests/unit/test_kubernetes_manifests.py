@@ -3,6 +3,7 @@ a DynamoGraphDeployment. No cluster: these are the manifests `podium launch` wou
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from kubernetes.client import ApiClient
 from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
 from tasks.engines import backend
+from tasks.launchers import kubernetes_manifests as manifests
 from tasks.launchers.kubernetes import KubernetesLauncher
 from tasks.launchers.kubernetes_manifests import container, dns_name, validate
 
@@ -20,6 +22,7 @@ SETTINGS = KubernetesSettings(image="nvcr.io/nvidia/tensorrt-llm/release:1.2.0",
                               image_pull_secrets=("ngc",), node_selector={"nvidia.com/gpu.product": "B200"})
 GPT_OSS = {"version": "1.2.0", "gpus_per_node": 4, "tensor_parallel_size": 4, "expert_parallel_size": 4,
            "llm_api_options": {"enable_attention_dp": True}}
+PLANTED = "hf_plantedK8s0123456789"
 QWEN = {"version": "1.6.1", "nodes": 4, "gpus_per_node": 4, "discovery": "kubernetes", "served_model_name": "qwen3-vl",
         "prefill": {"workers": 6, "tensor_parallel_size": 2}, "decode": {"workers": 4}}
 
@@ -30,20 +33,34 @@ def _specs(engine: str, options: dict, launcher: KubernetesLauncher, model: str)
     return backend(engine).processes(options, Path(model), placement, Path("/ws/builds/x"))
 
 
-def test_trtllm_server_as_deployment_service_and_configmap(tmp_path: Path) -> None:
+def test_trtllm_server_as_deployment_service_configmap_and_secret(tmp_path: Path) -> None:
     launcher = KubernetesLauncher(tmp_path, SETTINGS, engine="trtllm")
-    specs = _specs("trtllm", GPT_OSS, launcher, "/mnt/mlperf/models/gpt-oss-120b")
+    specs = _specs("trtllm", {**GPT_OSS, "env": {"HF_TOKEN": PLANTED}}, launcher, "/mnt/mlperf/models/gpt-oss-120b")
     objects = launcher.objects(specs)   # validated: every object survives the client's models
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("ConfigMap", "podium-trtllm-files"), ("Deployment", "podium-trtllm-trtllm-server"),
-        ("Service", "podium-trtllm-trtllm-server")]
-    deployment = k8s.V1Deployment.from_dict(objects[1])
+        ("ConfigMap", "podium-trtllm-files"), ("Secret", "podium-trtllm-env"),
+        ("Deployment", "podium-trtllm-trtllm-server"), ("Service", "podium-trtllm-trtllm-server")]
+    secret = objects[1]
+    deployment = k8s.V1Deployment.from_dict(objects[2])
     pod = deployment.spec.template.spec
     [c] = pod.containers
     assert c.command == list(specs[0].argv) and c.image == SETTINGS.image
     assert c.command[c.command.index("--host") + 1] == "0.0.0.0"
     assert c.resources.limits == {"nvidia.com/gpu": "4"}
     assert "CUDA_VISIBLE_DEVICES" not in {e.name for e in c.env}   # the device plugin numbers a pod's GPUs from 0
+    # every variable is named in the pod spec and takes its value from the Secret; no value is in the pod spec
+    assert {e.name for e in c.env} == set(specs[0].env) - {"CUDA_VISIBLE_DEVICES"} and "HF_TOKEN" in specs[0].env
+    assert all(e.value is None and e.value_from.secret_key_ref.name == "podium-trtllm-env" for e in c.env)
+    refs = {e.name: e.value_from.secret_key_ref.key for e in c.env}
+    assert secret["type"] == "Opaque" and secret["stringData"][refs["HF_TOKEN"]] == PLANTED
+    assert {name: secret["stringData"][key] for name, key in refs.items()} == \
+        {k: v for k, v in specs[0].env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    assert PLANTED not in json.dumps([o for o in objects if o["kind"] != "Secret"])
+    # labelled as the ConfigMap: the label-based clean-up of a later launch removes it with the rest
+    assert secret["metadata"]["labels"] == objects[0]["metadata"]["labels"] == manifests.labels("podium-trtllm")
+    shown = manifests.shown(objects)   # what logs, dry runs and manifests.json show
+    assert PLANTED not in json.dumps(shown) and shown[1]["stringData"] == dict.fromkeys(refs.values(), "<set>")
+    assert shown[2] == objects[2] and objects[1]["stringData"][refs["HF_TOKEN"]] == PLANTED   # a copy: unchanged
     assert c.readiness_probe.http_get.path == "/health" and c.readiness_probe.http_get.port == 8000
     mounts = {m.mount_path: m for m in c.volume_mounts}
     assert mounts["/mnt/mlperf"].read_only and mounts["/dev/shm"].name == "shm"
@@ -53,7 +70,7 @@ def test_trtllm_server_as_deployment_service_and_configmap(tmp_path: Path) -> No
     assert volumes["model"].persistent_volume_claim.claim_name == "mlperf-models"
     assert volumes["shm"].empty_dir.size_limit == "64Gi"
     assert pod.node_selector == {"nvidia.com/gpu.product": "B200"} and pod.image_pull_secrets[0].name == "ngc"
-    service = k8s.V1Service.from_dict(objects[2])
+    service = k8s.V1Service.from_dict(objects[3])
     assert service.spec.selector == deployment.spec.selector.match_labels
     assert [(p.name, p.port) for p in service.spec.ports] == [("http", 8000)]
     assert specs[0].host == "podium-trtllm-trtllm-server.mlperf.svc.cluster.local"
@@ -78,6 +95,11 @@ def test_dynamo_topology_as_a_dynamo_graph_deployment(tmp_path: Path) -> None:
     env = {e["name"]: e for e in main["env"]}
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert "CUDA_VISIBLE_DEVICES" not in env and "ETCD_ENDPOINTS" not in env
+    [secret] = [o for o in launcher.objects(specs) if o["kind"] == "Secret"]
+    taken = {k: e["valueFrom"]["secretKeyRef"] for k, e in env.items() if "secretKeyRef" in e["valueFrom"]}
+    assert taken and all("value" not in e for e in env.values())   # values from the Secret or the pod's IP only
+    assert {ref["name"] for ref in taken.values()} == {secret["metadata"]["name"]}
+    assert all(ref["key"] in secret["stringData"] for ref in taken.values())
     assert {v["name"] for v in services["PrefillWorker"]["extraPodSpec"]["volumes"]} == {"model", "shm"}
     endpoint = backend("dynamo").endpoint(QWEN, Path("/m"), specs)
     assert launcher.endpoint(endpoint, _Graph(specs)).base_url == \

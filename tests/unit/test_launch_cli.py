@@ -8,11 +8,12 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission.budget import run_length, slurm_time
+from submission.budget import cost, run_length, slurm_time
 from submission.plan import model as plans
 from submission.results.runs import plan_runs
 from submission.rules import load_rules
@@ -81,7 +82,7 @@ def test_gpt_oss_kubernetes_review_has_the_manifests(tmp_path: Path) -> None:
     assert server["gpus"] == 4 and server["bind"] == "0.0.0.0"
     assert review["version"] == "tensorrt-llm 1.2.0"   # the pin: a container's engine cannot be asked
     kinds = [o["kind"] for o in review["kubernetes"]]
-    assert kinds == ["ConfigMap", "Deployment", "Service"]
+    assert kinds == ["ConfigMap", "Secret", "Deployment", "Service"]   # the Secret: the engine's env values
     yaml_text = next(iter(server["files"].values()))
     assert yaml.safe_load(yaml_text)["enable_attention_dp"] is True
     assert review["endpoint"]["base_url"] == \
@@ -149,3 +150,32 @@ def test_the_review_shows_how_each_run_is_measured(tmp_path: Path) -> None:
     gpt = launch.render(launch.reviews(plans.load(PLANS / "smoke.yaml"), tmp_path / "ws"))
     assert "measured by loadgen (Podium's SUT), 6 run(s)" in gpt and "inference-endpoint" not in gpt
     assert "gpt-oss-120b-interactive.Server.target_qps = 10" in gpt
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b-trtllm-k8s.yaml", "qwen3-vl-dynamo-75-25.yaml",
+                                  "qwen3-vl-dynamo-50-50.yaml"])
+def test_both_production_plans_dry_runs_state_each_scenarios_seconds_and_gpu_hours(name: str, tmp_path: Path) -> None:
+    """Kubernetes (gpt-oss-120b: loadgen's runs, accuracy runs and audits) as Slurm (Qwen3-VL: one client run per
+    scenario): each scenario's seconds and GPU-hours, and the whole, are the cost model's for the plan's round."""
+    plan = plans.load(PLANS / name)
+    result = runner.invoke(app, ["launch", str(PLANS / name), "--dry-run", "--workspace", str(tmp_path / "ws")])
+    assert result.exit_code == 0, result.output
+    stated = {m["scenario"]: (int(m["runs"]), int(m["s"]), float(m["gpu_hours"])) for m in re.finditer(
+        r"predicted (?P<scenario>\w+): (?P<runs>\d+) run\(s\), (?P<s>\d+) s, (?P<gpu_hours>[\d.]+) GPU-hours",
+        result.output)}
+    real = cost.real_round(plan)
+    gpus = real["gpus"]
+    expected: dict[str, list[float]] = {}
+    for run, seconds in real["runs"].items():
+        expected.setdefault(run.split("/")[2], []).append(seconds)
+    assert stated == {s: (len(v), round(sum(v)), round(sum(v) * gpus / 3600, 3)) for s, v in expected.items()}
+    total = sum(real["runs"].values())
+    assert (f"predicted in all: {len(real['runs'])} run(s), {total:.0f} s ({total / 3600:.2f} h), "
+            f"{real['gpu_hours']:g} GPU-hours on {gpus} GPUs") in result.output
+    [review] = _json(PLANS / name, tmp_path)
+    assert review["predicted"]["gpu_hours"] == real["gpu_hours"] and review["predicted"]["gpus"] == gpus
+    assert {s: t["seconds"] for s, t in review["predicted"]["scenarios"].items()} == pytest.approx(
+        {s: sum(v) for s, v in expected.items()}, abs=0.1)
+    if plan.benchmarks[0].engine.launcher == "kubernetes":   # 8 runs: 4 per scenario, their audits' own lengths
+        assert {s: n for s, (n, _, _) in stated.items()} == {"Offline": 4, "Server": 4}
+        assert "predicted Server/TEST09: 6396 samples, 733 s" in result.output

@@ -1,14 +1,18 @@
-"""submission.checks.official up to the process boundary: the real mlcommons/inference checkout cannot be fetched
-here, so each test writes a small stand-in `submission_checker` package into tmp_path that behaves like the official CLI
-(its arguments, its cwd, `ERROR:main:` log lines, `NoResults <path>`, the CSV columns, exit 0/1, and, like the real
-one, no look at result_validity). What is checked: the exact argv and cwd, the CSV and log parsing, timeouts and
-crashes, and where the two verdicts differ.
+"""submission.checks.official against the round's real checker: mlcommons/inference at the v6.1 pin (the
+`inference_src` fixture; `make test` unpacks it), on small closed trees of qwen3-vl-235b-a22b in the endpoints layout
+(tests/checker_corpus.py's reports: no loadgen run, about a third of a second per check). What is checked: the argv
+and cwd it runs with (its `--submitter` reaches it), its CSV (Podium's summary columns are its own, its results
+Podium's), its log lines read (ERROR lines, NoResults, the closing counts), a crash (a system description that is not
+JSON), a timeout, an interpreter that cannot start, and where the two verdicts differ. No stand-in: every case is one
+the real checker produces.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,144 +22,148 @@ from flows.cli import app
 from submission.checks import official
 from submission.checks.checker import CheckReport, Finding, ScenarioResult, check_tree
 from submission.checks.summary import COLUMNS
+from submission.tree.paths import Tree
+from tests.checker_corpus import ORG, QWEN, SYSTEM, qwen_scenario, system_description, write
 
-FAKE_MAIN = '''
-import argparse, csv, json, logging, os, sys, time
-from pathlib import Path
-
-logging.basicConfig(level=logging.INFO)
-log = logging.getLogger("main")
-HEAD = {columns!r}
-
-
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--input", required=True)
-    parser.add_argument("--version", default="v5.1", choices=["v5.0", "v5.1", "v6.0", "v6.1"])
-    parser.add_argument("--csv", default="summary.csv")
-    parser.add_argument("--submitter")
-    args = parser.parse_args()
-    record = os.environ.get("FAKE_CHECKER_RECORD")
-    if record:
-        Path(record).write_text(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "package": __package__}}))
-    time.sleep(float(os.environ.get("FAKE_CHECKER_SLEEP", "0")))
-    if os.environ.get("FAKE_CHECKER_CRASH"):
-        raise AttributeError("'NoneType' object has no attribute 'get'")
-    results, rows = {{}}, []
-    for folder in sorted(Path(args.input).glob("*/*/results/*/*/*")):
-        division, org, _, system, model, scenario = folder.relative_to(args.input).parts
-        perf = folder / "performance" / "run_1" / "mlperf_log_detail.txt"
-        acc = folder / "accuracy" / "accuracy.txt"
-        results[str(perf)] = None
-        if acc.is_file() and "hash=" not in acc.read_text():
-            log.error("%s: not hash value for accuracy.txt", acc)
-        elif perf.is_file() and acc.is_file():
-            results[str(perf)] = 1.0  # like the real checker, never a look at result_validity
-            rows.append({{"Organization": org, "Division": division, "Platform": system, "Model": model,
-                          "Scenario": scenario, "Result": "1.0", "Location": str(perf.parent)}})
-    with open(args.csv, "w") as out:
-        out.write(",".join(HEAD) + "\\n")
-        for row in rows:
-            out.write(",".join(f'"{{row.get(k, "")}}"' for k in HEAD) + "\\n")
-    for path, value in sorted(results.items()):
-        if value is None:
-            log.error("NoResults %s", path)
-    if any(v is None for v in results.values()):
-        log.error("SUMMARY: submission has errors")
-        return 1
-    log.info("SUMMARY: submission looks OK")
-    return 0
+SCENARIOS = ("Interactive", "Offline")   # what a closed qwen3-vl-235b-a22b result needs
+CLEAN_SUMMARY = ["Results=2, NoResults=0, Power Results=0", "Closed Results=2, Closed Power Results=0",
+                 "Open Results=0, Open Power Results=0", "Network Results=0, Network Power Results=0",
+                 "Systems=1, Power Systems=0", "Closed Systems=1, Closed Power Systems=0",
+                 "Open Systems=0, Open Power Systems=0", "Network Systems=0, Network Power Systems=0",
+                 "SUMMARY: submission looks OK"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-'''
+def qwen_tree(root: Path, change: Callable[[Path], None] | None = None) -> Path:
+    """A complete closed tree of qwen3-vl-235b-a22b (Offline and Interactive), then `change(scenario folders' parent)`
+    when given; the tree's root, resolved (the checker names files under it)."""
+    tree = Tree(root, "closed", ORG)
+    write(tree.system_json(SYSTEM), json.dumps(system_description(), indent=2) + "\n")
+    write(tree.src / "podium" / "README.md", "Podium ran this submission: `podium run plan.yaml`.\n")
+    write(tree.code(QWEN) / "README.md", f"# {QWEN}\n\nThe plan: src/podium/plan.yaml.\n")
+    write(tree.calibration, "# Calibration\n\nNo calibration: the weights are used as published.\n")
+    for sc in SCENARIOS:
+        qwen_scenario(tree, sc)
+    if change:
+        change(root.resolve() / "closed" / ORG / "results" / SYSTEM / QWEN)
+    return root.resolve()
 
 
-@pytest.fixture()
-def inference_src(tmp_path: Path) -> Path:
-    """A stand-in checkout: <src>/tools/submission/submission_checker/{__init__,main}.py."""
-    src = tmp_path / "inference"
-    package = src / "tools" / "submission" / "submission_checker"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "main.py").write_text(FAKE_MAIN.format(columns=list(COLUMNS)))
-    return src
+def failed_samples(results: Path) -> None:
+    """Three of the Interactive run's samples failed: Podium's endpoints-errors; the official checker reads no
+    failure count."""
+    path = results / "Interactive" / "performance" / "result_summary.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"n_samples_failed": 3}))
 
 
-def scenario(root: Path, name: str = "Offline", *, hashed: bool = True) -> Path:
-    folder = root / "closed" / "Org" / "results" / "sys1" / "gpt-oss-120b" / name
-    (folder / "performance" / "run_1").mkdir(parents=True)
-    (folder / "performance" / "run_1" / "mlperf_log_detail.txt").write_text("not a real log\n")
-    (folder / "accuracy").mkdir()
-    (folder / "accuracy" / "accuracy.txt").write_text("{'exact_match': 90.0}\n" + ("hash=ab12\n" if hashed else ""))
-    return folder
-
-
-def test_argv_cwd_and_csv(tmp_path: Path, inference_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tree = tmp_path / "tree"
-    scenario(tree)
-    record = tmp_path / "record.json"
-    monkeypatch.setenv("FAKE_CHECKER_RECORD", str(record))
-    theirs = official.run_official(tree, inference_src, "v6.1", tmp_path / "out" / "summary.csv", submitter="Org")
-    seen = json.loads(record.read_text())
-    assert theirs.argv == [sys.executable, "-m", "submission_checker.main", "--input", str(tree.resolve()),
-                           "--version", "v6.1", "--csv", str((tmp_path / "out" / "summary.csv").resolve()),
-                           "--submitter", "Org"]
-    assert seen["argv"] == theirs.argv[3:] and seen["package"] == "submission_checker"
-    assert seen["cwd"] == str(inference_src.resolve() / "tools" / "submission") == theirs.cwd
-    assert theirs.ok and theirs.returncode == 0 and theirs.verdict() == "submission looks OK"
-    assert theirs.summary == ["SUMMARY: submission looks OK"]   # its closing lines, kept (`podium submit` shows them)
-    assert [(r["Model"], r["Scenario"], r["Result"]) for r in theirs.rows] == [("gpt-oss-120b", "Offline", "1.0")]
-    assert list(theirs.rows[0]) == list(COLUMNS)
+def test_argv_cwd_and_csv(tmp_path: Path, inference_src: Path) -> None:
+    tree = qwen_tree(tmp_path / "tree")
+    csv_path = tmp_path / "out" / "summary.csv"
+    theirs = official.run_official(tree, inference_src, "v6.1", csv_path, submitter=ORG)
+    assert theirs.argv == [sys.executable, "-m", "submission_checker.main", "--input", str(tree), "--version", "v6.1",
+                           "--csv", str(csv_path.resolve()), "--submitter", ORG]
+    assert theirs.cwd == str(inference_src.resolve() / "tools" / "submission")
+    assert theirs.ok and theirs.returncode == 0 and theirs.verdict() == "submission looks OK", theirs.output_tail
+    assert theirs.summary == CLEAN_SUMMARY and theirs.errors == [] and theirs.no_results == []
+    assert theirs.csv_path == str(csv_path) and official.read_csv(csv_path) == theirs.rows
+    assert [list(row) for row in theirs.rows] == [list(COLUMNS)] * 2   # Podium's summary columns are the checker's
+    ours = {(r["Model"], r["Scenario"]): r for r in check_tree(tree, "v6.1").csv_rows()}
+    assert set(ours) == {(r["Model"], r["Scenario"]) for r in theirs.rows} == {(QWEN, sc) for sc in SCENARIOS}
+    for row in theirs.rows:   # the same results, in the same units
+        mine = ours[(row["Model"], row["Scenario"])]
+        assert float(mine["Result"]) == pytest.approx(float(row["Result"]), rel=1e-4) and mine["Units"] == row["Units"]
+        assert row["Location"] == str(tree / "closed" / ORG / "results" / SYSTEM / QWEN / row["Scenario"] /
+                                      "performance" / "run_1")
+    other = official.run_official(tree, inference_src, "v6.1", tmp_path / "other.csv", submitter="Other")
+    assert other.ok and other.rows == [] and other.summary[0] == "Results=0, NoResults=0, Power Results=0"
 
 
 def test_official_accepts_what_podium_rejects(tmp_path: Path, inference_src: Path) -> None:
-    tree = tmp_path / "tree"
-    folder = scenario(tree)
+    tree = qwen_tree(tmp_path / "tree", failed_samples)
     ours = check_tree(tree, "v6.1")
     theirs = official.run_official(tree, inference_src, "v6.1", tmp_path / "summary.csv")
+    assert theirs.ok and len(theirs.rows) == 2 and ours.rules() == {"endpoints-errors"}
     kinds = {d.kind: d for d in official.compare(ours, theirs)}
     assert set(kinds) == {"verdict", "accepted-by-official"}
-    assert "official: submission looks OK; Podium:" in kinds["verdict"].message
-    assert kinds["accepted-by-official"].path == str(folder.relative_to(tree))
-    assert "performance-files" in kinds["accepted-by-official"].message
+    assert kinds["verdict"].message == "official: submission looks OK; Podium: 1 error(s): endpoints-errors"
+    assert kinds["accepted-by-official"].path == f"closed/{ORG}/results/{SYSTEM}/{QWEN}/Interactive"
+    assert "endpoints-errors" in kinds["accepted-by-official"].message
+    assert not any(d.expected for d in kinds.values())
 
 
 def test_both_reject_no_difference_and_the_logs_are_read(tmp_path: Path, inference_src: Path) -> None:
-    tree = tmp_path / "tree"
-    folder = scenario(tree, hashed=False)
+    def partial(results: Path) -> None:   # the Interactive accuracy run scored 7999 of the 8000 samples
+        path = results / "Interactive" / "accuracy" / "accuracy_results.json"
+        data = json.loads(path.read_text())
+        data["accuracy_scores"][0]["total_samples"] = 7999
+        path.write_text(json.dumps(data))
+
+    tree = qwen_tree(tmp_path / "tree", partial)
+    folder = tree / "closed" / ORG / "results" / SYSTEM / QWEN / "Interactive"
     theirs = official.run_official(tree, inference_src, "v6.1", tmp_path / "summary.csv")
-    assert theirs.returncode == 1 and not theirs.ok and theirs.rows == []
-    assert theirs.no_results == [str(folder.resolve() / "performance" / "run_1" / "mlperf_log_detail.txt")]
-    assert any("not hash value for accuracy.txt" in e for e in theirs.errors)
-    assert "SUMMARY: submission has errors" in theirs.errors
-    assert official.compare(check_tree(tree, "v6.1"), theirs) == []
+    assert theirs.returncode == 1 and not theirs.ok and not theirs.crashed
+    assert [row["Scenario"] for row in theirs.rows] == ["Offline"]
+    assert theirs.no_results == [f"{folder}/performance/run_1/mlperf_log_detail.txt"]
+    assert theirs.errors == [   # in its own words (`accurcy` is its spelling)
+        f"{folder}/accuracy/mlperf_log_detail.txt accurcy run does not cover all dataset, accuracy samples: 7999, "
+        "dataset size: 8000",
+        f"Some accuracy checks Checks failed for: {folder}/accuracy/mlperf_log_detail.txt",
+        f"NoResults {folder}/performance/run_1/mlperf_log_detail.txt",
+        "SUMMARY: submission has errors"]
+    assert theirs.summary[0] == "Results=1, NoResults=1, Power Results=0" and theirs.summary[-1] == theirs.errors[-1]
+    ours = check_tree(tree, "v6.1")
+    assert ours.rules() == {"accuracy-coverage"} and official.official_rule(theirs.errors[0]) == "accuracy-coverage"
+    assert official.compare(ours, theirs) == []
+
+
+def test_both_reject_a_benchmark_without_its_required_scenarios(tmp_path: Path, inference_src: Path) -> None:
+    """Offline alone: the official checker rejects the Offline folder, Podium names the benchmark folder
+    (required-scenarios); the same verdict on the same result, so no difference."""
+    tree = qwen_tree(tmp_path / "tree", lambda results: shutil.rmtree(results / "Interactive"))
+    detail = tree / "closed" / ORG / "results" / SYSTEM / QWEN / "Offline" / "performance" / "run_1" / \
+        "mlperf_log_detail.txt"
+    theirs = official.run_official(tree, inference_src, "v6.1", tmp_path / "summary.csv")
+    assert theirs.errors == [f"{detail} does not have all required scenarios, missing ['(one of) Interactive or "
+                             "Server']", f"Some performance checks Checks failed for: {detail}",
+                             f"NoResults {detail}", "SUMMARY: submission has errors"]
+    ours = check_tree(tree, "v6.1")
+    assert [(f.rule, f.path) for f in ours.errors] == [("required-scenarios",
+                                                         f"closed/{ORG}/results/{SYSTEM}/{QWEN}")]
+    assert official.official_rule(theirs.errors[0]) == "required-scenarios"
+    assert official.compare(ours, theirs) == []
 
 
 def test_empty_tree_passes_the_official_checker_only(tmp_path: Path, inference_src: Path) -> None:
     (tmp_path / "tree").mkdir()
     theirs = official.run_official(tmp_path / "tree", inference_src, "v6.1", tmp_path / "summary.csv")
+    assert theirs.ok and theirs.rows == [] and theirs.summary[0] == "Results=0, NoResults=0, Power Results=0"
     differences = official.compare(check_tree(tmp_path / "tree", "v6.1"), theirs)
-    assert theirs.ok and [d.kind for d in differences] == ["verdict"] and "empty-tree" in differences[0].message
+    assert [d.kind for d in differences] == ["verdict"] and "empty-tree" in differences[0].message
 
 
-def test_crash_is_a_result(tmp_path: Path, inference_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    scenario(tmp_path / "tree")
-    monkeypatch.setenv("FAKE_CHECKER_CRASH", "1")
-    theirs = official.run_official(tmp_path / "tree", inference_src, "v6.1", tmp_path / "summary.csv")
-    assert theirs.crashed and not theirs.ok and theirs.verdict().startswith("crashed")
-    assert "AttributeError" in theirs.output_tail
-    assert "crash" in {d.kind for d in official.compare(check_tree(tmp_path / "tree", "v6.1"), theirs)}
+def test_crash_is_a_result(tmp_path: Path, inference_src: Path) -> None:
+    """A system description that is not JSON: the real checker stops with a traceback before its verdict."""
+    tree = qwen_tree(tmp_path / "tree")
+    (tree / "closed" / ORG / "systems" / f"{SYSTEM}.json").write_text("{not json\n")
+    theirs = official.run_official(tree, inference_src, "v6.1", tmp_path / "summary.csv")
+    assert theirs.crashed and not theirs.ok and theirs.verdict() == f"crashed (exit code {theirs.returncode})"
+    assert theirs.returncode != 0 and theirs.summary == []
+    assert theirs.output_tail.rstrip().endswith("json.decoder.JSONDecodeError: Expecting property name enclosed in "
+                                                "double quotes: line 1 column 2 (char 1)"), theirs.output_tail
+    assert "crash" in {d.kind for d in official.compare(check_tree(tree, "v6.1"), theirs)}
 
 
-def test_could_not_run(tmp_path: Path, inference_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_could_not_run(tmp_path: Path, inference_src: Path) -> None:
+    """No checker there; a timeout (1 ms: no Python starts and imports the checker that fast, however idle the
+    machine); an interpreter that cannot start. Each is OfficialCheckerUnavailable, the CLI's exit code 2."""
+    tree = qwen_tree(tmp_path / "tree")
     with pytest.raises(official.OfficialCheckerUnavailable) as missing:
-        official.run_official(tmp_path, tmp_path / "nowhere", "v6.1", tmp_path / "s.csv")
+        official.run_official(tree, tmp_path / "nowhere", "v6.1", tmp_path / "s.csv")
     assert missing.value.exit_code == 2 and "mlcommons/inference" in str(missing.value)
-    monkeypatch.setenv("FAKE_CHECKER_SLEEP", "30")
-    with pytest.raises(official.OfficialCheckerUnavailable, match="ran over 1 s"):
-        official.run_official(tmp_path, inference_src, "v6.1", tmp_path / "s.csv", timeout_s=1)
+    with pytest.raises(official.OfficialCheckerUnavailable, match=r"the official checker ran over 0\.001 s"):
+        official.run_official(tree, inference_src, "v6.1", tmp_path / "s.csv", timeout_s=0.001)
+    with pytest.raises(official.OfficialCheckerUnavailable, match=r"cannot start .*nowhere/python"):
+        official.run_official(tree, inference_src, "v6.1", tmp_path / "s.csv", python=str(tmp_path / "nowhere" /
+                                                                                           "python"))
 
 
 def test_compare_names_folders_the_official_checker_rejects() -> None:
@@ -177,17 +185,17 @@ def test_compare_names_folders_the_official_checker_rejects() -> None:
 
 
 def test_cli_runs_both_checkers(tmp_path: Path, inference_src: Path) -> None:
-    tree = tmp_path / "tree"
-    scenario(tree)
+    tree = qwen_tree(tmp_path / "tree", failed_samples)
     out = CliRunner().invoke(app, ["check", str(tree), "--inference-src", str(inference_src), "--json",
                                    "--csv", str(tmp_path / "ours.csv")])
     assert out.exit_code == 1, out.output
     data = json.loads(out.output)
     assert data["official"]["ok"] is True and data["ok"] is False
+    assert data["official"]["summary"] == CLEAN_SUMMARY
     assert {d["kind"] for d in data["differences"]} == {"verdict", "accepted-by-official"}
-    assert (tmp_path / "ours.csv").is_file() and (tmp_path / "ours.official.csv").is_file()
+    assert (tmp_path / "ours.csv").is_file() and len(official.read_csv(tmp_path / "ours.official.csv")) == 2
     text = CliRunner().invoke(app, ["check", str(tree), "--inference-src", str(inference_src)])
-    assert text.exit_code == 1 and "official checker: submission looks OK, 1 result row(s)" in text.output
+    assert text.exit_code == 1 and "official checker: submission looks OK, 2 result row(s)" in text.output
     assert "DIFFERS   accepted-by-official" in text.output
     missing = CliRunner().invoke(app, ["check", str(tree), "--inference-src", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "no official checker" in missing.output
@@ -205,9 +213,10 @@ def test_flow_check_step_runs_both(tmp_path: Path, inference_src: Path, monkeypa
 
     monkeypatch.setattr(flow, "run_logger", lambda name: Recorder())
     run = tmp_path / "run"
-    scenario(run / "submission")
+    qwen_tree(run / "submission", failed_samples)
     report = flow.check.fn(str(run / "submission"), "v6.1", "submission", str(inference_src))
-    assert not report.ok and (run / "summary.csv").is_file() and (run / "summary.official.csv").is_file()
+    assert not report.ok and report.rules() == {"endpoints-errors"}
+    assert (run / "summary.csv").is_file() and len(official.read_csv(run / "summary.official.csv")) == 2
     flow.check.fn(str(run / "submission"), "v6.1", "submission", str(tmp_path / "nowhere"))
     assert "official checker: submission looks OK" in messages
     assert any(m.startswith("DIFFERS   accepted-by-official") for m in messages)

@@ -163,3 +163,103 @@ def test_bringup_runs_the_systems_it_is_given(tmp_path: Path) -> None:
     assert [s.name for s in plans.load(only).systems] == ["cpu-smoke"]
     with pytest.raises(PlanError, match="not in"):
         cluster_plan(str(SMOKE), ["gpu-rack-9"], "c1", ws)
+
+
+# ----- the shipped Kubernetes files and plans, against what the code does -----------------------------------------
+KUBERNETES = REPO / "deployments" / "kubernetes"
+PLANS = REPO / "deployments" / "plans"
+K8S_PLAN = PLANS / "gpt-oss-120b-trtllm-k8s.yaml"
+TIME = re.compile(r"\b\d\d:\d\d:\d\d\b")   # a Slurm time as the dry run prints it (submission/budget/slurm_time.py)
+
+
+def _dry_run(plan: Path, workspace: Path) -> str:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    done = CliRunner().invoke(app, ["launch", str(plan), "--dry-run", "--workspace", str(workspace)])
+    assert done.exit_code == 0, done.output
+    return done.output
+
+
+def test_the_claims_parse_and_are_the_ones_the_plan_and_the_pool_name() -> None:
+    """Each claim file is one PersistentVolumeClaim that survives the kubernetes client's model unchanged, in the
+    plan's namespace: the models claim is the plan's `model_claim`, which every deployment on the Kubernetes pool
+    mounts at the plan's `volume_mount`, read-write for the fetch alone; the workspace claim is the pool's
+    `workspace_claim`."""
+    from kubernetes import client as k8s
+
+    settings = plans.load(K8S_PLAN).benchmarks[0].engine.kubernetes
+    claims = {}
+    for path in (KUBERNETES / "models-claim.yaml", KUBERNETES / "workspace-claim.yaml"):
+        [doc] = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        claim = k8s.V1PersistentVolumeClaim.from_dict(doc)
+        assert k8s.ApiClient().sanitize_for_serialization(claim) == doc, path   # no key the client drops
+        assert claim.kind == "PersistentVolumeClaim" and claim.metadata.namespace == settings.namespace, path
+        assert claim.spec.resources.requests["storage"], path
+        claims[path.name] = claim
+    models = claims["models-claim.yaml"]
+    assert models.metadata.name == settings.model_claim
+    assert "ReadWriteMany" in models.spec.access_modes   # the fetch writes it while other pods read it, on any node
+    pool = registration.template("kubernetes")["variables"]["properties"]
+    assert claims["workspace-claim.yaml"].metadata.name == pool["workspace_claim"]["default"]
+
+    mounted = {}
+    for d in registration.deployments():
+        if d["work_pool"]["name"] != "podium-kubernetes":
+            continue
+        variables = d["work_pool"]["job_variables"]
+        volume, mount = variables["data_volume"], variables["data_volume_mount"]
+        assert volume["persistentVolumeClaim"]["claimName"] == settings.model_claim, d["name"]
+        assert mount["mountPath"] == settings.volume_mount and mount["name"] == volume["name"], d["name"]
+        assert variables["namespace"] == settings.namespace and variables["gpus"] == 0, d["name"]
+        mounted[d["name"]] = bool(mount.get("readOnly")) and bool(volume["persistentVolumeClaim"].get("readOnly"))
+    assert mounted == {"bringup-k8s": True, "run-k8s": True, "fetch-k8s": False, "search-k8s": True,
+                       "sweep-k8s": True}
+    fetch = next(d for d in registration.deployments() if d["name"] == "fetch-k8s")
+    assert fetch["entrypoint"] == "flows.fetch:fetch" and fetch["parameters"]["plan"] == str(K8S_PLAN.relative_to(REPO))
+    assert all(item.dest.startswith(settings.volume_mount + "/") for item in plans.load(K8S_PLAN).fetches())
+
+
+@pytest.mark.parametrize("plan", sorted(p.name for p in PLANS.glob("*.yaml") if TIME.search(p.read_text())))
+def test_the_slurm_times_a_plan_states_are_the_ones_its_dry_run_prints(plan: str, tmp_path: Path) -> None:
+    """A figure in a plan's comments (the time its Slurm allocation and job need) is one the dry run prints, so a
+    change of the run-length model shows in the plans that quote it."""
+    text = (PLANS / plan).read_text()
+    stated, printed = set(TIME.findall(text)), set(TIME.findall(_dry_run(PLANS / plan, tmp_path)))
+    assert stated and stated <= printed, f"{plan} states {sorted(stated - printed)}; the dry run prints {printed}"
+
+
+@pytest.mark.parametrize("plan", sorted(p.name for p in PLANS.glob("*.yaml") if "# host_networking:" in p.read_text()))
+def test_what_a_plan_says_of_its_network_fields_is_what_preflight_and_the_dry_run_do(plan: str,
+                                                                                    tmp_path: Path) -> None:
+    """The comment over a plan's commented-out `host_networking` says either that preflight refuses the closed plan
+    until they are given (several nodes: no node can tell) or that Podium writes N/A (one node); the dry run's
+    forecast, preflight's check before the flow starts and the checker's rule for N/A agree with it."""
+    from submission.base.errors import PlanError
+    from submission.tree import systems
+    from tasks.ops.prerequisites import require_description_sources
+
+    text = (PLANS / plan).read_text()
+    comment = re.search(r"((?:^ *#.*\n)+?)(?:^ *# host_networking:)", text, re.MULTILINE).group(1)
+    loaded = plans.load(PLANS / plan)
+    [system] = loaded.systems
+    printed = _dry_run(PLANS / plan, tmp_path)
+    fields = ("host_networking", "host_networking_topology")
+    if "N/A" in comment and "refuse" not in comment:
+        assert system.nodes == 1
+        assert re.search(r"N/A \(does not apply\): .*host_networking, host_networking_topology", printed), printed
+        require_description_sources(loaded)   # nothing missing: preflight and `podium run` go on
+        desc = systems.describe(division="closed", submitter="x", system_name=system.name, status="available",
+                                system_type="datacenter", number_of_nodes=1, framework="x",
+                                overrides=dict(system.description), host={})
+        assert [desc[f] for f in fields] == ["N/A", "N/A"]
+        assert not [p for p in systems.validate(desc, division="closed", submitter="x") if p.startswith(fields)]
+    else:
+        assert "refuse" in comment, f"{plan}: say what happens without host_networking"
+        assert system.nodes > 1
+        assert re.search(r"nowhere: give systems\.0\.description\.<field>.*: host_networking, "
+                         r"host_networking_topology", printed), printed
+        with pytest.raises(PlanError) as refused:
+            require_description_sources(loaded)
+        assert all(f"systems.0.description.{f}\n" in str(refused.value) + "\n" for f in fields), refused.value

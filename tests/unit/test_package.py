@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from submission.base.errors import PlanError
-from submission.tree.package import package, verify
+from submission.tree.package import package, verify, write_tarball
 
 
 def make_tree(root: Path) -> dict[str, bytes]:
@@ -105,3 +105,53 @@ def test_cli_checks_before_packing(tmp_path: Path) -> None:
                                          str(tmp_path / "pkg"), "--name", "org-v6.1", "--embedded",
                                          "--workspace", str(tmp_path / "ws")])
     assert no_server.exit_code == 5 and "podium dev up" in no_server.output
+
+
+def _full_disk_at(call: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tarfile's addfile fails at its `call`-th entry, as a disk filling up would."""
+    real, calls = tarfile.TarFile.addfile, []
+
+    def addfile(self: tarfile.TarFile, *args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) == call:
+            raise OSError(28, "No space left on device")
+        real(self, *args, **kwargs)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", addfile)
+
+
+def test_a_tarball_is_written_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails half-way leaves the previous tarball byte for byte and no partial file beside it."""
+    tree = tmp_path / "tree"
+    make_tree(tree)
+    target = write_tarball(tree, [tree], tmp_path / "out" / "submission.tar.gz", top="submission")
+    before = target.read_bytes()
+    (tree / "closed" / "Org" / "new.txt").write_text("new\n")
+    _full_disk_at(3, monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        write_tarball(tree, [tree], target, top="submission")
+    assert target.read_bytes() == before and sorted(os.listdir(target.parent)) == ["submission.tar.gz"]
+
+
+def test_the_run_tarball_is_reproducible_and_written_whole_or_not_at_all(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tasks/tree.py's `<run folder>/submission.tar.gz`: the tree under `submission/`, the same bytes for the same
+    tree; a failure half-way leaves the previous one whole."""
+    from tasks.tree import TARBALL, assemble_tree
+    from tests.unit.test_curation import _records, make_plan
+
+    plan = make_plan()
+    folder = tmp_path / "run"
+    records = _records(folder, "r1", plan, "Offline", 1.0, valid=True, accuracy=True, ended=None)
+    systems = {"cpu-smoke": {"division": "open", "submitter": "Podium", "system_name": "cpu-smoke"}}
+    root = Path(assemble_tree.fn(plan, records, systems, str(folder), "unknown"))
+    tarball = folder / TARBALL
+    before = tarball.read_bytes()
+    assert before == write_tarball(root, [root], tmp_path / "again.tar.gz", top="submission").read_bytes()
+    with tarfile.open(tarball) as tar:
+        names = {m.name for m in tar if m.isfile()}
+    assert names == {f"submission/{p.relative_to(root).as_posix()}" for p in root.rglob("*") if p.is_file()}
+    _full_disk_at(5, monkeypatch)
+    with pytest.raises(OSError, match="No space left"):
+        assemble_tree.fn(plan, records, systems, str(folder), "unknown")
+    assert tarball.read_bytes() == before and sorted(p.name for p in folder.iterdir() if p.is_file()) == [TARBALL]

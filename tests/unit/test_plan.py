@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import copy
+import functools
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from submission.base.errors import PlanError
+from submission.base.schema import Input
 from submission.plan import model as plans
+from submission.plan.engine_options import OPTIONS as ENGINE_OPTIONS
+from submission.plan.limits import MAX_DEPTH, MAX_NODES, MAX_QPS, MAX_TOKENS
+from submission.plan.slurm_options import SlurmSettings
+from submission.results import published
 from submission.results.runs import plan_runs
-from submission.rules import load_rules
+from submission.rules import load_rules, model_rules
 
 SMOKE = Path(__file__).parents[2] / "deployments" / "plans" / "smoke.yaml"
 
@@ -220,3 +228,92 @@ def test_a_scenario_data_set_needs_its_scenario() -> None:
     del data["benchmarks"][0]["scenarios"]["Interactive"]
     message = _error(data)
     assert "benchmarks.0.dataset.scenarios.Interactive: the plan runs no Interactive" in message
+
+
+# Numbers no run has, names that are not names, nesting no plan needs (submission/plan/limits.py).
+def _models(model: type[BaseModel]) -> set[type[BaseModel]]:
+    """`model` and every model its fields' types name, at any depth."""
+    found, todo = set(), [model]
+    while todo:
+        m = todo.pop()
+        if m in found:
+            continue
+        found.add(m)
+        types = [f.annotation for f in m.model_fields.values()]
+        while types:
+            t = types.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                todo.append(t)
+            types += typing.get_args(t)
+    return found
+
+
+def test_every_model_of_a_plan_refuses_inf_and_nan() -> None:
+    models = set().union(*map(_models, [plans.Plan, SlurmSettings, *ENGINE_OPTIONS.values()]))
+    assert {plans.ScenarioSpec, plans.GatesSpec, SlurmSettings, ENGINE_OPTIONS["simulated"]} <= models
+    assert [m.__name__ for m in models if not issubclass(m, Input)] == []
+
+
+def test_the_bounds_are_above_what_they_cite() -> None:
+    rows = published.load("v6.1").results
+    assert max(r.value for r in rows) * 100 <= MAX_QPS   # the largest rate, tokens/s included, x 100
+    assert max(r.nodes for r in rows) * 1000 < MAX_NODES
+    assert max(m["max_position"] for m in model_rules()["models"].values()) * 16 < MAX_TOKENS
+
+
+def test_infinite_values_and_values_no_system_has(data: dict) -> None:
+    data["benchmarks"][0]["scenarios"]["Server"]["target_qps"] = float("inf")
+    data["compliance"]["overrides"]["TEST09"] = {"min_output_tokens": float("nan")}   # inside a mapping's values
+    data["systems"][0]["nodes"] = 10**20
+    message = _error(data)
+    assert "benchmarks.0.scenarios.Server.target_qps: inf is not a finite number" in message
+    assert "compliance.overrides.TEST09.min_output_tokens: nan is not a finite number" in message
+    assert "systems.0.nodes: 100000000000000000000 is over 1000000, more nodes than any cluster has" in message
+
+
+def test_an_answer_fits_the_reference_models_context() -> None:
+    data = _plan("gpt-oss-120b-trtllm-k8s.yaml")
+    data["benchmarks"][0]["generation"]["max_tokens"] = 131072   # config.json max_position_embeddings
+    plans.parse(copy.deepcopy(data), "plan.yaml")
+    data["benchmarks"][0]["generation"]["accuracy_max_tokens"] = 131073
+    assert "generation.accuracy_max_tokens: 131073 is over gpt-oss-120b's context of 131072 tokens" in _error(data)
+
+
+def test_engine_env_names_and_slurm_nodes_one_per_item(data: dict) -> None:
+    engine = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0", "env": {"HF_HOME": "/m", "_X1": ""}},
+              "launcher": "slurm", "slurm": {"nodelist": ["gpu01", "gpu[02-04]"]}}
+    data["benchmarks"][0]["engine"] = engine
+    plans.parse(copy.deepcopy(data), "plan.yaml")
+    for name in ("A,B", "1X", "A B", "A=B", ""):
+        engine["options"]["env"] = {name: "1"}
+        assert f"options.env: {name!r} is not an environment variable name" in _error(data)
+    engine["options"]["env"] = {}
+    for item in ("gpu01,gpu02", "gpu[01,03]", "gpu 01", ""):
+        engine["slurm"]["nodelist"] = [item]
+        assert f"slurm.nodelist: {item!r} is not one node or one range" in _error(data)
+
+
+def test_nesting_deeper_than_a_plan_needs(data: dict, tmp_path: Path) -> None:
+    data["benchmarks"][0]["engine"] = {"name": "vllm", "options": {"gpus_per_node": 1, "version": "0.31.0"}}
+    options = data["benchmarks"][0]["engine"]["options"]
+    options["mm_processor_kwargs"] = functools.reduce(lambda inner, _: {"a": inner}, range(MAX_DEPTH - 6), {})
+    assert plans.parse(copy.deepcopy(data), "plan.yaml").fingerprint()   # 32 levels: loads and serialises
+    options["mm_processor_kwargs"] = {"a": options["mm_processor_kwargs"]}
+    assert "benchmarks: nested more than 32 levels deep" in _error(data)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(SMOKE.read_text() + "cycle: &x [*x]\n")   # a YAML alias inside itself
+    with pytest.raises(PlanError, match="cycle: nested more than 32 levels deep"):
+        plans.load(plan)
+    plan.write_text(SMOKE.read_text() + "deep: " + "[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(PlanError, match=r"plan\.yaml: nested deeper than the YAML parser follows"):
+        plans.load(plan)
+
+
+def test_a_plan_that_is_not_utf8(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_bytes(SMOKE.read_bytes() + b"# caf\xe9\n")
+    lines = SMOKE.read_bytes().count(b"\n") + 1
+    with pytest.raises(PlanError) as e:
+        plans.load(plan)
+    assert str(e.value) == (f"{plan}:{lines}: not UTF-8 text: byte 0xe9 at byte {SMOKE.stat().st_size + 5}\n"
+                            "  fix: save the plan as UTF-8 (e.g. iconv -f latin1 -t utf-8)")

@@ -46,7 +46,9 @@ def test_shipped_plans_fetch_what_they_read_at_the_rounds_pins() -> None:
     pins = load_rules("v6.1").hub_pins()
     rules = load_rules("v6.1")
     k8s = plans.load(PLANS / "gpt-oss-120b-trtllm-k8s.yaml")
-    inference, model, lcb = k8s.fetches()
+    inference, model, data, lcb = k8s.fetches()
+    assert (data.dest, data.source.mlcommons_uri) == ("/mnt/mlperf/data/gpt-oss-120b", "https://inference."
+                                                      "mlcommons-storage.org/metadata/gpt-oss-data.uri")
     assert (model.dest, model.source.repo, model.revision) == (MODEL, "openai/gpt-oss-120b",
                                                                pins["openai/gpt-oss-120b"])
     assert model.dest == k8s.benchmarks[0].model.source

@@ -37,7 +37,7 @@ def test_the_test07_crash_is_named_with_its_lines_and_the_way_past_it() -> None:
     for words in ("known defect at mlcommons/inference b66003e1", "closed result with TEST07", "Its line 275",
                   "submission_checker_old.py line 3669", "compliance_check.py line 147", "no later"):
         assert words in message, words
-    assert error.final and error.exit_code == 4 and "pass --no-preprocess" in message
+    assert error.final and error.exit_code == 4 and "leave out --preprocess" in message
 
 
 def test_another_failure_is_not_called_a_known_defect() -> None:
@@ -66,4 +66,4 @@ def test_dropped_endpoints_results_are_found_and_loadgen_ones_are_not(tmp_path: 
     assert dropped == [f"{results}/{corpus.QWEN}/Interactive", f"{results}/{corpus.QWEN}/Offline"]
     message = str(PreprocessDroppedResults(dropped))
     assert "dropped 2 endpoints-layout result(s)" in message and "lines 205-230" in message
-    assert "pass --no-preprocess" in message
+    assert "leave out --preprocess" in message

@@ -356,7 +356,7 @@ s = lg.TestSettings()
 rc = s.FromConfig(sys.argv[1], sys.argv[2], sys.argv[3], 1)
 keys = ("ttft_latency", "tpot_latency", "performance_sample_count_override", "accuracy_sample_count_override",
         "qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed", "use_token_latencies", "min_duration_ms",
-        "min_query_count", "server_target_latency_ns")
+        "min_query_count", "server_target_latency_ns", "sample_concatenate_permutation")
 print(json.dumps({"rc": rc, **{k: getattr(s, k) for k in keys}}))
 """
 
@@ -388,11 +388,13 @@ def test_v61_matches_the_mlperf_conf_embedded_in_loadgen(v61: Rules, tmp_path: P
             assert (got["accuracy_sample_count_override"] or bench.dataset.size) == sc.accuracy_sample_count, where
             assert got["use_token_latencies"] == bench.use_token_latencies, where
             assert got["min_duration_ms"] == v61.min_duration_ms, where
+            assert got["sample_concatenate_permutation"] == bench.sample_concatenate_permutation, where
             if sc.ttft_ns is not None:
                 assert (got["ttft_latency"], got["tpot_latency"]) == (sc.ttft_ns, sc.tpot_ns), where
             if sc.loadgen_scenario == "Server":
                 assert got["server_target_latency_ns"] == (sc.latency_ns or 0), where
-            elif bench.offline_min_query_count is not None:
-                assert got["min_query_count"] == bench.offline_min_query_count, where
+            # mlperf.conf's Offline min_query_count where it sets one, else loadgen's own default (every Server)
+            offline = bench.offline_min_query_count if sc.loadgen_scenario == "Offline" else None
+            assert got["min_query_count"] == (offline or v61.loadgen_min_query_count), where
             checked.append(where)
     assert len(checked) == 14

@@ -123,5 +123,8 @@ def test_sampling_is_the_readmes(data: dict) -> None:
 def test_the_smoke_profile_and_the_open_division_may_deviate(data: dict) -> None:
     _options(data).pop("enable_prefix_caching")
     data["benchmarks"][0]["generation"]["temperature"] = 0
-    plans.parse({**data, "profile": "smoke"})
-    plans.parse({**data, "division": "open"})
+    closed = _error(data)   # the same plan as a closed submission: both deviations refused
+    assert "enable_prefix_caching: not set" in closed and "temperature: 0 is not the reference's sampling" in closed
+    for plan in (plans.parse({**data, "profile": "smoke"}), plans.parse({**data, "division": "open"})):
+        bench = plan.benchmarks[0]   # loaded as written, the deviations kept
+        assert bench.engine.config().enable_prefix_caching is None and bench.generation.temperature == 0

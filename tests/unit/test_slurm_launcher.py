@@ -20,16 +20,23 @@ from tasks.launchers import launcher, slurm_stage
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.slurm import SlurmLauncher
 
+PLANTED = "hf_plantedSrun0123456789"
 SERVER = ProcessSpec(role="server", name="vllm-server", argv=("vllm", "serve", "/models/m", "--port", "8000"),
-                     env={"VLLM_NIXL_SIDE_CHANNEL_PORT": "5601", "UCX_TLS": "rc,cuda_copy"}, port=8000)
+                     env={"VLLM_NIXL_SIDE_CHANNEL_PORT": "5601", "UCX_TLS": "rc,cuda_copy", "HF_TOKEN": PLANTED},
+                     port=8000)
 
 
 def test_a_process_without_gpus_overlaps_the_others() -> None:
+    """The environment goes by name: every value (a token, a port, one holding a comma) stays off the command line;
+    srun reads it from its own environment, which the launcher sets (tests/integration/test_slurm.py)."""
     argv = cli.srun_argv(SlurmSettings(), "42", SERVER, ["node3"], "podium-1a2b-vllm-server")
     assert argv == ["srun", "--jobid=42", "--job-name=podium-1a2b-vllm-server", "--nodes=1", "--nodelist=node3",
                     "--ntasks=1", "--overlap", "--immediate=120", "--unbuffered", "--kill-on-bad-exit=1",
-                    "--export=ALL,UCX_TLS,VLLM_NIXL_SIDE_CHANNEL_PORT=5601",
+                    "--export=ALL,HF_TOKEN,UCX_TLS,VLLM_NIXL_SIDE_CHANNEL_PORT",
                     "vllm", "serve", "/models/m", "--port", "8000"]
+    review = cli.review(SlurmSettings(), [SERVER])   # what the dry run shows of the step
+    assert review["srun"]["vllm-server"][10] == "--export=ALL,HF_TOKEN,UCX_TLS,VLLM_NIXL_SIDE_CHANNEL_PORT"
+    assert PLANTED not in repr(review)
 
 
 def test_a_gpu_process_takes_its_own_gpus() -> None:
@@ -39,7 +46,7 @@ def test_a_gpu_process_takes_its_own_gpus() -> None:
     assert argv[6:12] == ["--exact", "--gpus=2", "--cpus-per-gpu=8", "--immediate=31", "--unbuffered",
                           "--kill-on-bad-exit=1"]
     assert "--overlap" not in argv
-    assert argv[12] == "--export=ALL,CUDA_VISIBLE_DEVICES"   # a comma: by name, from srun's environment
+    assert argv[12] == "--export=ALL,CUDA_VISIBLE_DEVICES"   # by name, from srun's environment
 
 
 def test_a_server_of_mpi_ranks_over_two_nodes() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import socket
 import tarfile
 from collections.abc import Iterator
@@ -88,9 +89,11 @@ def test_what_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert settings.out == tmp_path / "tree.submit"
     with pytest.raises(PlanError, match="--inference-src DIR"):   # a real upload: the official checker must run
         settings.require()
+    SubmitSettings.make(tmp_path / "tree", inference_src=src).require()   # preprocess_submission.py only if asked
     with pytest.raises(OfficialCheckerUnavailable, match=r"no preprocess_submission\.py"):
-        SubmitSettings.make(tmp_path / "tree", inference_src=src).require()
-    SubmitSettings.make(tmp_path / "tree", inference_src=src, preprocess=False).require()
+        SubmitSettings.make(tmp_path / "tree", inference_src=src, preprocess=True).require()
+    with pytest.raises(PlanError, match=r"--preprocess runs the round's preprocess_submission\.py from a checkout"):
+        SubmitSettings.make(tmp_path / "tree", test_upload=True, preprocess=True).require()
     test = SubmitSettings.make(tmp_path / "tree", test_upload=True)
     test.require()
     assert test.steps_skipped() == {"preprocess": "skipped: no --inference-src (--test-upload)",
@@ -105,17 +108,66 @@ def test_what_is_refused_before_anything_starts(tmp_path: Path) -> None:
         SubmitSettings.make(tmp_path / "tree", test_upload=True, server="submissions-ui.mlcommons.org").require()
 
 
-def test_the_id_comes_from_the_environment_else_the_secret_block() -> None:
-    blocks = {"mlperf-submitter-id": "from-the-block"}
-    found = identity.find("MLPERF_SUBMITTER_ID", "mlperf-submitter-id", {"MLPERF_SUBMITTER_ID": " from-env\n"},
-                          blocks.get)
+def test_preprocess_runs_only_when_asked_and_the_closing_line_says_what_ran(tmp_path: Path) -> None:
+    """The round's preprocess_submission.py is optional (the submission guide; MLCommons' automation runs it only
+    when asked): a submit leaves it out unless --preprocess, and its closing line names each check that ran, with
+    the official verdict, and each that did not, with why."""
+    from tasks.submit.record import Official, Record
+
+    make_tree(tmp_path / "tree")
+    src = tmp_path / "inference"
+    settings = SubmitSettings.make(tmp_path / "tree", inference_src=src, dry_run=True)
+    assert settings.preprocess is False and settings.steps_skipped() == {
+        "preprocess": "skipped: optional in the submission guide, not asked for (--preprocess runs it)"}
+    assert SubmitSettings.make(tmp_path / "tree", inference_src=src, preprocess=True).steps_skipped() == {}
+    tarball = final_tarball(tmp_path / "tree", tmp_path / "tree.submit" / "submission.tar.gz")
+    record = Record(tree=str(settings.tree), out=str(settings.out), server=settings.server, round="v6.1",
+                    test_upload=True, dry_run=True, skipped=settings.steps_skipped(), podium_check="no errors",
+                    official=Official(verdict="submission looks OK", summary=[], errors=0, csv="x.csv"),
+                    tarball=tarball)
+    assert record.outcome() == (f"dry run: nothing uploaded; the TEST upload would send {tarball.path}; ran Podium's "
+                                "checker, the official checker (submission looks OK); not run: "
+                                "preprocess_submission.py, optional in the submission guide, not asked for "
+                                "(--preprocess runs it)")
+    assert record.lines()[-1] == record.outcome()
+    untested = record.model_copy(update={"official": None, "skipped": SubmitSettings.make(
+        tmp_path / "tree", test_upload=True).steps_skipped()})
+    assert untested.outcome().endswith("; ran Podium's checker; not run: preprocess_submission.py and the official "
+                                       "checker, no --inference-src (--test-upload)")
+    failed = record.model_copy(update={"error": "the official checker: submission has errors"})
+    assert failed.outcome() == (f"submit failed: the official checker: submission has errors; the tarball stays at "
+                                f"{tarball.path}")
+
+
+def test_the_cli_refuses_preprocess_without_the_official_sources(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    make_tree(tmp_path / "tree")
+    refused = CliRunner().invoke(app, ["submit", str(tmp_path / "tree"), "--test-upload", "--preprocess",
+                                       "--workspace", str(tmp_path / "ws")])
+    assert refused.exit_code == 2 and "--preprocess runs the round's preprocess_submission.py" in refused.output
+    assert "fix: pass --inference-src DIR" in refused.output and not (tmp_path / "tree.submit").exists()
+
+
+@pytest.mark.integration   # the session's Prefect server (tests/conftest.py)
+def test_the_id_comes_from_the_environment_else_the_secret_block(prefect_server: None) -> None:
+    """A real Prefect Secret block on the session's Prefect server, read the way `podium submit` reads it (no loader
+    given): the environment variable wins over it, the block is read when the variable is empty, and a block that is
+    not there is named with the variable in one error."""
+    from prefect.blocks.system import Secret
+
+    block, other = (f"submitter-id-{secrets.token_hex(4)}" for _ in range(2))
+    Secret(value="from-the-block").save(block)
+    found = identity.find("MLPERF_SUBMITTER_ID", block, {"MLPERF_SUBMITTER_ID": " from-env\n"})
     assert (found.value.get_secret_value(), found.source) == ("from-env", "environment variable MLPERF_SUBMITTER_ID")
     assert "from-env" not in repr(found)   # a SecretStr: its repr hides it
-    found = identity.find("MLPERF_SUBMITTER_ID", "mlperf-submitter-id", {}, blocks.get)
-    assert (found.value.get_secret_value(), found.source) == ("from-the-block", "Prefect Secret block "
-                                                                                "'mlperf-submitter-id'")
-    with pytest.raises(PlanError, match="MY_ID is not set and there is no Prefect Secret block 'other'"):
-        identity.find("MY_ID", "other", {"MY_ID": ""}, blocks.get)
+    found = identity.find("MLPERF_SUBMITTER_ID", block, {"MLPERF_SUBMITTER_ID": " "})
+    assert (found.value.get_secret_value(), found.source) == ("from-the-block", f"Prefect Secret block '{block}'")
+    assert "from-the-block" not in repr(found)
+    with pytest.raises(PlanError, match=f"MY_ID is not set and there is no Prefect Secret block '{other}'"):
+        identity.find("MY_ID", other, {"MY_ID": ""})
 
 
 @pytest.fixture()
@@ -207,3 +259,30 @@ def test_a_put_that_meets_a_transient_failure_is_sent_again_to_the_same_url(fake
     with pytest.raises(UploadError, match=r"the upload to 127\.0\.0\.1:[0-9]+ failed: HTTP 503"):
         server.upload(fake.url, tarball, SecretStr(ID), say=lambda line: None)
     assert [r.method for r in fake.requests] == ["POST", "PUT", "PUT", "PUT"] and fake.checked == ["sub-1"]
+
+
+@pytest.mark.parametrize("url", ["http://submissions-ui.mlcommons.org", "http://10.0.0.5:8080", "ftp://127.0.0.1/x",
+                                 "submissions-ui.mlcommons.org", "http://127.0.0.1.example", "https://"])
+def test_the_submitter_id_goes_over_https_only(url: str, tarball: Path) -> None:
+    """Plain http (or no URL) is refused before anything is sent, by `podium submit`'s settings and by the upload
+    itself (a PlanError, not a failed call)."""
+    with pytest.raises(PlanError, match="is not an https URL: the submitter id goes to a submission server over "
+                                        r"https only \(plain http only to this host") as refused:
+        server.upload(url, tarball, SecretStr(ID))
+    assert refused.value.fix == f"e.g. --server {server.DEFAULT_URL}"
+    with pytest.raises(PlanError, match="is not an https URL"):
+        SubmitSettings.make(tarball.parent.parent / "tree", test_upload=True, server=url).require()
+
+
+def test_a_local_stand_in_may_be_http(fake: FakeSubmissionServer) -> None:
+    """https anywhere, plain http to this host's loopback only: a name that merely starts like one is another host."""
+    allowed = (server.DEFAULT_URL, fake.url, f"http://localhost:{fake.port}", "http://[::1]:8000")
+    lookalikes = ("http://localhost.example.com", "http://127.0.0.1.nip.io:8000", "http://[::2]:8000",
+                  "ftp://127.0.0.1/")
+    refused = []
+    for url in allowed + lookalikes:
+        try:
+            server.check_server(url)
+        except PlanError:
+            refused.append(url)
+    assert refused == list(lookalikes)

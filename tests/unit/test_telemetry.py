@@ -305,17 +305,33 @@ def test_the_results_row_carries_gpu_use_per_role_and_peak_kv_use(tmp_path: Path
     assert (row["gpu_util"], row["kv_cache_peak"]) == (None, None)   # no telemetry: empty cells
 
 
-def test_loadgens_measured_phase_is_read_in_utc(tmp_path: Path) -> None:
+@pytest.fixture()
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """The host's time zone at UTC+05:45 (a POSIX TZ rule: no zone files needed) for one test, restored after;
+    yields the zone's offset in seconds."""
+    monkeypatch.setenv("TZ", "NPT-05:45")
+    time.tzset()
+    try:
+        yield 5 * 3600 + 45 * 60
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_loadgens_measured_phase_is_read_in_utc(tmp_path: Path, far_from_utc: int) -> None:
     """power_begin..power_end of the detail log, which loadgen writes in UTC whatever the host's time zone."""
     from datetime import UTC, datetime
 
-    from submission.results.logs import DETAIL_FILE, measured_window
+    from submission.results.logs import DETAIL_FILE, POWER_FORMAT, measured_window
 
+    begin = datetime(2026, 12, 6, 8, 52, 29, 164000, tzinfo=UTC).timestamp()
+    end = datetime(2026, 12, 6, 8, 52, 33, 252000, tzinfo=UTC).timestamp()
+    # in this zone the same text read as local time lands 5 h 45 min early: a local-time parse cannot pass
+    assert begin - datetime.strptime("12-06-2026 08:52:29.164", POWER_FORMAT).timestamp() == far_from_utc
     meta = {"is_error": False, "is_warning": False, "file": "loadgen.cc", "line_no": 1, "pid": 1, "tid": 1}
     (tmp_path / DETAIL_FILE).write_text("".join(
         ":::MLLOG " + json.dumps({"key": key, "value": value, "time_ms": 1.0, "namespace": "mlperf::logging",
                                   "event_type": "POINT_IN_TIME", "metadata": meta}) + "\n"
         for key, value in (("power_begin", "12-06-2026 08:52:29.164"), ("power_end", "12-06-2026 08:52:33.252"))))
-    assert measured_window(tmp_path) == (datetime(2026, 12, 6, 8, 52, 29, 164000, tzinfo=UTC).timestamp(),
-                                         datetime(2026, 12, 6, 8, 52, 33, 252000, tzinfo=UTC).timestamp())
+    assert measured_window(tmp_path) == (begin, end)
     assert measured_window(tmp_path / "none") is None

@@ -62,13 +62,13 @@ class SmokeBackend(EngineBackend):
 
     def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:
-        o = self.options(options)   # SmokeOptions: the device alone; any other option is refused, by name
+        o = self.options(options)   # SmokeOptions: the device and env; any other option is refused, by name
         port, server = placement.ports[0], f"{self.name}-server"
         argv = (_cli(), "serve", str(model_dir), *self.serve_flags, "--device", o.device,
                 "--host", placement.bind_host(0), "--port", str(port), "--log-level", "warning")
         ready = (HttpProbe("/health"), HttpProbe(self.ready_path, {"model": str(model_dir), **self.ready_body}))
-        gpu = {"gpus": 1, "gpu_ids": (0,), "env": {**ENGINE_ENV, "CUDA_VISIBLE_DEVICES": "0"}} \
-            if o.device == "cuda" else {"env": dict(ENGINE_ENV)}
+        gpu = {"gpus": 1, "gpu_ids": (0,), "env": {**ENGINE_ENV, "CUDA_VISIBLE_DEVICES": "0", **o.env}} \
+            if o.device == "cuda" else {"env": {**ENGINE_ENV, **o.env}}
         return [ProcessSpec(role="server", name=server, argv=argv, host=placement.address(0, server), port=port,
                             probes=ready, bind=placement.bind, **gpu)]
 
