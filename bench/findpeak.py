@@ -33,7 +33,7 @@ def main(run_dir: Path) -> None:
 
     spec = RunSpec.model_validate_json((run_dir / "run.json").read_text())
     data = json.loads((run_dir / "endpoint.json").read_text())
-    endpoint = Endpoint(**{**data, "drop_fields": frozenset(data["drop_fields"])})
+    endpoint = Endpoint.from_client(data)
     requests = build_requests(spec.benchmark, spec.dataset, "performance", max_tokens=spec.max_tokens,
                               temperature=spec.temperature)
     (run_dir / "user.conf").write_text(spec.user_conf_text())

@@ -22,7 +22,7 @@ QUICKSTARTS = ("quickstart-local.md", "quickstart-slurm.md", "quickstart-kuberne
 SHELL = ("bash", "sh", "shell", "console")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)   # fenced blocks and code spans
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
-NOT_RUN = re.compile(r"<!--\s*not run by the tests:\s*(.*?)\s*-->\s*\Z", re.DOTALL)
+NOT_RUN = re.compile(r"<!--\s*not run by the tests:\s*((?:(?!-->).)*?)\s*-->\s*\Z", re.DOTALL)   # one comment
 STEP = re.compile(r"^## (\d+)\. (.+)$", re.MULTILINE)
 
 

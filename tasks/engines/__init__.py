@@ -105,8 +105,20 @@ def watched(specs: list[ProcessSpec], nodes: tuple[str, ...], **more: Any) -> Wa
 
 
 @dataclass(frozen=True)
+class Replica:
+    """One of an engine's independent serving replicas (`engine.replicas` in the plan): its name (`replica-<i>`), the
+    base URL the head reaches it at, the node it runs on (by name) and the GPU ids it holds there."""
+
+    name: str
+    base_url: str
+    node: str = ""
+    gpu_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Endpoint:
-    """What the load generator talks to."""
+    """What the load generator talks to. With `replicas`, the system is those independent replicas and the head's
+    dispatch (tasks/harness) spreads the samples over them; `base_url` is then the first replica's."""
 
     base_url: str
     model: str                     # the `model` field of every request
@@ -120,11 +132,19 @@ class Endpoint:
     token_ids_in: str = "choice"   # where a streamed chunk carries them: choices[].token_ids ("choice") or
     #                                nvext.completion_token_ids ("nvext", Dynamo)
     watched: Watched = Watched()   # what each run's telemetry reads besides `base_url`'s metrics (the launcher's)
+    replicas: tuple[Replica, ...] = ()   # () : one serving instance at `base_url`
 
     def for_client(self) -> dict[str, Any]:
         """What a measuring client is given, as JSON (`watched` is telemetry's, not the client's)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "watched"}
-        return data | {"drop_fields": sorted(self.drop_fields)}
+        replicas = [dataclasses.asdict(r) for r in self.replicas]
+        return data | {"drop_fields": sorted(self.drop_fields), "replicas": replicas}
+
+    @classmethod
+    def from_client(cls, data: dict[str, Any]) -> Endpoint:
+        """The endpoint `for_client` gave, read back (in a measuring client's process)."""
+        replicas = tuple(Replica(**{**r, "gpu_ids": tuple(r.get("gpu_ids", ()))}) for r in data.get("replicas", ()))
+        return cls(**{**data, "drop_fields": frozenset(data["drop_fields"]), "replicas": replicas})
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,7 @@ def requests_for(setup: dict):
 def client_for(setup: dict, max_concurrency: int):
     """The streaming client of one run with at most `max_concurrency` requests in flight: the run's own, or one
     worker's share."""
-    data = json.loads(setup["endpoint"])
-    endpoint = Endpoint(**{**data, "drop_fields": frozenset(data["drop_fields"])})
+    endpoint = Endpoint.from_client(json.loads(setup["endpoint"]))
     return client_of(RunSpec.model_validate_json(setup["spec"]), endpoint, max_concurrency)
 
 

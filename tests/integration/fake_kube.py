@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from tests.integration.fake_kube_wire import from_protobuf, openapi_v3, tls_context
 from tests.local_http import LocalServer
 
 TOKEN = "podium-test-token"
@@ -94,26 +95,40 @@ def matches(labels: dict[str, str], selector: str) -> bool:
     return all(labels.get(k) == v if eq else t in labels for t in terms for k, eq, v in [t.partition("=")])
 
 
-def _resources(*names: tuple[str, str, bool, str]) -> list[dict]:
-    return [{"name": name, "singularName": "", "kind": kind, "namespaced": namespaced, "verbs": verbs.split()}
-            for name, kind, namespaced, verbs in names]
+# The resources the fake serves, as discovery and the OpenAPI documents name them: (group, version, plural, kind,
+# namespaced); a subresource's verbs are `get` alone
+RESOURCES = [("", "v1", plural, kind, namespaced) for plural, kind, namespaced in (
+    ("namespaces", "Namespace", False), ("nodes", "Node", False), ("pods", "Pod", True), ("pods/log", "Pod", True),
+    ("events", "Event", True), ("serviceaccounts", "ServiceAccount", True), ("secrets", "Secret", True),
+    ("configmaps", "ConfigMap", True), ("services", "Service", True),
+    ("persistentvolumeclaims", "PersistentVolumeClaim", True))] + [
+    ("apps", "v1", "deployments", "Deployment", True), ("batch", "v1", "jobs", "Job", True),
+    *(("rbac.authorization.k8s.io", "v1", plural, kind, namespaced) for plural, kind, namespaced in (
+        ("roles", "Role", True), ("rolebindings", "RoleBinding", True), ("clusterroles", "ClusterRole", False),
+        ("clusterrolebindings", "ClusterRoleBinding", False)))]
+VERBS_OF = ["create", "delete", "get", "list", "patch", "watch"]
 
 
-# What discovery answers: the API groups and resources the clients of the tests resolve (kopf, in the Prefect worker's
-# observer, reads these before it watches)
-DISCOVERY = {
-    "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
-    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": _resources(
-        ("pods", "Pod", True, "create delete get list watch"), ("pods/log", "Pod", True, "get"),
-        ("events", "Event", True, "create get list watch"), ("nodes", "Node", False, "get list watch"),
-        ("namespaces", "Namespace", False, "create get list watch"))},
-    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-        {"name": "batch", "versions": [{"groupVersion": "batch/v1", "version": "v1"}],
-         "preferredVersion": {"groupVersion": "batch/v1", "version": "v1"}}]},
-    "/apis/batch/v1": {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": _resources(
-        ("jobs", "Job", True, "create delete get list watch"))},
-    "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0"},
-}
+def _discovery() -> dict[str, dict]:
+    """What discovery answers: /api, /apis and each group version's resources (kopf in the Prefect worker's observer
+    and kubectl read them before anything else)."""
+    docs: dict[str, dict] = {"/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+                             "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0"}}
+    groups: dict[str, dict] = {}
+    for group, version, plural, kind, namespaced in RESOURCES:
+        gv = f"{group}/{version}" if group else version
+        doc = docs.setdefault(f"/apis/{gv}" if group else f"/api/{gv}",
+                              {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": []})
+        doc["resources"].append({"name": plural, "singularName": "", "kind": kind, "namespaced": namespaced,
+                                 "verbs": ["get"] if "/" in plural else VERBS_OF})
+        if group:
+            groups[group] = {"name": group, "versions": [{"groupVersion": gv, "version": version}],
+                             "preferredVersion": {"groupVersion": gv, "version": version}}
+    docs["/apis"] = {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())}
+    return docs
+
+
+DISCOVERY = _discovery() | openapi_v3([r for r in RESOURCES if "/" not in r[2]])
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy(/.*)$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
@@ -300,9 +315,11 @@ class Handler(BaseHTTPRequestHandler):
                           "message": message, "code": code})
 
     def _read(self) -> tuple[bytes, Any]:
-        """The request's body, raw and as JSON (None when it is none)."""
+        """The request's body, raw and as JSON (None when it is none; a protobuf body read into its JSON object)."""
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if "protobuf" in (self.headers.get("Content-Type") or ""):
+            return raw, from_protobuf(raw)
         try:   # the client sends JSON bodies without a Content-Type
             return raw, json.loads(raw) if raw else None
         except ValueError:
@@ -450,15 +467,28 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class FakeApiServer(LocalServer):
-    def __init__(self) -> None:
+    """`tls_dir`: HTTPS, with a certificate made there for 127.0.0.1 (kubectl sends a bearer token over TLS only);
+    the kubeconfig names it as the CA, and `ca_file` is it, for a client configured by hand."""
+
+    def __init__(self, tls_dir: Path | None = None) -> None:
         self.cluster = FakeCluster()
         handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
         super().__init__(handler)
+        self.ca_file: Path | None = None
+        if tls_dir is not None:
+            context, self.ca_file = tls_context(tls_dir)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.ca_file else 'http'}://{self.host}"
 
     def kubeconfig(self, path: Path, token: str = TOKEN) -> Path:
+        ca = {"certificate-authority-data": base64.b64encode(self.ca_file.read_bytes()).decode()} \
+            if self.ca_file else {}
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.url, **ca}}],
             "users": [{"name": "podium", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "podium"}}]}))
         return path

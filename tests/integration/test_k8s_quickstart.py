@@ -1,19 +1,20 @@
 """docs/quickstart-kubernetes.md, followed as far as a recording fake API server allows
-(tests/integration/fake_kube.py: it keeps objects and authorises as RBAC does; nothing schedules or runs): the
-namespace, deployments/kubernetes/rbac.yaml and the two claims applied from their files as the admin, the work pool
-registered from its JSON on a real Prefect server and the run-k8s deployment's Job rendered from it; then every
-command the page does not mark as not run, in its order, with bash: `prefect deploy` of every deployment on the
-Kubernetes pool onto that Prefect server (the fetch's Job rendered from what the server stored: the models claim
-read-write), the dry run, preflight on this host and, with `--nodes`, against the fake API as the `podium` account
-(its rights asked, the model's claim read, the engine's node described from a pod); PLAN pinned to the plan with its
-/mnt/mlperf sources in a temporary folder and the fake API's kubeconfig. Then, as the `podium` account, the plan's
-trtllm server launched and stopped, every call one the Role grants."""
+(tests/integration/fake_kube.py, over TLS for kubectl: it keeps objects and authorises as RBAC does; nothing schedules
+or runs): every command the page does not mark as not run, in its order, with bash: kubectl as the cluster's admin
+(the namespace, deployments/kubernetes/rbac.yaml, the two claims, the storage Secret), `podium setup` and one pass of
+the Prefect worker as rbac.yaml's `prefect-worker` account on a real Prefect server, `prefect deploy` of every
+deployment on the Kubernetes pool (the run-k8s and fetch Jobs rendered from what the server stored), the dry run,
+preflight on this host and, with `--nodes`, against the fake API as the `podium` account (its rights asked, the
+model's claim read, the engine's node described from a pod); PLAN pinned to the plan with its /mnt/mlperf sources in a
+temporary folder and the fake API's kubeconfig, PREFECT_API_URL to the session's server. Then, as the `podium`
+account, the plan's trtllm server launched and stopped, every call one the Role grants."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import shutil
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -22,8 +23,6 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from kubernetes import client as k8s
-from kubernetes import utils as k8s_utils
 
 from submission.plan import model as plans
 from tasks.engines import backend
@@ -31,7 +30,7 @@ from tasks.launchers import launched, placement_for
 from tasks.ops import registration
 from tasks.ops.kube_checks import describe_engine_node
 from tasks.serving.launch import make_launcher, model_dir_for
-from tests.integration.fake_kube import TOKEN, FakeApiServer, attributes, node
+from tests.integration.fake_kube import DISCOVERY, TOKEN, FakeApiServer, attributes, node
 from tests.integration.fake_registry import FakeRegistry
 from tests.local_http import LocalServer
 from tests.manual import DOCS, Runner, bare, checkout, runnable, runner_env
@@ -82,8 +81,9 @@ def test_the_quickstart_names_real_files_and_commands() -> None:
     doc = PAGE.read_text()
     for path in ("deployments/kubernetes/rbac.yaml", "deployments/kubernetes/Dockerfile", str(PLAN.relative_to(REPO)),
                  "deployments/kubernetes/models-claim.yaml", "deployments/kubernetes/workspace-claim.yaml",
-                 "deployments/prefect.yaml", "deployments/work-pools/kubernetes.json"):
+                 "deployments/prefect.yaml"):
         assert path in doc and (REPO / path).is_file(), path
+    assert "`deployments/work-pools/*.json`" in doc and (REPO / "deployments/work-pools/kubernetes.json").is_file()
     steps = ["kubectl create namespace mlperf", "kubectl apply -f deployments/kubernetes/rbac.yaml",
              "create -f deployments/kubernetes/models-claim.yaml", "create secret generic podium-s3",
              f"export PLAN={PLAN.relative_to(REPO)}",
@@ -104,31 +104,26 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
     plan = plans.load(PLAN)
     bench = plan.benchmarks[0]
     settings = bench.engine.kubernetes
-    with FakeApiServer() as api, FakeRegistry() as registry:
+    (tmp_path / "tls").mkdir()
+    with FakeApiServer(tls_dir=tmp_path / "tls") as api, FakeRegistry() as registry:
         # the cluster's GPU node, as the plan's node_selector names it, and the engine image in a registry, built for
         # its architecture: what plain preflight asks of both
         api.cluster.nodes = [node("gb200-node-1", "arm64", dict(settings.node_selector))]
         registry.registry.push_index(IMAGE, "1.2.0", ["linux/amd64", "linux/arm64"])
-        # 1. namespace and rights, as the cluster's admin
-        admin = k8s.ApiClient(_config(api.url, TOKEN))
-        k8s.CoreV1Api(admin).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=settings.namespace)))
-        k8s_utils.create_from_yaml(admin, yaml_objects=docs)
-        assert {("serviceaccounts", "podium"), ("roles", "podium-launcher"), ("rolebindings", "podium-launcher"),
-                ("serviceaccounts", "prefect-worker"), ("roles", "podium-worker"),
-                ("rolebindings", "podium-worker"), ("clusterroles", "podium-nodes"),
-                ("clusterrolebindings", "podium-nodes")} <= set(api.cluster.objects)
         [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
-        # 2. the models' claim, the one the plan names, and the flow pod's workspace claim, from the shipped files
-        for claim in (MODELS_CLAIM, REPO / "deployments" / "kubernetes" / "workspace-claim.yaml"):
-            k8s_utils.create_from_yaml(admin, str(claim))
-        assert {("persistentvolumeclaims", settings.model_claim),
+        token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
+        _the_pages_commands(api, token, tmp_path, f"{registry.host}/{IMAGE}:1.2.0")
+        # 1-3. what the page's kubectl commands made, as the cluster's admin: the namespace, rbac.yaml's objects, the
+        # models' claim the plan names and the flow pod's workspace claim, the storage Secret
+        made = {(d["kind"].lower() + "s", d["metadata"]["name"]) for d in docs}
+        assert made <= set(api.cluster.objects), made - set(api.cluster.objects)
+        assert {("namespaces", settings.namespace), ("persistentvolumeclaims", settings.model_claim),
                 ("persistentvolumeclaims", "podium-workspace")} <= set(api.cluster.objects)
         assert api.cluster.objects[("persistentvolumeclaims", settings.model_claim)]["metadata"]["namespace"] == \
             settings.namespace
-        token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])
-
-        _check_flow_job(settings, bench, account)   # 9: the pool the page's `podium setup` registers
-        _the_pages_commands(api, token, tmp_path, f"{registry.host}/{IMAGE}:1.2.0")
+        secret = api.cluster.objects[("secrets", "podium-s3")]
+        assert set(secret["data"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN"}
+        _check_flow_job(settings, bench, account)   # 6: the pool the page's `podium setup` registered
         _launch_as_podium(api, token, plan, tmp_path, stand_in)
 
 
@@ -156,25 +151,48 @@ def _site_plan(folder: Path, kubeconfig: Path, image: str) -> Path:
 
 
 def _the_pages_commands(api: FakeApiServer, token: str, tmp_path: Path, image: str) -> None:
-    """Steps 4 to 9 as the page has them: every command it does not mark as not run, in its order; then what the
-    page's `prefect deploy` stored on the server."""
+    """Every command the page does not mark as not run, in its order: kubectl as the cluster's admin, the worker of
+    step 6 as rbac.yaml's `prefect-worker` account for one pass (`--run-once`: it starts, registers with the pool and
+    starts its observer, then stops); then what the page's `podium setup` and `prefect deploy` stored on the
+    server."""
     from prefect.client.orchestration import get_client
 
+    assert shutil.which("kubectl"), "kubectl is not installed: the page's steps 1 to 3 run it (1.27 or later: the " \
+                                    "server validates the fields)"
     root = checkout(tmp_path / "checkout")
     plan = _site_plan(tmp_path / "site", api.kubeconfig(tmp_path / "kubeconfig", token), image)
-    env = runner_env(PLAN=str(plan), AWS_ACCESS_KEY_ID="AKIAQUICKSTART", AWS_SECRET_ACCESS_KEY="quickstart-secret")
-    runner = Runner(root, env, pinned=frozenset({"PLAN"}))
+    worker = api.cluster.sa_token("mlperf", "prefect-worker")
+    worker_config = api.kubeconfig(tmp_path / "worker-kubeconfig", worker)
+    env = runner_env(PLAN=str(plan), KUBECONFIG=str(api.kubeconfig(tmp_path / "admin-kubeconfig", TOKEN)),
+                     AWS_ACCESS_KEY_ID="AKIAQUICKSTART", AWS_SECRET_ACCESS_KEY="quickstart-secret")
+    runner = Runner(root, env, pinned=frozenset({"PLAN", "PREFECT_API_URL"}))   # the session's Prefect server
     commands = runnable(PAGE)
-    out = {bare(c): runner.run(c, timeout_s=240).stdout for c in commands}
-    assert runner.ran == commands and len(commands) == 6, commands
-    assert re.fullmatch(r"REGISTRY/podium-flow:[0-9a-f]{7,}", runner.env["PODIUM_FLOW_IMAGE"])   # 8: the image's tag
-    review = out['podium launch "$PLAN" --dry-run']                                  # 6: the objects, reviewed
+    out = {}
+    for command in commands:
+        instead = None
+        if "prefect worker start" in command:
+            assert command.endswith("--type kubernetes"), command
+            instead = command.replace("prefect worker start", f"KUBECONFIG={worker_config} prefect worker start") \
+                + " --run-once"
+        out[bare(command)] = runner.run(command, timeout_s=240, instead=instead).stdout
+    assert runner.ran == commands
+    assert [c.split()[:3] for c in commands if c.startswith("kubectl")] == [
+        ["kubectl", "create", "namespace"], ["kubectl", "apply", "-f"], ["kubectl", "-n", "mlperf"],
+        ["kubectl", "-n", "mlperf"], ["kubectl", "-n", "mlperf"]]
+    assert re.fullmatch(r"REGISTRY/podium-flow:[0-9a-f]{7,}", runner.env["PODIUM_FLOW_IMAGE"])   # 5: the image's tag
+    review = out['podium launch "$PLAN" --dry-run']                                  # 8: the objects, reviewed
     assert "ConfigMap" in review and "Deployment" in review and "Service" in review, review
-    assert out['podium preflight "$PLAN"'].rstrip().endswith("preflight: OK")       # 7: this host, then the cluster
+    assert out['podium preflight "$PLAN"'].rstrip().endswith("preflight: OK")       # 9: this host, then the cluster
     nodes = out['podium preflight "$PLAN" --nodes']
     assert nodes.rstrip().endswith("preflight: OK") and "described from node fake-node-0" in nodes, nodes
     assert not [k for k in api.cluster.objects if k[0] in ("pods", "deployments", "services")]   # nothing left
+    watched = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests
+               if r["auth"] == f"Bearer {worker}" and r["path"] not in DISCOVERY]   # 6: the worker's observer
+    assert {(c.verb, c.resource, c.namespace) for c in watched} >= {("watch", "pods", "mlperf"),
+                                                                     ("watch", "jobs", "mlperf")}
+    assert all(api.cluster.authorize(worker, c) for c in watched)
     with get_client(sync_client=True) as client:                     # 6: every deployment on the Kubernetes pool
+        assert client.read_workers_for_work_pool("podium-kubernetes"), "the page's worker did not register"
         stored = {name: client.read_deployment_by_name(f"{flow}/{name}") for name, flow in K8S_DEPLOYMENTS.items()}
         template = client.read_work_pool("podium-kubernetes").base_job_template
     for deployment in stored.values():
@@ -205,11 +223,11 @@ def _check_fetch_job(stored: dict[str, Any], template: dict) -> None:
 
 
 def _check_flow_job(settings: Any, bench: Any, account: dict) -> None:
-    """Step 9: the pool from its JSON on a real server; the run-k8s deployment's Job rendered from what it
-    stored: no GPU, the `podium` account in the plan's namespace, the data claim, the storage Secret."""
+    """Step 6: the pool `podium setup` registered from its JSON on a real server; the run-k8s deployment's Job
+    rendered from what it stored: no GPU, the `podium` account in the plan's namespace, the data claim, the storage
+    Secret."""
     from prefect.client.orchestration import get_client
 
-    assert registration.create_pools({"podium-kubernetes": "kubernetes"}) == ["podium-kubernetes"]
     with get_client(sync_client=True) as client:
         stored = client.read_work_pool("podium-kubernetes").base_job_template
     assert stored == registration.template("kubernetes")
@@ -236,6 +254,8 @@ def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path
     bench = plan.benchmarks[0]
     settings = bench.engine.kubernetes
     before = len(api.cluster.requests)   # the page's preflight asked too (its access reviews are cluster-wide)
+    engine_kinds = ("deployments", "services", "configmaps", "secrets")
+    kept = [k for k in api.cluster.objects if k[0] in engine_kinds]   # the page's: the storage Secret
     # 6. the review
     from tasks.serving.launch import review
 
@@ -263,14 +283,8 @@ def _launch_as_podium(api: FakeApiServer, token: str, plan: plans.Plan, tmp_path
         [engine_container] = deployment["spec"]["template"]["spec"]["containers"]
         assert engine_container["image"] == settings.image
         assert engine_container["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert not [k for k in api.cluster.objects if k[0] in ("deployments", "services", "configmaps", "secrets")]
+    assert [k for k in api.cluster.objects if k[0] in engine_kinds] == kept == [("secrets", "podium-s3")]
     calls = [attributes(r["method"], r["path"], r["query"]) for r in api.cluster.requests[before:]
              if r["auth"] == f"Bearer {token}"]
     assert calls and all(api.cluster.authorize(token, c) for c in calls)
     assert {c.namespace for c in calls} == {settings.namespace}
-
-
-def _config(url: str, token: str) -> k8s.Configuration:
-    config = k8s.Configuration()
-    config.host, config.api_key = url, {"authorization": f"Bearer {token}"}
-    return config

@@ -3,7 +3,8 @@ creates and deletes, readiness through the Service (the API server's service pro
 engine), fail-fast on a crashing pod, cleanup of what a killed run left, and preflight's pod that describes the
 engine's node. Every test runs as the `podium` ServiceAccount of deployments/kubernetes/rbac.yaml, which the fake API
 server holds to its Role (a call the Role does not grant answers 403 and fails the test); one test checks the Role
-grants nothing the launcher and preflight never use. No real cluster is involved."""
+grants nothing the launcher and preflight never use, and one runs the real Prefect worker (prefect-kubernetes) and its
+observer as the `prefect-worker` account and checks its Role the same way. No real cluster is involved."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -33,7 +35,16 @@ from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS, KubernetesDeploymen
 from tasks.launchers.kubernetes_manifests import GRAPH_NAME_LABEL, GRAPH_SERVICE_LABEL
 from tasks.ops.kube_checks import NODES, access_problems, describe_engine_node, node_architectures
 from tasks.serving.telemetry import expand_dcgm
-from tests.integration.fake_kube import DISCOVERY, Attributes, FakeApiServer, FakeCluster, attributes, grant, node
+from tests.integration.fake_kube import (
+    DISCOVERY,
+    TOKEN,
+    Attributes,
+    FakeApiServer,
+    FakeCluster,
+    attributes,
+    grant,
+    node,
+)
 from tests.integration.fake_registry import FakeRegistry
 from tests.secret_search import files_under, leaks
 
@@ -450,8 +461,8 @@ def _client_config(api: FakeApiServer, token: str) -> k8s.Configuration:
     return config
 
 
-# The Prefect worker of the podium-kubernetes pool: its work pool made from the shipped template under a name of the
-# test's own, a deployment on it with run-k8s's job variables, and what the worker's log says about a crashed pod
+# The Prefect worker of the podium-kubernetes pool: its work pool made from the shipped template and a deployment on it
+# with run-k8s's job variables, under names of the test's own; the failed flow pod's output
 WORKER_POOL = "podium-kubernetes-role-test"
 WORKER_NS = "mlperf"   # the pool's namespace (deployments/prefect.yaml), where rbac.yaml's worker Role is
 POD_OUTPUT = "Traceback (most recent call last): the flow pod failed\n"
@@ -461,11 +472,12 @@ def test_the_workers_role_grants_the_calls_of_a_real_worker_run_and_nothing_more
         api: FakeApiServer, prefect_server: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """prefect-kubernetes's worker, with its observer, as `prefect worker start --type kubernetes` runs it, as the
     `prefect-worker` account of rbac.yaml against the fake API (the observer told to watch `mlperf` only, as the
-    quickstart says), on the session's Prefect server: two flow runs of a deployment on the shipped pool template; the
+    quickstart says), on the session's Prefect server: three flow runs of a deployment on the shipped pool template; the
     first one's pod fails (the observer reads the pod's log and marks the run Crashed), the second is cancelled while
-    pending (the worker deletes its Job). Every call the worker and its observer made is one the worker's Role grants
-    in `mlperf`, and each rule of the Role is needed by some call (without it, the check refuses one: the check can
-    fail); the two accounts stay apart."""
+    pending (the worker deletes its Job), the third's Job is deleted under the running flow (the observer reads it,
+    finds it gone and marks the run Crashed). Every call the worker and its observer made is one the worker's Role
+    grants in `mlperf`, and each rule of the Role is needed by some call (without it, the check refuses one: the check
+    can fail); the two accounts stay apart."""
     import kubernetes.config.kube_config
 
     worker = grant(api.cluster, rbac(), account_name="prefect-worker")   # the Roles in mlperf, as shipped
@@ -473,11 +485,11 @@ def test_the_workers_role_grants_the_calls_of_a_real_worker_run_and_nothing_more
     monkeypatch.setenv("KUBECONFIG", kubeconfig)
     monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)   # read at import
     monkeypatch.setenv("PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", f'["{WORKER_NS}"]')
-    crashed, cancelled, jobs = asyncio.run(_worker_runs(api, monkeypatch))
-    assert crashed.is_crashed() and cancelled.is_cancelled(), (crashed, cancelled)
-    assert [k for k in api.cluster.objects if k[0] == "jobs"] == [("jobs", jobs[0])]   # the cancelled one's deleted
+    crashed, cancelled, deleted, jobs = asyncio.run(_worker_runs(api, monkeypatch))
+    assert crashed.is_crashed() and cancelled.is_cancelled() and deleted.is_crashed(), (crashed, cancelled, deleted)
+    assert [k for k in api.cluster.objects if k[0] == "jobs"] == [("jobs", jobs[0])]   # the other two deleted
     mine = [r for r in api.cluster.requests if r["auth"] == f"Bearer {worker}"]
-    assert {r["path"] for r in mine if r["path"] in DISCOVERY} <= {"/api", "/api/v1", "/apis", "/apis/batch/v1"}
+    assert {r["method"] for r in mine if r["path"] in DISCOVERY} == {"GET"}   # discovery: every account's
     calls = [attributes(r["method"], r["path"], r["query"]) for r in mine if r["path"] not in DISCOVERY]
     assert [c for c in calls if not api.cluster.authorize(worker, c)] == []
     assert {c.namespace for c in calls} == {WORKER_NS}
@@ -486,9 +498,10 @@ def test_the_workers_role_grants_the_calls_of_a_real_worker_run_and_nothing_more
             ("watch", "", "pods"), ("get", "", "pods/log")} <= used, used
     grants = granted(rbac(), "podium-worker")
     assert used == grants, f"unused grants: {grants - used}; calls not granted: {used - grants}"
-    [role] = [d for d in rbac() if d["kind"] == "Role" and d["metadata"]["name"] == "podium-worker"]
+    docs = rbac()
+    [role] = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "podium-worker"]
     for rule in role["rules"]:   # the positive control: the Role less any one rule refuses some call it made
-        less = [{**d, "rules": [r for r in d["rules"] if r is not rule]} if d is role else d for d in rbac()]
+        less = [{**d, "rules": [r for r in d["rules"] if r is not rule]} if d is role else d for d in docs]
         smaller = FakeCluster()
         token = grant(smaller, less, account_name="prefect-worker")
         assert [c for c in calls if not smaller.authorize(token, c)], rule
@@ -500,12 +513,12 @@ def test_the_workers_role_grants_the_calls_of_a_real_worker_run_and_nothing_more
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prefect-worker", "namespace": WORKER_NS}]
 
 
-async def _worker_runs(api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, list[str]]:
-    """The worker's two flow runs (see the test); their final states and their Jobs' names."""
+async def _worker_runs(api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any, list[str]]:
+    """The worker's three flow runs (see the test); their final states and their Jobs' names."""
     import kubernetes_asyncio.config.kube_config
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.states import Cancelling
+    from prefect.states import Cancelling, Running
     from prefect_kubernetes import observer
     from prefect_kubernetes.settings import KubernetesSettings
     from prefect_kubernetes.worker import KubernetesWorker
@@ -520,19 +533,29 @@ async def _worker_runs(api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> t
                                                      base_job_template=registration.template("kubernetes")),
                                       overwrite=True)
         deployment = await client.create_deployment(
-            flow_id=await client.create_flow_from_name("podium-submission"), name="run-k8s",
+            flow_id=await client.create_flow_from_name("podium-submission"), name="run-k8s-role-test",
             work_pool_name=WORKER_POOL, entrypoint=run_k8s["entrypoint"], parameters=run_k8s["parameters"],
             job_variables={**run_k8s["work_pool"]["job_variables"], "image": "registry.example/podium-flow:1"})
-        runs = [(await client.create_flow_run_from_deployment(deployment)).id for _ in range(2)]
+        runs = [(await client.create_flow_run_from_deployment(deployment)).id for _ in range(3)]
         async with KubernetesWorker(work_pool_name=WORKER_POOL, name="role-test") as worker:
             await worker.sync_with_backend()
             await worker.get_and_submit_flow_runs()
-            jobs = await _until("both flow runs have their Job", lambda: _jobs_of(api, runs))
+            jobs = await _until("each flow run has its Job", lambda: _jobs_of(api, runs))
             api.cluster.finish_job(jobs[0], 1, POD_OUTPUT)
             crashed = await _until("the failed pod's run is Crashed", lambda: _final(client, runs[0]))
+            # the worker's cancellation of a run whose pod never started (PREFECT_WORKER_ENABLE_CANCELLATION=true:
+            # what it does when the run's Cancelling event reaches it): the Job deleted, the run Cancelled
             await client.set_flow_run_state(runs[1], Cancelling(message="test"), force=True)
+            await worker._cancel_run(runs[1])
             cancelled = await _until("the pending run is Cancelled", lambda: _final(client, runs[1]))
-    return crashed, cancelled, jobs
+            # a running flow's Job deleted by someone else (`kubectl delete job`): the observer finds it gone and
+            # marks the run Crashed
+            await client.set_flow_run_state(runs[2], Running(), force=True)
+            gone = httpx.delete(f"{api.url}/apis/batch/v1/namespaces/{WORKER_NS}/jobs/{jobs[2]}",
+                                headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+            assert gone.status_code == 200, gone.text
+            deleted = await _until("the run whose Job was deleted is Crashed", lambda: _final(client, runs[2]))
+    return crashed, cancelled, deleted, jobs
 
 
 def _jobs_of(api: FakeApiServer, runs: list[Any]) -> list[str] | None:
