@@ -360,42 +360,47 @@ class Handler(BaseHTTPRequestHandler):
         if (m := LOG.match(path)) and method == "GET":
             return self._send(200, c.pod_logs.get(m.group(2), c.pod_log).encode(), "text/plain")
         if m := OBJECT.match(path):
-            plural, name = m.group(2), m.group(3)
-            with c.lock:
-                if name is not None and (plural, name) not in c.objects:
-                    return self._status(404, "NotFound", f"{plural} \"{name}\" not found")
-                if method == "GET" and name is not None:
-                    return self._send(200, c.objects[(plural, name)])
-                if method == "GET" and name is None:
-                    query = parse_qs(url.query)
-                    fields = query.get("fieldSelector", [""])[0].removeprefix("metadata.name=")
-                    return self._send(200, {"kind": "List", "apiVersion": "v1",
-                                            "metadata": {"resourceVersion": str(c.version)},
-                                            "items": [o for o in c.listed(plural, query.get("labelSelector", [""])[0])
-                                                      if fields in ("", o["metadata"]["name"])]})
-                if method == "POST" and name is None:
-                    meta = body["metadata"]
-                    meta.setdefault("name", meta.get("generateName", "") + secrets.token_hex(3)[:5])
-                    key = (plural, meta["name"])
-                    if key in c.objects or key in c.terminating:
-                        return self._status(409, "AlreadyExists", f"{plural} \"{key[1]}\" already exists")
-                    meta |= {"namespace": m.group(1), "uid": str(uuid.uuid4()),
-                             "creationTimestamp": "2026-01-01T00:00:00Z"}
-                    c.objects[key] = body
-                    if plural == "pods":
-                        c.run(body)
-                    c.changed("ADDED", plural, body)
-                    if body.get("kind") in ("Role", "RoleBinding"):
-                        c.rbac[(body["kind"], m.group(1), key[1])] = body
-                    return self._send(201, body)
-                if method == "DELETE" and name is not None:
-                    gone = c.objects.pop((plural, name))
-                    c.changed("DELETED", plural, gone)
-                    if c.linger_lists:
-                        gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-                        c.terminating[(plural, name)] = [gone, c.linger_lists]
-                    return self._send(200, gone)   # the API server answers with the deleted object
+            return self._object(method, m, parse_qs(url.query), body)
         return self._status(404, "NotFound", f"no route for {method} {path}")
+
+    def _object(self, method: str, m: re.Match, query: dict[str, list[str]], body: Any) -> None:
+        """One namespaced object's route: get, list, create or delete."""
+        plural, name = m.group(2), m.group(3)
+        c = self.cluster
+        with c.lock:
+            if name is not None and (plural, name) not in c.objects:
+                return self._status(404, "NotFound", f"{plural} \"{name}\" not found")
+            if method == "GET" and name is not None:
+                return self._send(200, c.objects[(plural, name)])
+            if method == "GET" and name is None:
+                fields = query.get("fieldSelector", [""])[0].removeprefix("metadata.name=")
+                return self._send(200, {"kind": "List", "apiVersion": "v1",
+                                        "metadata": {"resourceVersion": str(c.version)},
+                                        "items": [o for o in c.listed(plural, query.get("labelSelector", [""])[0])
+                                                  if fields in ("", o["metadata"]["name"])]})
+            if method == "POST" and name is None:
+                meta = body["metadata"]
+                meta.setdefault("name", meta.get("generateName", "") + secrets.token_hex(3)[:5])
+                key = (plural, meta["name"])
+                if key in c.objects or key in c.terminating:
+                    return self._status(409, "AlreadyExists", f"{plural} \"{key[1]}\" already exists")
+                meta |= {"namespace": m.group(1), "uid": str(uuid.uuid4()),
+                         "creationTimestamp": "2026-01-01T00:00:00Z"}
+                c.objects[key] = body
+                if plural == "pods":
+                    c.run(body)
+                c.changed("ADDED", plural, body)
+                if body.get("kind") in ("Role", "RoleBinding"):
+                    c.rbac[(body["kind"], m.group(1), key[1])] = body
+                return self._send(201, body)
+            if method == "DELETE" and name is not None:
+                gone = c.objects.pop((plural, name))
+                c.changed("DELETED", plural, gone)
+                if c.linger_lists:
+                    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                    c.terminating[(plural, name)] = [gone, c.linger_lists]
+                return self._send(200, gone)   # the API server answers with the deleted object
+        return self._status(404, "NotFound", f"no route for {method} {m.string}")
 
     def _cluster_scoped(self, method: str, path: str, query: str, body: Any) -> bool:
         """A namespace, ClusterRole or ClusterRoleBinding created, or the nodes listed: answered here (True)."""
