@@ -78,6 +78,25 @@ $(DYNAMO_STAMP):
 venv-vllm: $(VLLM_STAMP)
 venv-dynamo: $(DYNAMO_STAMP)
 
+# SGLang's own argument parser for the argv test (tests/integration/test_sglang_argv.py), at the version the shipped
+# plans pin: sglang --no-deps and only what `sglang.srt.server_args` imports (found by importing it), at sglang's own
+# pins where it has one. Its model configs import torchvision, whose PyPI build loads only beside PyPI's CUDA torch
+# (beside the CPU torch 2.13.0: "operator torchvision::nms does not exist"), hence torch 2.14.1 with torchvision 0.29.1;
+# nothing here runs on a GPU. Measured: 213 s, 5.8 GB (docs/engines.md, "SGLang").
+SGLANG_VENV  ?= .venv-sglang
+SGLANG_PIN   := 0.5.4
+SGLANG_STAMP := $(SGLANG_VENV)/.installed-sglang-$(SGLANG_PIN)
+$(SGLANG_STAMP):
+	test -x $(SGLANG_VENV)/bin/python || $(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install --quiet --no-deps 'sglang==$(SGLANG_PIN)'
+	$(SGLANG_VENV)/bin/pip install --quiet 'torch==2.14.1' 'torchvision==0.29.1' triton 'transformers==4.57.1' \
+		'openai==1.99.1' 'xgrammar==0.1.25' partial_json_parser sentencepiece numpy tqdm pybase64 requests ipython \
+		pydantic aiohttp orjson safetensors pyzmq fastapi packaging pillow
+	touch $@
+
+.PHONY: venv-sglang
+venv-sglang: $(SGLANG_STAMP)
+
 # The MLCommons endpoints client (package inference-endpoint, Python >= 3.12), the measuring client of the round's
 # `harness: endpoints` benchmarks, in its own virtualenv (docs/benchmarks.md). ENDPOINTS_SRC: pip's source, by default
 # its git URL at the commit submission/rules/v6.1.yaml pins (endpoints_client.commit), or a `git archive` of that
@@ -95,7 +114,7 @@ $(ENDPOINTS_STAMP):
 .PHONY: venv-endpoints
 venv-endpoints: $(ENDPOINTS_STAMP)
 
-engines: install venv-vllm venv-dynamo
+engines: install venv-vllm venv-dynamo venv-sglang
 	PODIUM_REQUIRE_ENGINES=1 $(PY) -m pytest -m engines
 
 # The round's official tools (the checker, preprocess_submission.py, the audits' scripts, the references' scoring):
@@ -109,12 +128,25 @@ INFERENCE_SRC = $(if $(PODIUM_INFERENCE_SRC),echo '$(PODIUM_INFERENCE_SRC)',$(PO
 inference-src: install
 	@$(INFERENCE_SRC)
 
+# deepseek-r1's MATH-500 grader (the PRM800K grader its reference imports): openai/prm800k at the commit
+# submission/rules/v6.1.yaml pins (math_grader), in $(WORKSPACE)/prm800k/<commit>/, its folder printed. PRM800K_ARCHIVE:
+# a `git archive` of that commit, unpacked (`podium fetch-grader --archive`); without it, GitHub's archive of the
+# commit; PODIUM_PRM800K_SRC: a folder that holds it already, used as it is.
+PRM800K_ARCHIVE ?=
+PRM800K_SRC = $(if $(PODIUM_PRM800K_SRC),echo '$(PODIUM_PRM800K_SRC)',$(PODIUM) fetch-grader \
+	--workspace '$(WORKSPACE)' $(if $(PRM800K_ARCHIVE),--archive '$(PRM800K_ARCHIVE)'))
+.PHONY: prm800k-src
+prm800k-src: install
+	@$(PRM800K_SRC)
+
 # Three test files at a time (pytest-xdist; most tests wait on services, docs/development.md), the longest files
 # first (tests/durations.json), and the 20 slowest tests named at the end. TEST_WORKERS=0: one test at a time. The
-# official tools' tests run from the folder `inference-src` prints, and fail (never skip) without it.
+# official tools' tests run from the folder `inference-src` prints (the MATH-500 grader's from `prm800k-src`'s), and fail
+# (never skip) without it.
 TEST_WORKERS ?= 3
-test: inference-src lint docs system-deps venv-vllm venv-dynamo venv-endpoints
-	src="$$($(INFERENCE_SRC))" && PODIUM_INFERENCE_SRC="$$src" PODIUM_REQUIRE_OFFICIAL=1 PODIUM_REQUIRE_ENGINES=1 \
+test: inference-src prm800k-src lint docs system-deps venv-vllm venv-dynamo venv-sglang venv-endpoints
+	src="$$($(INFERENCE_SRC))" && grader="$$($(PRM800K_SRC))" && PODIUM_INFERENCE_SRC="$$src" \
+		PODIUM_PRM800K_SRC="$$grader" PODIUM_REQUIRE_OFFICIAL=1 PODIUM_REQUIRE_ENGINES=1 \
 		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 # Measurements (docs/performance.md); each writes bench/results/. Add a line `bench: bench-<yours>` for another.

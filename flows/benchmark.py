@@ -67,23 +67,29 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
     tests = {p: stage_task(p, str(ws.stage / "tests"), access)["path"]
              for _, kind, p in bench.sources() if kind == "tests"}   # beside no data set: given to the evaluator
     check_staged(plan, bench, model["path"], staged)
+    variants = bench.engine_variants()   # one engine launch per variant of the options, each for its scenarios
+    identity = {s: engine_identity(bench.engine.name, options) for names, options in variants for s in names}
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
                       dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
-                      engine=engine_identity(bench.engine.name, bench.engine.config()))
-    specs = [s.model_copy(update={"dataset": staged[s.dataset], "lcb_tests": tests.get(bench.dataset.lcb_tests or "")})
-             for s in specs]
+                      engine=identity[variants[0][0][0]])
+    specs = [s.model_copy(update={"dataset": staged[s.dataset], "lcb_tests": tests.get(bench.dataset.lcb_tests or ""),
+                                  "math_grader": tests.get(bench.dataset.math_grader or ""),
+                                  "engine": identity[s.scenario]}) for s in specs]
     tokenizer = str(Path(model["path"]) / "tokenizer.json")
-    built = build_engine(bench.engine.name, bench.engine.config(), model["path"], model["sha256"], str(ws.builds))
-    with EngineSession(bench.engine.name, bench.engine.config(), str(model_dir_for(bench.engine, Path(model["path"]))),
-                       str(ws.pids), str(log_dir / "engine" / key.replace("/", "-")),
-                       timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine, owner(plan, bench)),
-                       build_dir=built["path"], stall_s=bench.engine.stall_timeout_s,
-                       warmup=warmup.planned(bench.engine, specs),
-                       dcgm_urls=bench.engine.telemetry.dcgm_urls) as engine:
-        records, failures, skipped = _runs(specs, engine, ws, bench.evaluator, tokenizer, only)
-        audits, failures, skipped = _audits(plan, bench, specs, records, datasets, model["path"], tokenizer, engine,
-                                            ws, failures, skipped, only)
-        launches = engine.launches
+    records, audits, failures, skipped, launches = [], [], [], [], 0
+    for scenarios, options in variants:
+        group = [s for s in specs if s.scenario in scenarios]
+        built = build_engine(bench.engine.name, options, model["path"], model["sha256"], str(ws.builds))
+        with EngineSession(bench.engine.name, options, str(model_dir_for(bench.engine, Path(model["path"]))),
+                           str(ws.pids), str(log_dir / "engine" / key.replace("/", "-")),
+                           timeout_s=bench.engine.ready_timeout_s, where=where(bench.engine, owner(plan, bench)),
+                           build_dir=built["path"], stall_s=bench.engine.stall_timeout_s,
+                           warmup=warmup.planned(bench.engine, group),
+                           exporter_urls=bench.engine.telemetry.exporter_urls) as engine:
+            done, failed, left = _runs(group, engine, ws, bench.evaluator, tokenizer, only)
+            found, failures, skipped = _audits(plan, bench, group, done, datasets, model["path"], tokenizer, engine,
+                                               ws, failures + failed, skipped + left, only)
+            records, audits, launches = records + done, audits + found, launches + engine.launches
     logger.info("%s: %d run(s) recorded, %d failed, %d not run, engine launched %d time(s)", key, len(records),
                 len(failures), len(skipped), launches)
     return {"records": [r.model_dump(mode="json") for r in records], "failures": failures, "engine_launches": launches,

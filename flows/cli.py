@@ -174,13 +174,15 @@ def score(benchmark: Annotated[str, typer.Argument(help="the benchmark whose tar
           round: Annotated[str, typer.Option("--round", help="rules round, e.g. v6.1")] = "v6.1",
           evaluator: Annotated[str | None, typer.Option(help="default: the benchmark's reference one")] = None,
           lcb_tests: Annotated[Path | None, typer.Option(help="LiveCodeBench tests (JSON lines)")] = None,
+          math_grader: Annotated[Path | None, typer.Option(
+              help="deepseek-r1: openai/prm800k as `podium fetch-grader` prints it (its MATH-500 grader)")] = None,
           output: Annotated[Path | None, typer.Option(help="also write accuracy.txt here")] = None,
           as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False) -> None:
     """Re-score an accuracy log offline: the metric line, the targets and the verdict; exit 1 under a target."""
     from tasks.accuracy import evaluate_log
 
     result, text = evaluate_log(evaluator or benchmark, accuracy_log, dataset, tokenizer, benchmark=benchmark,
-                                scenario=scenario, round=round, lcb_tests=lcb_tests)
+                                scenario=scenario, round=round, lcb_tests=lcb_tests, math_grader=math_grader)
     if output is not None:
         output.write_text(text)
     verdict = result.verdict
@@ -371,6 +373,7 @@ for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the t
                 curation_cli.assemble,                                   # curation
                 fetch_cli.fetch,                                         # a plan's inputs, at their pins
                 inference_cli.fetch_inference,                           # the official tools' sources
+                inference_cli.fetch_grader,                              # deepseek-r1's MATH-500 grader
                 link_cli.link,                                           # download links
                 published_cli.published,                                 # the round's published results
                 rehearsal_cli.rehearse,                                  # the dress rehearsal

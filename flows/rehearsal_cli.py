@@ -27,7 +27,7 @@ Clock = Annotated[str, typer.Option("--clock", help="xN: the client and the engi
 DEFAULT_CLOCK = "x10"   # a 600 s run in about a minute
 
 
-def prepare(plan: Path, workspace: Path, inference_src: Path | None = None) -> Path:
+def prepare(plan: Path, workspace: Path, inference_src: Path | None = None, math_grader: Path | None = None) -> Path:
     """The rehearsal's plan file in `workspace`, its data sets built there first (once; reused when present)."""
     from submission.plan import model as plans
     from tasks.rehearsal import data
@@ -44,7 +44,8 @@ def prepare(plan: Path, workspace: Path, inference_src: Path | None = None) -> P
         except PlanError:
             typer.echo(f"building the synthetic {bench} data sets into {folder} (once)")
             built[bench] = data.build(bench, folder)
-    rewritten = rehearsal_plan(original, built, inference_src=str(inference_src.resolve()) if inference_src else None)
+    rewritten = rehearsal_plan(original, built, inference_src=str(inference_src.resolve()) if inference_src else None,
+                               math_grader=str(math_grader.resolve()) if math_grader else None)
     out = workspace / "rehearsal" / f"{rewritten['name']}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(rewritten, sort_keys=False))
@@ -121,6 +122,9 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
              inference_src: Annotated[Path | None, typer.Option(
                  "--inference-src", help="the folder `podium fetch-inference` prints: its checker judges the tree")]
              = None,
+             math_grader: Annotated[Path | None, typer.Option(
+                 "--math-grader", help="deepseek-r1: the folder `podium fetch-grader` prints (its MATH-500 grader)")]
+             = None,
              workspace: Workspace = Path(".podium")) -> None:
     """Dress rehearsal: run a real plan as written, with the simulated engine, synthetic full-size data and an
     accelerated clock in place of the plan's engine, data and time. Its tree can never be packaged."""
@@ -133,7 +137,7 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
     from submission.plan import model as plans
     from submission.plan import selection
 
-    rewritten = prepare(plan, workspace, inference_src)
+    rewritten = prepare(plan, workspace, inference_src, math_grader)
     loaded = plans.load(rewritten)
     chosen = selection.resolve(loaded, only or (), where=str(rewritten))
     prefect_env(workspace)

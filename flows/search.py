@@ -64,7 +64,7 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
                "timeout_s": bench.engine.ready_timeout_s, "where": where(bench.engine, owner(plan, bench)),
                "build_dir": built["path"],
                "stall_s": bench.engine.stall_timeout_s, "warmup": warmup.planned(bench.engine, specs),
-               "dcgm_urls": bench.engine.telemetry.dcgm_urls}
+               "exporter_urls": bench.engine.telemetry.exporter_urls}
     return specs, session, str(Path(model["path"]) / "tokenizer.json")
 
 

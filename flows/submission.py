@@ -136,7 +136,7 @@ def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, system
     text = reporting.markdown(plan.name, plan.profile, rows, done.check, objects, done.failures, done.audits,
                               folder=str(folder), tree=done.tree, s3=s3, link=link,
                               warnings=[w for r in done.records for w in r.warnings],
-                              gpu_time=gpu_time.rows(done.records, gpu_time.predicted(plan)))
+                              gpu_time=gpu_time.rows(done.records, gpu_time.predicted(plan)), records=done.records)
     if rehearsal_marker.is_rehearsal(plan.name):
         text = rehearsal_banner() + text
     text += (reporting.plots_markdown([f"plots/{p.name}" for p in plots]) + "\n" + data_checks["markdown"] + "\n"

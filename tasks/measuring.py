@@ -27,12 +27,14 @@ log = logging.getLogger("podium.measuring")
 
 
 class Engine(Protocol):
-    """What a run needs of its engine (tasks.serving.session.EngineSession): its endpoint (launched on first use),
-    the stall watchdog's seconds, its logs for an error, whether it still runs, and a way to stop it."""
+    """What a run needs of its engine (tasks.serving.session.EngineSession): its endpoint (launched on first use; with
+    replicas, as many as a performance run or else an accuracy run needs), the stall watchdog's seconds, the replicas
+    a run may lose (None: one serving instance), its logs for an error, whether it still runs, and a way to stop it."""
 
     stall_s: float | None
+    max_lost: int | None
 
-    def endpoint(self) -> Endpoint: ...
+    def endpoint(self, performance: bool = True) -> Endpoint: ...
 
     def alive(self) -> bool: ...
 

@@ -12,8 +12,10 @@ import numpy as np
 HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|return|>", "<|end|>", "<|endoftext|>")
 
 
-def write_log(path: Path, answers: Iterable[tuple[int, list[int] | bytes]]) -> Path:
-    """mlperf_log_accuracy.json with one entry per (qsl_idx, int32 token ids or raw bytes), in the given order."""
+def write_log(path: Path, answers: Iterable[tuple[int, list[int] | bytes]], *, loadgen_layout: bool = False) -> Path:
+    """mlperf_log_accuracy.json with one entry per (qsl_idx, int32 token ids or raw bytes), in the given order; with
+    `loadgen_layout`, one entry a line between `[` and `]` lines, as loadgen writes it (what the deepseek-r1
+    reference's reader expects)."""
     entries = []
     for seq, (idx, data) in enumerate(answers):
         raw = data if isinstance(data, bytes) else np.asarray(data, dtype="<i4").tobytes()
@@ -21,7 +23,10 @@ def write_log(path: Path, answers: Iterable[tuple[int, list[int] | bytes]]) -> P
         if not isinstance(data, bytes):
             entry["token_count"] = len(data)
         entries.append(entry)
-    path.write_text(json.dumps(entries))
+    if loadgen_layout:
+        path.write_text("[\n" + ",\n".join(json.dumps(e) for e in entries) + "\n]\n")
+    else:
+        path.write_text(json.dumps(entries))
     return path
 
 

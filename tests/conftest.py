@@ -125,6 +125,25 @@ def inference_src() -> Path:
 
 
 @pytest.fixture(scope="session")
+def prm800k_src() -> Path:
+    """openai/prm800k at the round's pin, deepseek-r1's MATH-500 grader: the folder PODIUM_PRM800K_SRC names (`make
+    test` sets it to the folder `make prm800k-src` prints: PRM800K_ARCHIVE unpacked by `podium fetch-grader
+    --archive`, CI's way, or GitHub's archive of the commit). Without it, a failure under PODIUM_REQUIRE_OFFICIAL=1 and
+    a skip otherwise, as `inference_src`."""
+    from tasks.accuracy.math_grader import GRADER
+
+    folder = Path(os.environ.get("PODIUM_PRM800K_SRC", "/nonexistent")).expanduser()
+    if (folder / GRADER).is_file():
+        return folder
+    why = (f"PODIUM_PRM800K_SRC ({folder}) names no openai/prm800k with {GRADER}: `make prm800k-src "
+           "PRM800K_ARCHIVE=<a git archive of the round's pin>` (or without it, to fetch GitHub's archive) prints the "
+           "folder to set it to")
+    if os.environ.get("PODIUM_REQUIRE_OFFICIAL") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
 def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The local 4-node Slurm cluster (deployments/slurm/local-cluster.sh), started for this session (seconds) and
     stopped at its end; yields its slurm.conf."""

@@ -10,6 +10,12 @@ Podium's scores equal theirs instead of pinning numbers by hand. The sources are
   draws for rejected answers, are those of a machine with at least 4 CPUs (Podium's `chunk_workers`); the data set
   is read by `datasets.load_dataset` from a local folder, offline. It runs on Podium's Python (3.11): the package asks
   for 3.12, the two modules the shims import need nothing newer.
+- deepseek-r1: `language/deepseek-r1/eval_accuracy.py` run as its README runs it (`--input-file` the log,
+  `--dataset-file` the pickle), from a folder of the test's where `eval_accuracy.py` is a link to the round's script
+  and `submodules/prm800k/prm800k` a link to the fetched grader's (the two paths it resolves from its own file), its
+  tokenizer (`deepseek-ai/DeepSeek-R1` at the revision it pins) an offline Hugging Face cache of the test's tokenizer.
+  Its LiveCodeBench rows need its LiveCodeBench submodule, which the round's sources do not hold (each such row
+  scores 0 there): give it logs without them.
 - The Qwen3-VL answer schema (`schema.ProductMetadata.model_validate_json` on each text) and the category rule
   (`get_hierarchical_components`), through shims too.
 """
@@ -27,6 +33,8 @@ from pathlib import Path
 
 TIMEOUT_S = 300
 GPT_OSS = Path("language") / "gpt-oss-120b" / "eval_mlperf_accuracy.py"
+DEEPSEEK_R1 = Path("language") / "deepseek-r1" / "eval_accuracy.py"
+DEEPSEEK_CHECKPOINT = ("deepseek-ai/DeepSeek-R1", "56d4cbbb4d29f4355bab4b9a39ccb717a14ad5ad")   # eval_accuracy.py
 QWEN3_VL = Path("multimodal") / "qwen3-vl" / "src"
 
 _QWEN3_VL_EVALUATE = """
@@ -38,6 +46,13 @@ from mlperf_inf_mm_q3vl.evaluation import run_evaluation
 from mlperf_inf_mm_q3vl.schema import Dataset
 run_evaluation(random_seed=int(sys.argv[4]), filename=Path(sys.argv[2]), dataset=Dataset(repo_id=sys.argv[3],
                split=["train"]))
+"""
+_DEEPSEEK_PARSE_CODE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("eval_accuracy", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps([module.parse_code(text) for text in json.load(sys.stdin)]))
 """
 _QWEN3_VL_SCHEMA = """
 import json, sys
@@ -131,3 +146,41 @@ def qwen3_vl_components(src: Path, answer: str, truth: str, work: Path) -> tuple
     predicted length, true length)."""
     done = run([sys.executable, "-c", _QWEN3_VL_COMPONENTS, str(src / QWEN3_VL), answer, truth], work)
     return tuple(json.loads(done.stdout))
+
+
+@dataclass(frozen=True)
+class DeepSeekReference:
+    printed: str                    # the results line it prints ({'exact_match': ..., 'tokens_per_sample': ...})
+    per_subset: dict[str, float]    # each `dataset` value's mean prompt_accuracy, from the evaluated pickle it saves
+    rows: int
+
+
+def deepseek_r1(src: Path, grader: Path, log: Path, data: Path, tokenizer_dir: Path, work: Path) -> DeepSeekReference:
+    """eval_accuracy.py on `log` against the pickle `data`, MATH-500 through the grader in `grader` (openai/prm800k's
+    root), decoding with the tokenizer files of `tokenizer_dir` served from an offline cache as the checkpoint."""
+    import pandas as pd
+
+    repo, revision = DEEPSEEK_CHECKPOINT
+    snapshot = work / "hf-home" / "hub" / f"models--{repo.replace('/', '--')}" / "snapshots" / revision
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (snapshot / name).write_bytes((tokenizer_dir / name).read_bytes())
+    (snapshot / "config.json").write_text('{"model_type": "deepseek_v3"}\n')   # AutoTokenizer reads the model type
+    script = work / "reference" / "eval_accuracy.py"
+    (script.parent / "submodules" / "prm800k").mkdir(parents=True, exist_ok=True)
+    script.symlink_to(src / DEEPSEEK_R1)
+    (script.parent / "submodules" / "prm800k" / "prm800k").symlink_to(grader.resolve() / "prm800k")
+    out = work / "reference_evaluated.pkl"   # a name it keeps (it appends _evaluated.pkl to any other)
+    done = run([sys.executable, str(script), "--input-file", str(log), "--dataset-file", str(data), "--output-file",
+                str(out)], work)
+    printed = re.findall(r"^\{'exact_match': .*\}$", done.stdout, re.MULTILINE)
+    assert len(printed) == 1, done.stdout[-2000:]
+    frame = pd.read_pickle(out)
+    per = frame.groupby("dataset")["prompt_accuracy"].mean()
+    return DeepSeekReference(printed[0], {str(k): float(v) for k, v in per.items()}, len(frame))
+
+
+def deepseek_r1_code(src: Path, texts: list[str], work: Path) -> list[str | None]:
+    """eval_accuracy.py `parse_code` of each text (the program its LiveCodeBench grading would run)."""
+    done = run([sys.executable, "-c", _DEEPSEEK_PARSE_CODE, str(src / DEEPSEEK_R1)], work, stdin=json.dumps(texts))
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # the step functions run through `bash -c` (exported), which shellcheck cannot follow
-# GPU acceptance (docs/engines.md "GPU acceptance"): one prepared script for a node with one NVIDIA GPU, in one of
-# two settings, chosen by whether a package index answers (or by PODIUM_GPU_SETTING=registry|carried):
+# GPU acceptance (docs/engines.md "GPU acceptance"): one prepared script for a GPU node, on NVIDIA's platform (CUDA)
+# or AMD's (ROCm), chosen by the node's tool (amd-smi and no nvidia-smi: rocm) or by PODIUM_GPU_PLATFORM=cuda|rocm.
+# On CUDA, a node with one NVIDIA GPU in one of two settings, chosen by whether a package index answers (or by
+# PODIUM_GPU_SETTING=registry|carried):
 #
 #   registry  the node reaches PyPI or a mirror (a cluster's GPU node at bring-up): vLLM 0.31.0, Dynamo 1.6.1 and
 #             NIXL are installed from deployments/gpu/engines.lock.txt, and Podium's smoke scenarios run on vLLM,
@@ -15,13 +17,23 @@
 #             beside 7 argv, 8 vllm, 9 dynamo
 #   carried:  1 gpu, 2 wheels, 3 assets, 4 review, 5 smoke; 8 vllm and 9 dynamo NOT RUN
 #
+# On ROCm, an AMD Instinct node (MI355X) before a round, always carried (the engine is the ROCm image's; the lock's
+# wheels are CUDA builds): the checks of deployments/gpu/rocm_checks.py, then the carried legs with the smoke model
+# on GPU 0 through the image's ROCm torch:
+#
+#   rocm:     1 gpu (amd-smi lists the GPUs, ROCm >= 7.0), 2 devices (/dev/kfd and the render nodes usable),
+#             3 plugin (the node offers amd.com/gpu: PODIUM_GPU_K8S_NODE=<node>, else NOT RUN), 4 engine (the image's
+#             Python, PODIUM_GPU_ENGINE_PYTHON, imports ROCm torch and PODIUM_GPU_ENGINE=vllm|sglang), 5 wheels,
+#             6 assets, 7 review, 8 smoke; vllm and dynamo NOT RUN
+#
 # then one table (step, status, seconds, limit, key figures: tokens/s, VALID/INVALID, latencies, accuracy), and
 # everything under one folder: $OUT when it is set (the device tool brings back what is written there; the logs come
 # as logs.tar.gz), else .podium/gpu-acceptance/<UTC time>/.
 #
 #   deployments/gpu/acceptance.sh             the real thing
 #   deployments/gpu/acceptance.sh --dry-run   no installs and no GPU: checks the plans, says what every other step
-#                                             would run, and rehearses a leg killed at its limit and its clean-up
+#                                             would run (on ROCm: what each check would check, where this host
+#                                             cannot pass it), rehearses a leg killed at its limit and its clean-up
 #
 # Each step runs under its own `timeout`, and a deadline (PODIUM_GPU_DEADLINE_S, 570 s) caps every limit, so the
 # script ends within 10 minutes and a failed step still leaves the others' rows in the table. After every leg,
@@ -54,14 +66,19 @@ MIN_PYTHON=3.11      # pyproject's requires-python; the lock resolves for 3.11 a
 MIN_DRIVER=580       # torch 2.13.0 (vLLM 0.31.0's pin) is built for CUDA 13.0 on PyPI, which needs driver R580+
 MIN_DISK_GB=30       # .venv-gpu is about 9 GB, the uv cache as much again (hard-linked where it can be)
 MIN_GLIBC=2.34       # the newest manylinux tag among the locked wheels (every one has a wheel: nothing is built)
+ENGINE=${PODIUM_GPU_ENGINE:-vllm}                # rocm: the engine the ROCm image must hold (vllm or sglang)
+ENGINE_PYTHON=${PODIUM_GPU_ENGINE_PYTHON:-$PYTHON}   # rocm: the Python of the engine's ROCm image or wheels
+K8S_NODE=${PODIUM_GPU_K8S_NODE:-}                # rocm on Kubernetes: this node's name, for the device plugin check
 
 # Step limits in seconds; the longest path of each setting, with what may follow the last step (STEP_RESERVE_S),
 # fits the deadline, and the table comes after it (tests/unit/test_gpu_acceptance.py checks the sums).
 # registry: install-podium and plans run beside install-engines, argv beside assets:
 #   gpu + uv + install-engines + max(assets, argv) + vllm + dynamo = 535 s
 # carried: gpu + wheels + assets + review + smoke = 255 s; rehearsal: the dry run's leg killed at its limit
+# rocm: gpu + devices + plugin + engine + wheels + assets + review + smoke = 345 s
 declare -A LIMIT=([gpu]=15 [uv]=20 [install-engines]=150 [install-podium]=80 [plans]=30 [assets]=40 [argv]=40
-                  [vllm]=150 [dynamo]=160 [wheels]=30 [review]=20 [smoke]=150 [rehearsal]=30)
+                  [vllm]=150 [dynamo]=160 [wheels]=30 [review]=20 [smoke]=150 [rehearsal]=30 [devices]=10
+                  [plugin]=20 [engine]=60)
 BESIDE_ENGINES=(install-podium plans)
 BESIDE_ASSETS=(argv)
 DEADLINE_S=${PODIUM_GPU_DEADLINE_S:-570}
@@ -79,7 +96,7 @@ LOGS=$RESULTS/logs
 mkdir -p "$LOGS" || exit 2
 T0=$(date +%s)
 export ROOT HERE PYTHON GPU_VENV PODIUM_VENV WORKSPACE WHEELS SITE RUN_WS UV_VERSION MIN_PYTHON MIN_DRIVER MIN_DISK_GB \
-  MIN_GLIBC LOGS DRY
+  MIN_GLIBC LOGS DRY ENGINE ENGINE_PYTHON K8S_NODE
 export UV=$ROOT/$WORKSPACE/uv/bin/uv
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$ROOT/$WORKSPACE/uv-cache}   # beside the virtualenvs, so uv can hard-link
 export UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 PYTHONUNBUFFERED=1
@@ -420,14 +437,72 @@ s_smoke() {   # the carried leg, and the carried rehearsal: deployments/gpu/smok
   podium_python "$HERE/smoke_leg.py" run "$plan" --workspace "$RUN_WS"
 }
 
+# ---- rocm: an AMD node's checks (deployments/gpu/rocm_checks.py), then the carried legs ------------------------------
+
+rocm_check() {   # rocm_check PYTHON CHECK [ARG]: one check as the step; a dry run turns what this host cannot pass
+                 # into what the check would check on the node
+  local python=$1 out rc
+  shift
+  # the image's packages, not the carry (PYTHONPATH); under `set -e`, a failed check must still say why
+  out=$(env -u PYTHONPATH "$python" "$ROOT/$HERE/rocm_checks.py" "$@" 2>&1) && rc=0 || rc=$?
+  echo "$out"
+  if (( rc == 0 )); then figure "$(last_line <(echo "$out"))"; return 0; fi
+  [[ $DRY == 1 ]] || return 1
+  touch "$LOGS/$STEP.dry"
+  figure "would check: $("$PYTHON" "$ROOT/$HERE/rocm_checks.py" --what "$1"); here: $(last_line <(echo "$out"))"
+}
+
+s_gpu_rocm() { rocm_check "$PYTHON" gpu; }
+s_devices() { rocm_check "$PYTHON" devices; }
+s_plugin() { rocm_check "$PYTHON" plugin "$K8S_NODE"; }
+s_engine() { rocm_check "$ENGINE_PYTHON" engine "$ENGINE"; }
+
+rocm_steps() {   # the ROCm path: the node's checks, then the carried legs (the smoke model on GPU 0, ROCm torch)
+  step 1 gpu s_gpu_rocm
+  step 2 devices s_devices
+  if [[ -n $K8S_NODE ]]; then step 3 plugin s_plugin
+  else not_run 3 plugin "not on Kubernetes (PODIUM_GPU_K8S_NODE unset): no device plugin to check"; fi
+  step 4 engine s_engine
+  step 5 wheels s_wheels
+  if ready wheels; then step 6 assets s_assets_carried; else skip 6 assets "the carried wheels are not installed"; fi
+  if passed assets; then step 7 review s_review; else skip 7 review "no smoke model (step assets)"; fi
+  if [[ $DRY == 1 ]]; then step 8 smoke s_smoke after_leg
+  elif ! passed gpu || ! passed devices; then skip 8 smoke "no usable GPU (steps gpu, devices)"
+  elif ! passed review; then skip 8 smoke "the plan was not reviewed (step review)"
+  else step 8 smoke s_smoke after_leg; fi
+  local legs
+  legs="rocm: the vLLM and Dynamo legs install CUDA builds (engines.lock.txt); step engine checks the ROCm image's"
+  not_run 9 vllm "$legs"
+  not_run 9 dynamo "$legs"
+  if [[ $DRY == 1 ]]; then
+    if passed assets; then step 10 rehearsal s_smoke after_rehearsal timeout
+    else skip 10 rehearsal "no smoke data set (step assets)"; fi
+  fi
+}
+
 export -f figure dry assets_figure index_reachable last_line s_gpu after_leg after_rehearsal s_uv engines_figure \
   s_install_engines podium_present s_install_podium s_assets_registry s_plans processes_figure s_argv s_leg s_wheels \
-  s_assets_carried s_review s_smoke
+  s_assets_carried s_review s_smoke rocm_check s_gpu_rocm s_devices s_plugin s_engine
 
 # ---- the run ------------------------------------------------------------------------------------------------------
 
+PLATFORM=${PODIUM_GPU_PLATFORM:-auto}
+if [[ $PLATFORM == auto ]]; then
+  PLATFORM=cuda
+  if command -v amd-smi > /dev/null && ! command -v nvidia-smi > /dev/null; then PLATFORM=rocm; fi
+fi
 SETTING=${PODIUM_GPU_SETTING:-auto}
 WHY="PODIUM_GPU_SETTING=$SETTING"
+case $PLATFORM in
+  cuda) ;;
+  rocm) if [[ $SETTING == registry ]]; then
+          echo "PODIUM_GPU_SETTING=registry installs deployments/gpu/engines.lock.txt, CUDA builds; on ROCm the" \
+               "engine comes with its ROCm image: leave PODIUM_GPU_SETTING unset" >&2
+          exit 2
+        fi
+        SETTING=carried WHY="rocm: the engine is the ROCm image's" ;;
+  *) echo "PODIUM_GPU_PLATFORM=$PLATFORM: use cuda, rocm or auto" >&2; exit 2 ;;
+esac
 if [[ $SETTING == auto ]]; then
   if index_reachable > "$LOGS/index.log" 2>&1; then SETTING=registry; else SETTING=carried; fi
   WHY=$(last_line "$LOGS/index.log")
@@ -444,11 +519,13 @@ export -f podium_python
 NO_INDEX="carried setting ($WHY): vLLM 0.31.0, ai-dynamo 1.6.1 and NIXL with their CUDA libraries are about 9 GB, \
 far over what a carry holds (64 MiB with the working tree); run the script where PyPI or a mirror answers"
 
-echo "GPU acceptance, $SETTING setting ($WHY)$([[ $DRY == 1 ]] && echo '; dry run: no installs, no GPU');" \
-     "everything goes to $RESULTS"
-step 1 gpu s_gpu
+echo "GPU acceptance, $PLATFORM platform, $SETTING setting ($WHY)$([[ $DRY == 1 ]] && echo '; dry run: no' \
+     'installs, no GPU');" "everything goes to $RESULTS"
 
-if [[ $SETTING == registry ]]; then
+if [[ $PLATFORM == rocm ]]; then
+  rocm_steps
+elif [[ $SETTING == registry ]]; then
+  step 1 gpu s_gpu
   need_uv() { [[ ! -f $GPU_VENV/.installed-$(sha256sum "$HERE/engines.lock.txt" | cut -c1-12) ]] || ! podium_present; }
   if need_uv; then step 2 uv s_uv; else record 2 uv PASS 0 "${LIMIT[uv]}" "not needed: both virtualenvs present" ""; fi
   engines=
@@ -488,6 +565,7 @@ if [[ $SETTING == registry ]]; then
     else skip 10 rehearsal "no smoke data set (step assets)"; fi
   fi
 else
+  step 1 gpu s_gpu
   step 2 wheels s_wheels
   if ready wheels; then step 3 assets s_assets_carried; else skip 3 assets "the carried wheels are not installed"; fi
   if passed assets; then step 4 review s_review; else skip 4 review "no smoke model (step assets)"; fi
@@ -504,7 +582,7 @@ else
 fi
 
 echo
-"$PYTHON" "$HERE/report.py" table "$RESULTS" "$(( $(date +%s) - T0 ))" "$SETTING ($WHY)"
+"$PYTHON" "$HERE/report.py" table "$RESULTS" "$(( $(date +%s) - T0 ))" "$SETTING ($WHY), $PLATFORM platform"
 verdict=$?
 if [[ -n ${OUT:-} && $RESULTS == "$OUT" ]]; then   # the device tool brings back 8 files: the logs as one
   tar -czf "$RESULTS/logs.tar.gz" -C "$RESULTS" logs && rm -rf "$RESULTS/logs"

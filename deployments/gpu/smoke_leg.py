@@ -65,8 +65,9 @@ class LaunchedEngine:
     deployment: Any
     endpoint_: Any
     stall_s: float | None
+    max_lost: int | None = None   # one serving instance: no replicas to lose
 
-    def endpoint(self) -> Any:
+    def endpoint(self, performance: bool = True) -> Any:
         if not self.alive():
             raise LaunchError(f"the engine is not running:\n{self.log_report()}", fix="read the engine log")
         return self.endpoint_

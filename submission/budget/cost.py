@@ -61,9 +61,11 @@ def gpus(options: Any) -> int:
 
 
 def benchmark_gpus(bench: BenchmarkSpec) -> int:
-    """The GPUs a benchmark's engine holds (`gpus` of its engine options; 0: a CPU engine): what the dry run's
-    predicted GPU-hours and the run summary's measured ones both count."""
-    return gpus(bench.engine.config())
+    """The GPUs a benchmark's engine holds (`gpus` of its engine options, or every replica's GPUs where it serves as
+    `engine.replicas`; 0: a CPU engine): what the dry run's predicted GPU-hours and the run summary's measured ones
+    both count."""
+    layout = bench.engine.replica_layout()
+    return layout.count * layout.gpus if layout is not None else gpus(bench.engine.config())
 
 
 def floor_seconds(plan: Plan) -> float:
@@ -144,14 +146,14 @@ def describe(t: dict[str, Any]) -> str:
 def real_round(plan: Plan) -> dict[str, Any]:
     """What the round of `plan` takes on its own hardware at its target rates (a dress rehearsal reports it): each run
     and audit of every benchmark by `predicted_runs`, loadgen's floors at the round's min duration, and its
-    GPU-hours on the benchmark's GPUs (`gpus` of its engine options, else its system's nodes x
+    GPU-hours on the benchmark's GPUs (`benchmark_gpus`, else its system's nodes x
     accelerators_per_node)."""
     floor = load_rules(plan.round).min_duration_ms / 1000
     runs: dict[str, float] = {}
     gpu_seconds, most = 0.0, 0
     for b in plan.benchmarks:
         system = plan.system(b.system)
-        count = gpus(b.engine.config()) or system.nodes * int(system.description.get("accelerators_per_node") or 1)
+        count = benchmark_gpus(b) or system.nodes * int(system.description.get("accelerators_per_node") or 1)
         most = max(most, count)
         here = {f"{b.key}/{s.scenario}/{s.audit or s.mode}": length.seconds
                 for s, length in predicted_runs(plan, b, floor)}

@@ -4,16 +4,17 @@ limits").
 
 The engine's allocation holds the engine while it starts and while every run of the benchmark measures:
 
-    allocation = runs x run length x RUN_FACTOR + engine.ready_timeout_s + engine.warmup_timeout_s + STOP_S
+    allocation = runs x run length x RUN_FACTOR + launches x (engine.ready_timeout_s + engine.warmup_timeout_s) + STOP_S
 
-where the runs are every run and audit the benchmark makes (submission/budget/cost.py `run_needs`) and a run's length
-is the one model of submission/budget/run_length.py: for loadgen its Offline query (1.1 x min duration x target_qps
-samples, padded to whole passes over the performance set where the model issues equally) or its Server queries on
-their schedule, an accuracy run's set once at its scenario's rate, an audit at the rate it runs; for the endpoints
-client the samples it issues (1.1 x target_qps x min duration rounded up to whole passes over its data set: 48289
-Qwen3-VL samples at 40 q/s are 1207 s) and, in a `--mode both` run, the accuracy set after them. The job Podium
-itself runs in (`sbatch deployments/slurm/podium.sbatch`, `allocation: inherit`) also stages the model and data sets
-before the engine starts and assembles, checks and publishes after the last engine stops:
+where launches is one per variant of the engine's options (one, unless some scenarios run with options of their own:
+sglang's speculative decoding), the runs are every run and audit the benchmark makes (submission/budget/cost.py
+`run_needs`) and a run's length is the one model of submission/budget/run_length.py: for loadgen its Offline query (1.1
+x min duration x target_qps samples, padded to whole passes over the performance set where the model issues equally) or
+its Server queries on their schedule, an accuracy run's set once at its scenario's rate, an audit at the rate it runs;
+for the endpoints client the samples it issues (1.1 x target_qps x min duration rounded up to whole passes over its data
+set: 48289 Qwen3-VL samples at 40 q/s are 1207 s) and, in a `--mode both` run, the accuracy set after them. The job
+Podium itself runs in (`sbatch deployments/slurm/podium.sbatch`, `allocation: inherit`) also stages the model and data
+sets before the engine starts and assembles, checks and publishes after the last engine stops:
 
     job = sum over its benchmarks of (STAGING_S + allocation) + FLOW_TAIL_S
 
@@ -68,10 +69,11 @@ class TimeNeed:
     key: str
     runs: int
     measuring_s: float     # sum of the runs' lengths x RUN_FACTOR
-    start_s: float         # ready_timeout_s + warmup_timeout_s
+    start_s: float         # (ready_timeout_s + warmup_timeout_s) x the engine's launches (`starts`)
     allocation_s: float    # what engine.slurm.time_limit must cover
     job_s: float           # this benchmark's share of the job Podium runs in (staging included)
     per_run: tuple[cost.RunNeed, ...] = ()
+    starts: int = 1        # engine launches: one per variant of its options (BenchmarkSpec.engine_variants)
 
     def lines(self) -> list[str]:
         """Each run's prediction, then `limit_line`."""
@@ -79,7 +81,9 @@ class TimeNeed:
 
     def limit_line(self) -> str:
         return (f"  Slurm time: {self.runs} run(s) x their length x {RUN_FACTOR} = {slurm_time(self.measuring_s)}, "
-                f"+ engine start (ready_timeout_s + warmup_timeout_s) {slurm_time(self.start_s)} + stop {STOP_S} s: "
+                f"+ engine start (ready_timeout_s + warmup_timeout_s)"
+                f"{f' x {self.starts} launches' if self.starts > 1 else ''} {slurm_time(self.start_s)} "
+                f"+ stop {STOP_S} s: "
                 f"the engine's allocation needs time_limit >= {slurm_time(self.allocation_s)}; with staging "
                 f"({slurm_time(STAGING_S)}) this benchmark takes {slurm_time(self.job_s)} of the job Podium runs in")
 
@@ -89,9 +93,11 @@ def need(plan: Plan, bench: BenchmarkSpec) -> TimeNeed:
     per_run = cost.run_needs(plan, bench)   # every run and audit, each its own length
     lengths = [r.length.seconds for r in per_run]
     measuring = sum(lengths) * RUN_FACTOR
-    start = bench.engine.ready_timeout_s + bench.engine.warmup_timeout_s
+    starts = len(bench.engine_variants())
+    start = (bench.engine.ready_timeout_s + bench.engine.warmup_timeout_s) * starts
     allocation = measuring + start + STOP_S
-    return TimeNeed(bench.key, len(lengths), measuring, start, allocation, STAGING_S + allocation, tuple(per_run))
+    return TimeNeed(bench.key, len(lengths), measuring, start, allocation, STAGING_S + allocation, tuple(per_run),
+                    starts)
 
 
 def job_need(plan: Plan) -> float:

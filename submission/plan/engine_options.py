@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, model_validator
 
 from submission.base.schema import Input, reason
 from submission.plan.limits import Nodes, Tokens
+from submission.plan.speculative import Speculative
 from submission.plan.topology import Pool, place
 
 # Share of each GPU's memory a vLLM engine takes (weights, activations, KV cache): vLLM's default
@@ -103,12 +104,35 @@ class EngineOptions(Input):
         raise PlanError(f"engine {self.engine!r} serves from one node; the scaling check cannot grow it",
                         fix="scale a multi-node engine: dynamo or simulated")
 
+    def for_scenario(self, scenario: str) -> Self:
+        """The options the engine runs a scenario's runs with: these, but without what the plan turns on for other
+        scenarios only (sglang's speculative decoding: Interactive); the benchmark flow launches one engine per
+        distinct variant."""
+        return self
+
     def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> Self:
         """The deployment with `prefill` prefill workers of `prefill_tp` GPUs and `decode` decode workers."""
         from submission.base.errors import PlanError
 
         raise PlanError(f"engine {self.engine!r} has no prefill and decode pools to split",
                         fix="sweep a disaggregated engine: dynamo or simulated")
+
+    def replica_gpus(self) -> int:
+        """The GPUs one serving replica holds (`engine.replicas`, submission/plan/replicas.py: one instance of the
+        engine, one process on one node); ValueError for an engine whose one instance is not that."""
+        why = NOT_REPLICATED.get(self.engine, f"one {self.engine} instance is not one process on one node")
+        raise ValueError(f"replicas: {why}; replicas serve the vllm, trtllm (aggregated trtllm-serve) and simulated "
+                         "engines")
+
+
+# Why an engine is not served as `engine.replicas` (each replica is one process on one node, behind Podium's dispatch).
+NOT_REPLICATED = {
+    "dynamo": "the dynamo engine serves through its own frontend, which routes over its workers; give it more "
+              "workers instead (decode.workers), or serve vllm replicas",
+    "external": "an external engine is not started by Podium; list each replica's endpoint as an engine of its own",
+    "smoke": "the smoke engine is one CPU server; use the simulated engine for replicas on a CPU",
+    "smoke-vlm": "the smoke engine is one CPU server; use the simulated engine for replicas on a CPU",
+}
 
 
 class Parallelism(Input):
@@ -210,10 +234,100 @@ class VllmOptions(Common, Hardware, Parallelism):
         _prefix_flag(self)
         return self
 
+    def server_gpus(self) -> int:
+        """The GPUs the one server holds: tensor x pipeline x data parallel (none for the CPU build)."""
+        return self.gpus * self.data_parallel_size if self.gpus_per_node else 0
+
+    def replica_gpus(self) -> int:
+        return self.server_gpus()
+
     def workers(self) -> tuple[Worker, ...]:
         return (Worker("server", self.data_parallel_size, self.tensor_parallel_size, self.pipeline_parallel_size,
                        self.gpu_memory_utilization or VLLM_MEMORY_FRACTION, self.max_model_len,
                        "options.max_model_len", self.cpu is None and bool(self.gpus_per_node), self.kv_cache_dtype),)
+
+
+# SGLang's share of each GPU (--mem-fraction-static) where a plan leaves it unset: SGLang derives it at start from the
+# GPU's memory, chunked-prefill and CUDA-graph sizes (sglang 0.5.4 srt/server_args.py:643-740), which Podium cannot
+# know before; the memory-fit check counts the DeepSeek-R1 reference's own value (language/deepseek-r1/utils/
+# backend_registry.py mem_fraction_static 0.85).
+SGLANG_MEMORY_FRACTION = 0.85
+# Flags among extra_args that a typed option sets, by the prefix of every spelling SGLang 0.5.4 takes (argparse takes
+# an unambiguous abbreviation too): the rules read the typed option (speculative decoding, the MTP head's precision).
+SGLANG_TYPED_PREFIXES = {"--spec": "speculative", "--quantiz": "quantization", "--modelopt": "quantization",
+                         "--enable-metrics": "(always on)"}
+
+
+class SglangOptions(Common, Hardware, Parallelism):
+    """SGLang (`python -m sglang.launch_server`): one server on one node; TP, EP and DP-attention inside it, more
+    servers as `engine.replicas`."""
+
+    python: str = Field("python3", description="the interpreter that has sglang (`PYTHON -m sglang.launch_server`)")
+    data_parallel_size: int = Field(1, ge=1, description="--dp-size: with enable_dp_attention, attention's data "
+                                    "parallel ranks inside the tensor-parallel GPUs; without, whole copies")
+    enable_dp_attention: bool = Field(False, description="--enable-dp-attention (data_parallel_size > 1 dividing "
+                                                         "tensor_parallel_size)")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static: weights and KV "
+                                              "cache over each GPU's memory; None: SGLang's own, sized at start")
+    chunked_prefill_size: int | None = Field(None, ge=-1, description="--chunked-prefill-size in tokens (-1: off; "
+                                             "SGLang divides it by data_parallel_size under DP attention)")
+    cuda_graph_max_bs: int | None = Field(None, ge=1, description="--cuda-graph-max-bs")
+    cuda_graph_bs: tuple[int, ...] = Field((), description="--cuda-graph-bs: the batch sizes captured")
+    max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
+    context_length: Tokens | None = Field(None, description="--context-length: prompt + output tokens a request may "
+                                          "take; None: the model's own")
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None
+    kv_cache_dtype: Literal["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"] | None = None
+    quantization: str | None = Field(None, description="--quantization; None: what the checkpoint's config says")
+    attention_backend: str | None = Field(None, description="--attention-backend, e.g. flashinfer, fa3, trtllm_mla")
+    trust_remote_code: bool = False
+    random_seed: int | None = None
+    speculative: Speculative | None = Field(None, description="speculative decoding, for the scenarios it names "
+                                            "(submission/plan/speculative.py; a closed plan: as the round allows)")
+
+    @model_validator(mode="after")
+    def _fits(self) -> SglangOptions:
+        if self.nodes != 1:
+            raise ValueError("nodes: the sglang engine serves from one node; for more, serve replicas "
+                             "(engine.replicas)")
+        if self.enable_dp_attention and (self.data_parallel_size < 2
+                                         or self.tensor_parallel_size % self.data_parallel_size):
+            raise ValueError(f"enable_dp_attention: DP attention splits the {self.tensor_parallel_size} "
+                             f"tensor-parallel GPUs into data_parallel_size ranks; give a data_parallel_size above 1 "
+                             f"that divides "
+                             f"{self.tensor_parallel_size} (SGLang asserts tp_size % dp_size == 0)")
+        if self.gpus_per_node and self.server_gpus() > self.gpus_per_node:
+            raise ValueError(f"the server needs {self.server_gpus()} GPUs (tensor x pipeline parallel"
+                             f"{'' if self.enable_dp_attention else ' x data parallel'}) but gpus_per_node is "
+                             f"{self.gpus_per_node}; lower the parallel sizes")
+        for field, args in self.free_args().items():
+            for arg in args:
+                option = next((o for p, o in SGLANG_TYPED_PREFIXES.items() if arg.startswith(p)), None)
+                if option is not None:
+                    raise ValueError(f"{field}: {arg} given as a free flag; the typed option {option} says it once "
+                                     "(the round's rules read it there)")
+        return self
+
+    def server_gpus(self) -> int:
+        """The GPUs the server holds: DP attention runs inside the tensor-parallel GPUs, plain DP copies them."""
+        dp = 1 if self.enable_dp_attention else self.data_parallel_size
+        return self.gpus * dp if self.gpus_per_node else 0
+
+    def replica_gpus(self) -> int:
+        return self.server_gpus()
+
+    def for_scenario(self, scenario: str) -> SglangOptions:
+        if self.speculative is None or scenario in self.speculative.scenarios:
+            return self
+        return parse_options(self.engine, {k: v for k, v in self.as_plan().items() if k != "speculative"})
+
+    def workers(self) -> tuple[Worker, ...]:
+        dp = 1 if self.enable_dp_attention else self.data_parallel_size
+        return (Worker("server", dp, self.tensor_parallel_size, self.pipeline_parallel_size,
+                       self.mem_fraction_static or SGLANG_MEMORY_FRACTION, self.context_length,
+                       "options.context_length", bool(self.gpus_per_node),
+                       self.kv_cache_dtype if self.kv_cache_dtype not in (None, "auto") else None,
+                       attention_dp=self.enable_dp_attention),)
 
 
 class CacheTransceiver(Input):
@@ -300,6 +414,15 @@ class TrtllmOptions(Common, Hardware, Parallelism):
             raise ValueError(f"tensor x pipeline parallel = {self.gpus} GPUs but nodes x gpus_per_node = "
                              f"{self.nodes * self.gpus_per_node}; lower the parallel sizes or add nodes")
         return self
+
+    def replica_gpus(self) -> int:
+        if self.disaggregated is not None:
+            raise ValueError("replicas: a disaggregated trtllm deployment serves through its own router; replicas are "
+                             "aggregated trtllm-serve servers (remove disaggregated)")
+        if self.gpus_per_node and self.gpus > self.gpus_per_node:
+            raise ValueError(f"replicas: one replica of {self.gpus} GPUs (tensor x pipeline parallel) spans nodes of "
+                             f"{self.gpus_per_node}; a replica runs on one node: lower its parallel sizes")
+        return self.gpus if self.gpus_per_node else 0
 
     def workers(self) -> tuple[Worker, ...]:
         d, gpu = self.disaggregated, bool(self.gpus_per_node)
@@ -482,12 +605,15 @@ class SimulatedOptions(EngineOptions):
     def scaled(self, nodes: int) -> SimulatedOptions:
         return self._with(nodes=nodes)
 
+    def replica_gpus(self) -> int:
+        return 0
+
     def split(self, prefill: int, decode: int, prefill_tp: int, decode_tp: int) -> SimulatedOptions:
         return self._with(prefill_workers=prefill, decode_workers=decode)
 
 
 OPTIONS: dict[str, type[EngineOptions]] = {"smoke": SmokeOptions, "smoke-vlm": SmokeOptions, "vllm": VllmOptions,
-                                    "trtllm": TrtllmOptions,
+                                    "trtllm": TrtllmOptions, "sglang": SglangOptions,
                                     "dynamo": DynamoOptions, "external": ExternalOptions,
                                     "simulated": SimulatedOptions}
 
@@ -531,25 +657,27 @@ class KubernetesSettings(Input):
 class EngineTelemetry(Input):
     """Where the GPUs of the engine's nodes are read during each run (tasks/serving/telemetry.py)."""
 
-    dcgm_urls: tuple[str, ...] = Field((), description="the metrics page of the dcgm-exporter on each node that runs "
-                                                      "the engine, e.g. http://gpu-node-1:9400/metrics, or one "
-                                                      "template filled with each engine node's name at launch, "
-                                                      "http://{node}:9400/metrics; given: the GPUs are read there; "
-                                                      "none: the launcher's per-node samplers (Slurm), else "
-                                                      "nvidia-smi on the flow's host, where it is on PATH")
+    exporter_urls: tuple[str, ...] = Field(
+        (), validation_alias=AliasChoices("exporter_urls", "dcgm_urls"),
+        description="the metrics page of the GPU exporter on each node that runs the engine (dcgm-exporter on NVIDIA, "
+                    "e.g. http://gpu-node-1:9400/metrics; AMD's device metrics exporter on AMD, port 5000), or one "
+                    "template filled with each engine node's name at launch, http://{node}:9400/metrics; given: the "
+                    "GPUs are read there; none: the launcher's per-node samplers (Slurm), else nvidia-smi on the "
+                    "flow's host, where it is on PATH; also accepted as dcgm_urls")
 
     @model_validator(mode="after")
     def _urls(self) -> EngineTelemetry:
-        bad = [u for u in self.dcgm_urls if not re.fullmatch(r"https?://[^/\s:]+(:\d+)?(/\S*)?", u)]
+        bad = [u for u in self.exporter_urls if not re.fullmatch(r"https?://[^/\s:]+(:\d+)?(/\S*)?", u)]
         if bad:
-            raise ValueError(f"dcgm_urls: {', '.join(map(repr, bad))} is not an http(s) URL; give each engine node's "
-                             "dcgm-exporter page, e.g. http://gpu-node-1:9400/metrics")
-        other = sorted({p for u in self.dcgm_urls for p in re.findall(r"\{[^}]*\}", u)} - {"{node}"})
+            raise ValueError(f"exporter_urls: {', '.join(map(repr, bad))} is not an http(s) URL; give each engine "
+                             "node's GPU exporter page, e.g. http://gpu-node-1:9400/metrics (dcgm-exporter) or "
+                             "http://gpu-node-1:5000/metrics (AMD's device metrics exporter)")
+        other = sorted({p for u in self.exporter_urls for p in re.findall(r"\{[^}]*\}", u)} - {"{node}"})
         if other:
-            raise ValueError(f"dcgm_urls: {', '.join(other)} is not filled in; the one placeholder is {{node}}, each "
-                             "engine node's name, e.g. http://{node}:9400/metrics")
-        if len(set(self.dcgm_urls)) < len(self.dcgm_urls):
-            raise ValueError("dcgm_urls: a URL is named twice; name each node's exporter once")
+            raise ValueError(f"exporter_urls: {', '.join(other)} is not filled in; the one placeholder is {{node}}, "
+                             "each engine node's name, e.g. http://{node}:9400/metrics")
+        if len(set(self.exporter_urls)) < len(self.exporter_urls):
+            raise ValueError("exporter_urls: a URL is named twice; name each node's exporter once")
         return self
 
 
@@ -582,7 +710,7 @@ def engine_problems(name: str, options: dict[str, Any], launcher: str,
                         "and pods each claim their GPUs); set workers_per_gpu: 1")
     if isinstance(config, DynamoOptions) and config.discovery == "kubernetes" and launcher != "kubernetes":
         problems.append("options.discovery: kubernetes discovery needs the kubernetes launcher; use etcd or file")
-    if isinstance(config, VllmOptions | TrtllmOptions | DynamoOptions) and launcher == "kubernetes" \
+    if isinstance(config, VllmOptions | TrtllmOptions | DynamoOptions | SglangOptions) and launcher == "kubernetes" \
             and config.version is None:
         problems.append("options.version: the engine runs in the container image, where Podium cannot ask it; "
                         "pin the image's engine version, e.g. version: '1.2.0'")

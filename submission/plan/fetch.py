@@ -159,7 +159,7 @@ def fetch_problems(where: str, fetch: dict[str, FetchSource], paths: list[str] |
                             f"{src.kind} source to the fetch section of the benchmark that reads it")
         elif paths is not None and not reads_from(dest, paths):
             problems.append(f"{field}: no field of this benchmark reads from it; make it the model.source, a data "
-                            "set file, dataset.lcb_tests or a folder that holds one")
+                            "set file, dataset.lcb_tests, dataset.math_grader or a folder that holds one")
         problems += _pin_problems(field, src, rules)
         checker = paths is None and src.github is not None and src.github == rules.inference_sources.github
         if checker and inference_src and dest.rstrip("/") != inference_src.rstrip("/"):

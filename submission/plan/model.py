@@ -26,6 +26,9 @@ from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, 
 from submission.plan.fetch import FetchItem, FetchSource, fetch_problems
 from submission.plan.fetch import items as fetch_items
 from submission.plan.limits import MAX_DEPTH, AnswerTokens, Nodes, Rate, levels
+from submission.plan.replicas import Layout, ReplicasSpec
+from submission.plan.replicas import layout as replica_layout
+from submission.plan.replicas import problems as replica_problems
 from submission.plan.secret_env import shown_plan
 from submission.plan.serving import serving_problems
 from submission.plan.slurm_options import SlurmSettings
@@ -81,7 +84,7 @@ class EngineSpec(Input):
     """What runs (`name`, typed `options`: see submission/plan/engine_options.py) and where (`launcher` and its
     section)."""
 
-    name: str = Field(description="the engine: trtllm, vllm, dynamo, external, smoke, smoke-vlm or simulated")
+    name: str = Field(description="the engine: trtllm, vllm, sglang, dynamo, external, smoke, smoke-vlm or simulated")
     options: dict[str, Any] = Field(default_factory=dict, description="the engine's typed options, checked when the "
                                     "plan loads: see benchmarks[].engine.options below, per engine")
     launcher: Literal["local", "slurm", "kubernetes"] = Field("local", description="where the engine's processes "
@@ -103,7 +106,11 @@ class EngineSpec(Input):
     warmup_timeout_s: float = Field(600, gt=0, description="how long the warm-up's answers may take before the launch "
                                                            "fails")
     telemetry: EngineTelemetry = Field(default_factory=EngineTelemetry,
-                                       description="where each run's GPU telemetry comes from (DCGM exporters)")
+                                       description="where each run's GPU telemetry comes from (GPU exporters)")
+    replicas: ReplicasSpec | None = Field(None, description="serve the engine as independent replicas, K on each "
+                                          "of N nodes, behind the head's dispatch (docs/replicas.md); the options "
+                                          "give one replica's parallelism")
+    _layout: Layout | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _typed(self) -> EngineSpec:
@@ -115,11 +122,17 @@ class EngineSpec(Input):
             raise ValueError("; ".join(problems))
         self._config = config
         self._slurm = SlurmSettings.model_validate(self.slurm) if self.slurm else None
+        if self.replicas is not None:
+            self._layout = replica_layout(self.replicas, config)   # N resolved against the system by the plan
         return self
 
     def config(self) -> Any:
         """The typed options (a submission.plan.engine_options model), parsed once, when the plan loaded."""
         return self._config
+
+    def replica_layout(self) -> Layout | None:
+        """The replicas resolved against the system (submission/plan/replicas.py); None: one serving instance."""
+        return self._layout
 
     def slurm_settings(self) -> SlurmSettings | None:
         """The typed `slurm` section, parsed when the plan loaded (None: not given; the launcher's defaults)."""
@@ -134,8 +147,12 @@ class DatasetSpec(Input):
                                       description="a scenario's own data set for its performance and accuracy runs, "
                                                   "where the round gives it one, e.g. Interactive: "
                                                   "/data/shopify_product_catalogue_8k.parquet (Qwen3-VL)")
-    lcb_tests: str | None = Field(None, description="gpt-oss-120b: the LiveCodeBench tests (JSON lines) its evaluator "
-                                                    "runs; staged like the data sets and given to the evaluator")
+    lcb_tests: str | None = Field(None, description="gpt-oss-120b, deepseek-r1: the LiveCodeBench tests (JSON lines) "
+                                                    "its evaluator runs; staged like the data sets and given to the "
+                                                    "evaluator")
+    math_grader: str | None = Field(None, description="deepseek-r1: the folder of openai/prm800k at the round's commit "
+                                    "(`podium fetch-grader`, or a fetch entry {github: openai/prm800k}), whose "
+                                    "PRM800K grader the evaluator runs on MATH-500 answers; staged like the tests")
     compliance: dict[str, str] = Field(default_factory=dict,
                                        description="a compliance test's own data set, e.g. "
                                                    "TEST07: acc/acc_eval_compliance_gpqa.parquet")
@@ -217,22 +234,37 @@ class BenchmarkSpec(Input):
                                           "from, destination -> source, for `podium fetch PLAN` "
                                           "(submission/plan/fetch.py), e.g. /mnt/mlperf/models/gpt-oss-120b: {repo: "
                                           "openai/gpt-oss-120b}; each destination is the model.source, a data set "
-                                          "file, dataset.lcb_tests or a folder holding one")
+                                          "file, dataset.lcb_tests, dataset.math_grader or a folder holding one")
 
     @property
     def key(self) -> str:
         return f"{self.system}/{self.benchmark}"
 
+    def engine_variants(self) -> list[tuple[tuple[str, ...], Any]]:
+        """The engine launches the scenarios need, in the rules' scenario order: (scenarios, typed options) for each
+        distinct variant of the options (`EngineOptions.for_scenario`); one unless the options turn something on for
+        some scenarios only (sglang's speculative decoding, Interactive)."""
+        out: list[tuple[tuple[str, ...], Any]] = []
+        for name in (s for s in SCENARIOS if s in self.scenarios):
+            options = self.engine.config().for_scenario(name)
+            same = next((i for i, (_, o) in enumerate(out) if o.as_plan() == options.as_plan()), None)
+            if same is None:
+                out.append(((name,), options))
+            else:
+                out[same] = ((*out[same][0], name), out[same][1])
+        return out
+
     def sources(self) -> list[tuple[str, str, str]]:
         """Everything a run of this benchmark stages, as (plan field under the benchmark, kind, source): the model
         (kind `models`), then its data sets (kind `datasets`: performance, accuracy, each compliance test's own), then
-        the LiveCodeBench tests (kind `tests`) where the plan names them."""
+        the LiveCodeBench tests and the MATH-500 grader (kind `tests`) where the plan names them."""
         return [("model.source", "models", self.model.source),
                 ("dataset.performance", "datasets", self.dataset.performance),
                 ("dataset.accuracy", "datasets", self.dataset.accuracy),
                 *((f"dataset.scenarios.{name}", "datasets", path) for name, path in self.dataset.scenarios.items()),
                 *((f"dataset.compliance.{test}", "datasets", path) for test, path in self.dataset.compliance.items()),
-                *((("dataset.lcb_tests", "tests", self.dataset.lcb_tests),) if self.dataset.lcb_tests else ())]
+                *((("dataset.lcb_tests", "tests", self.dataset.lcb_tests),) if self.dataset.lcb_tests else ()),
+                *((("dataset.math_grader", "tests", self.dataset.math_grader),) if self.dataset.math_grader else ())]
 
     @model_validator(mode="after")
     def _guided_decoding_supported(self) -> BenchmarkSpec:
@@ -449,6 +481,24 @@ class Plan(Input):
         return self
 
     @model_validator(mode="after")
+    def _replicas_fit(self) -> Plan:
+        """Each engine's replicas fit its system's nodes and each node's GPUs; their readiness counts and losses are
+        counts of replicas (the layout is resolved here, N defaulting to the system's nodes)."""
+        found = []
+        for i, b in enumerate(self.benchmarks):
+            spec, system = b.engine.replicas, next((s for s in self.systems if s.name == b.system), None)
+            if spec is None or system is None:
+                continue
+            k8s = b.engine.kubernetes
+            found += [f"benchmarks.{i}.engine.{p}" for p in replica_problems(
+                spec, b.engine.config(), launcher=b.engine.launcher, endpoint_url=k8s.endpoint_url if k8s else None,
+                system=system.name, system_nodes=system.nodes, description=system.description)]
+            b.engine._layout = replica_layout(spec, b.engine.config(), system.nodes)
+        if found:
+            raise ValueError("\n  - ".join(found))
+        return self
+
+    @model_validator(mode="after")
     def _serving_rules(self) -> Plan:
         """A closed submission serves each benchmark as its reference requires (the round's `serving` rules)."""
         if self.profile != "submission" or self.division != "closed":
@@ -456,7 +506,7 @@ class Plan(Input):
         rules = load_rules(self.round)
         problems = [p for i, b in enumerate(self.benchmarks)
                     for p in serving_problems(f"benchmarks.{i}", rules.benchmark(b.benchmark), b.engine.config(),
-                                              b.generation)]
+                                              b.generation, b.model.weight_data_types)]
         if problems:
             raise ValueError("\n  - ".join(problems))
         return self

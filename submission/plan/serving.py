@@ -1,8 +1,9 @@
 """The round's serving rules for a benchmark (`serving:` in `rules/<round>.yaml`), checked when a closed-division
 submission plan loads: prefix caching off, no image-budget override of the multimodal processor, the reference's
-sampling and guided-decoding choice.
+sampling and guided-decoding choice, speculative decoding only as the round's appendix allows it
+(submission/plan/speculative.py).
 
-    serving_problems("benchmarks.0", rules.benchmark(b.benchmark), b.engine.config(), b.generation)
+    serving_problems("benchmarks.0", rules.benchmark(b.benchmark), b.engine.config(), b.generation, "fp8")
     # ["benchmarks.0.engine.options.enable_prefix_caching: not set ..., which breaks the serving rule ...; set ..."]
 
 Each problem names the plan field, the rule with its source, and the fix. The smoke profile (a tiny model decoding
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from submission.plan.engine_options import EngineOptions
+from submission.plan.speculative import speculative_problems
 from submission.rules.generation import reference_generation
 
 if TYPE_CHECKING:
@@ -32,16 +34,25 @@ class Generation(Protocol):
 MM_FLAG = "--mm-processor-kwargs"
 
 
-def serving_problems(where: str, rules: BenchmarkRules, options: EngineOptions, generation: Generation) -> list[str]:
-    """Everything in a plan's benchmark entry (at plan field `where`: its typed engine options and its generation
-    section) that breaks the benchmark's serving rules."""
+def serving_problems(where: str, rules: BenchmarkRules, options: EngineOptions, generation: Generation,
+                     weight_type: str = "") -> list[str]:
+    """Everything in a plan's benchmark entry (at plan field `where`: its typed engine options, its generation
+    section and its model.weight_data_types) that breaks the benchmark's serving rules."""
     serving = rules.serving
+    speculative = [f"{where}.{field}: {problem}, which breaks the serving rule {rule} of {rules.name} (source: "
+                   f"{_speculative_source(rules)}); {fix}"
+                   for field, rule, problem, fix in speculative_problems(rules, options, weight_type)]
     if serving is None:
-        return []
+        return speculative
     return [f"{where}.{field}: {problem}, which breaks the serving rule {rule} of {rules.name} "
             f"(source: {serving.source}); {fix}" for field, rule, problem, fix in (
                 *_prefix_caching(options, serving), *_image_budget(options, serving),
-                *_sampling(rules.name, generation, serving))]
+                *_sampling(rules.name, generation, serving))] + speculative
+
+
+def _speculative_source(rules: BenchmarkRules) -> str:
+    rule = rules.serving.speculative_decoding if rules.serving else None
+    return rule.source if rule else "inference_rules.adoc appendix-speculative-decoding, which does not name it"
 
 
 Problem = tuple[str, str, str, str]   # plan field (under the benchmark), rule, what is wrong, the fix

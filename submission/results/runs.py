@@ -46,6 +46,7 @@ class RunSpec(Strict):
     audit: str | None = None                   # a compliance run: TEST01 | TEST04 | TEST06 | TEST07 | TEST09
     audit_config: tuple[str, ...] = ()         # its audit.config lines, written beside the run only while it runs
     lcb_tests: str | None = None               # the staged LiveCodeBench tests its evaluator runs (gpt-oss-120b)
+    math_grader: str | None = None             # the staged openai/prm800k its evaluator grades MATH-500 with
     with_accuracy: bool = False                # an endpoints performance run whose client runs the accuracy set too
     client: str | None = None                  # endpoints: `<client commit>/config-<ENDPOINTS_CONFIG_FORMAT>`
 
@@ -61,6 +62,8 @@ class RunSpec(Strict):
             del data["harness"]
         if self.lcb_tests is None:   # and runs without LiveCodeBench tests the keys they had before them
             del data["lcb_tests"]
+        if self.math_grader is None:   # and runs without a MATH-500 grader the keys they had before it
+            del data["math_grader"]
         for name in ("with_accuracy", "client"):   # loadgen runs have neither: their keys stay as they were
             if not data[name]:
                 del data[name]
@@ -188,6 +191,31 @@ def planned(plan: Plan) -> Planned:
     return out
 
 
+class ReplicaRow(Strict):
+    """One replica's part in a run of an engine of replicas (tasks/harness/dispatch.py): the samples it answered,
+    their output tokens, its errors, its p99 TTFT and TPOT (Server) or latency (Offline), the samples moved from it to
+    live replicas, and when and why it was lost (None: it served to the end)."""
+
+    replica: str
+    node: str = ""
+    samples: int
+    output_tokens: int = 0
+    errors: int = 0
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    latency_p99_ms: float | None = None
+    moved: int = 0
+    lost_at: str | None = None
+    lost_why: str | None = None
+
+    @classmethod
+    def of(cls, row: dict) -> ReplicaRow:
+        """A row of the harness's statistics (`sut_stats.json` "replicas")."""
+        lost = row.get("lost") or {}
+        return cls(**{k: v for k, v in row.items() if k in cls.model_fields}, lost_at=lost.get("at"),
+                   lost_why=lost.get("why"))
+
+
 class RunRecord(Strict):
     """One row of the results table: what a finished run measured, and where its logs are."""
 
@@ -219,6 +247,7 @@ class RunRecord(Strict):
     started_at: str | None = None       # when loadgen started and ended, ISO 8601 UTC
     ended_at: str | None = None
     clock: float | None = None          # a rehearsal's client clock (x10: 10.0) that measured it; None: the real one
+    replicas: tuple[ReplicaRow, ...] = ()   # an engine of replicas: each one that served the run; (): one instance
 
     @property
     def label(self) -> str:
@@ -248,7 +277,8 @@ def record(spec: RunSpec, run_dir: str, run, rules: Rules, stats: dict,
         invalid_reasons=run.invalid_reasons, ttft_p99_ms=_ms(run.ttft_p99_ns), tpot_p99_ms=_ms(run.tpot_p99_ns),
         latency_p99_ms=_ms(run.latency_ns.get("99.00")), num_errors=run.num_errors,
         sut_failures=stats.get("failed", 0), token_source=stats.get("token_source", ""), wall_s=stats.get("wall_s"),
-        flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at, clock=clock, **fields)
+        flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at, clock=clock,
+        replicas=tuple(ReplicaRow.of(row) for row in stats.get("replicas", ())), **fields)
 
 
 class AuditCheck(Strict):

@@ -123,6 +123,21 @@ class ScenarioRules(Strict):
         return _ns(self.max_target_latency_ms)
 
 
+class SpeculativeRule(Strict):
+    """The speculative decoding a benchmark allows (inference_rules.adoc, appendix-speculative-decoding): in which
+    scenarios, which algorithm (the engine's names for the reference's), its configuration and the reference head."""
+
+    source: str
+    scenarios: tuple[Scenario, ...]
+    style: str                       # the appendix's words, e.g. "EAGLE-style decoding with the MTP head"
+    algorithms: tuple[str, ...]      # the engine's names for it (SGLang: EAGLE, and NEXTN, its alias)
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int            # what the configuration implies (num_steps + 1 at top-k 1)
+    mtp_head: str                    # the reference checkpoint whose MTP head drafts
+    precision: str                   # the head's precision as provided (a model.weight_data_types word)
+
+
 class ServingRules(Strict):
     """How a closed-division engine must serve the benchmark, as its reference README says (`source`)."""
 
@@ -131,6 +146,7 @@ class ServingRules(Strict):
     image_budget_keys: tuple[str, ...] = ()  # multimodal processor keys that change an image or its token count
     reference_sampling: bool = False  # a plan's sampling is the reference's (submission/rules/generation.yaml)
     guided_decoding: bool | None = None  # the value a plan's generation.guided_decoding must have; None: either
+    speculative_decoding: SpeculativeRule | None = None  # None: no speculative decoding in the closed division
 
 
 class BenchmarkRules(Strict):
@@ -268,6 +284,7 @@ class Rules(Strict):
     inference_sources: SourcePin   # mlcommons/inference: the checker, audits and references every value cites
     endpoints_client: SourcePin | None = None   # None: the round has no endpoints (loadgen-less) results
     livecodebench: dict[str, LiveCodeBenchRelease] = Field(default_factory=dict)   # release -> its files
+    math_grader: SourcePin | None = None   # openai/prm800k: the MATH-500 grader deepseek-r1's reference imports
     min_duration_ms: int
     loadgen_min_query_count: int   # loadgen's own default, where neither mlperf.conf nor user.conf sets one
     max_accuracy_log_bytes: int
@@ -306,8 +323,9 @@ class Rules(Strict):
         return pins
 
     def source_pins(self) -> dict[str, str]:
-        """GitHub owner/name -> the commit the round pins it at: the official sources and the endpoints client."""
-        pins = (self.inference_sources, self.endpoints_client)
+        """GitHub owner/name -> the commit the round pins it at: the official sources, the endpoints client and the
+        MATH-500 grader."""
+        pins = (self.inference_sources, self.endpoints_client, self.math_grader)
         return {pin.github: pin.commit for pin in pins if pin is not None and pin.github is not None}
 
     def audit(self, test: str) -> AuditRules:

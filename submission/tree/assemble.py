@@ -17,7 +17,7 @@ from submission.base.files import write_atomic
 from submission.plan.model import SCENARIOS, BenchmarkSpec, Plan
 from submission.plan.secret_env import shown_options, shown_plan
 from submission.results.runs import CLIENT_REPORT, AuditRecord, RunRecord
-from submission.tree import source
+from submission.tree import served, source
 from submission.tree.paths import ACCURACY_RESULTS, ENDPOINTS_CONFIG, RESULT_SUMMARY, Tree
 from submission.tree.source import Code
 from submission.tree.truncate import truncate_tree
@@ -175,6 +175,7 @@ def assemble(plan: Plan, records: list[RunRecord], systems: dict[str, dict[str, 
     """Write the tree under `root` (replaced if present); return its Tree. Each audit's TESTxx folder (laid out
     as its run_verification.py leaves it) goes into the scenario folder of a performance run in the tree; `code`,
     Podium's source as `submission.tree.source.snapshot` wrote it, into src/podium/."""
+    served.check(plan, records)   # a result fewer replicas served is not packaged as the whole system
     if root.exists():
         shutil.rmtree(root)
     tree = Tree(root, plan.division, plan.submitter)

@@ -20,8 +20,21 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+NVIDIA_SMI = "nvidia-smi"
 NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader")
-NVIDIA_SMI_TIMEOUT_S = 15
+# AMD's amd-smi (ROCm): `static` per GPU and `version`, as JSON. The shapes read, from the amd-smi CLI's source: a
+# list of one object per GPU (ROCm/amdsmi amdsmi_cli/amdsmi_logger.py `_print_json_output`, at
+# 0ceca28f4139dced5e9b5739a3f393780d7add48) or {"gpu_data": [...]} (ROCm/rocm-systems
+# projects/amdsmi/amdsmi_cli/amdsmi_logger.py `combine_arrays_to_json`, 04076a2478c94616bfb3f61d0049369cadcf8121);
+# each GPU's `asic.market_name`, `vram.type` ("HBM3E": the enum's name), `vram.size` {"value", "unit": "MB"} (MiB:
+# bytes // 1024**2), `bus.pcie_interface_version` ("Gen 5"), `bus.max_pcie_width`, `driver.name` and
+# `driver.version`, `board.product_name`; `version`'s `rocm_version` (projects/amdsmi/amdsmi_cli/amdsmi_commands.py
+# `static_gpu` and `version`, at 009cc490d1459f46c7ce35dd3aed89e2a4ca115b).
+AMD_SMI = "amd-smi"
+AMD_SMI_STATIC = ("static", "--asic", "--bus", "--vram", "--driver", "--board", "--json")
+AMD_SMI_VERSION = ("version", "--json")
+ACCELERATOR_TOOLS = (NVIDIA_SMI, AMD_SMI)   # the first on PATH tells the node's GPUs (submission/plan/platforms.py)
+SMI_TIMEOUT_S = 15
 NOT_APPLICABLE = "N/A"  # the field does not apply to this system (no accelerators, a single node)
 UNKNOWN = "unknown"  # the field applies but cannot be detected: the plan's system overrides should give it
 _GIB = 1024**3
@@ -99,26 +112,102 @@ def _network_cards() -> dict[str, str]:
     return {"host_network_card_count": str(len(cards))}
 
 
-def accelerators() -> dict[str, str]:
-    """This host's GPUs as nvidia-smi tells them (none without it)."""
-    nvidia_smi = shutil.which("nvidia-smi")
-    if nvidia_smi is None:
-        return {"accelerators_per_node": "0", "accelerator_model_name": NOT_APPLICABLE,
-                "accelerator_memory_capacity": NOT_APPLICABLE}
-    unknown = dict.fromkeys(("accelerators_per_node", "accelerator_model_name", "accelerator_memory_capacity"), UNKNOWN)
+def _run(argv: list[str]) -> str | None:
+    """What a GPU tool printed, or None when it failed or did not answer in time."""
     try:
-        done = subprocess.run([nvidia_smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True,  # noqa: S603 fixed argv
-                              timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT_S,  # noqa: S603 fixed argv
+                              check=False)
     except (OSError, subprocess.SubprocessError):
-        return unknown
-    gpus = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines() if line.count(",") >= 2]
-    if done.returncode != 0 or not gpus:
-        return unknown
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _nvidia(nvidia_smi: str) -> dict[str, str] | None:
+    out = _run([nvidia_smi, *NVIDIA_SMI_QUERY])
+    gpus = [[cell.strip() for cell in line.split(",")] for line in (out or "").splitlines() if line.count(",") >= 2]
+    if not gpus:
+        return None
     names = list(dict.fromkeys(gpu[0] for gpu in gpus))
     memory = re.match(r"(\d+)\s*MiB", gpus[0][1])
     return {"accelerators_per_node": str(len(gpus)), "accelerator_model_name": ", ".join(names),
             "accelerator_memory_capacity": _size(int(memory.group(1)) * _MIB) if memory else UNKNOWN,
             "other_software_stack": f"NVIDIA driver {gpus[0][2]}"}
+
+
+def _known(value: object) -> str:
+    """An amd-smi field as text: "" for its "N/A" (or anything missing)."""
+    value = value.get("value") if isinstance(value, dict) else value
+    return "" if value is None or isinstance(value, (dict, list)) or str(value).strip() in ("", "N/A") \
+        else str(value).strip()
+
+
+def _section(gpu: dict, name: str) -> dict:
+    return gpu.get(name) if isinstance(gpu.get(name), dict) else {}
+
+
+def _memory_type(vram_type: str) -> str:
+    """amd-smi's memory type as published results write it: "HBM3E" -> "HBM3e"."""
+    return re.sub(r"^(HBM\d)E$", r"\1e", vram_type)
+
+
+def _amd_model(gpu: dict) -> str:
+    """A GPU's name as MLPerf results publish AMD's: "AMD Instinct MI355X 288GB HBM3e" (market name, memory, type)."""
+    name = _known(_section(gpu, "asic").get("market_name")) or _known(_section(gpu, "board").get("product_name"))
+    vram = _section(gpu, "vram")
+    size, kind = _known(vram.get("size")), _memory_type(_known(vram.get("type")))
+    if name and size.isdigit() and not re.search(r"\d\s*GB", name):
+        name += f" {round(int(size) / 1024)}GB" + (f" {kind}" if kind else "")
+    return name
+
+
+def amd_facts(static: object, version: object = None) -> dict[str, str]:
+    """The description's accelerator fields from `amd-smi static ... --json` and `amd-smi version --json` (parsed):
+    count, model name, memory capacity and type, the host link, and the ROCm and driver versions. Empty when
+    `static` lists no GPU."""
+    listed = static.get("gpu_data") if isinstance(static, dict) else static
+    gpus = [gpu for gpu in listed if isinstance(gpu, dict)] if isinstance(listed, list) else []
+    if not gpus:
+        return {}
+    first, versions = gpus[0], version[0] if isinstance(version, list) and version else version
+    size = _known(_section(first, "vram").get("size"))
+    facts = {"accelerators_per_node": str(len(gpus)),
+             "accelerator_model_name": ", ".join(dict.fromkeys(_amd_model(g) for g in gpus)) or UNKNOWN,
+             "accelerator_memory_capacity": _size(int(size) * _MIB) if size.isdigit() else UNKNOWN}
+    if kind := _memory_type(_known(_section(first, "vram").get("type"))):
+        facts["accelerator_memory_configuration"] = kind
+    bus = _section(first, "bus")
+    gen, width = _known(bus.get("pcie_interface_version")).replace(" ", ""), _known(bus.get("max_pcie_width"))
+    if gen and width:
+        facts["accelerator_host_interconnect"] = f"PCIe {gen} x{width}"
+    rocm = _known(versions.get("rocm_version")) if isinstance(versions, dict) else ""
+    driver = _section(first, "driver")
+    software = [f"ROCm {rocm}" if rocm else "",
+                f"{_known(driver.get('name')) or 'amdgpu'} driver {_known(driver.get('version'))}"
+                if _known(driver.get("version")) else ""]
+    if any(software):
+        facts["other_software_stack"] = ", ".join(filter(None, software))
+    return facts
+
+
+def _amd(amd_smi: str) -> dict[str, str] | None:
+    try:
+        static = json.loads(_run([amd_smi, *AMD_SMI_STATIC]) or "null")
+        version = json.loads(_run([amd_smi, *AMD_SMI_VERSION]) or "null")
+    except ValueError:
+        return None
+    return amd_facts(static, version) or None
+
+
+def accelerators() -> dict[str, str]:
+    """This host's GPUs as the first of nvidia-smi and amd-smi on PATH tells them (none without either); "unknown"
+    where the tool is there but gives nothing."""
+    for tool, read in ((NVIDIA_SMI, _nvidia), (AMD_SMI, _amd)):
+        path = shutil.which(tool)
+        if path is not None:
+            return read(path) or dict.fromkeys(
+                ("accelerators_per_node", "accelerator_model_name", "accelerator_memory_capacity"), UNKNOWN)
+    return {"accelerators_per_node": "0", "accelerator_model_name": NOT_APPLICABLE,
+            "accelerator_memory_capacity": NOT_APPLICABLE}
 
 
 def _probe(probe: Callable[[], dict[str, str]]) -> dict[str, str]:

@@ -13,6 +13,7 @@ import platform
 from collections.abc import Mapping
 
 from submission.base.errors import PlanError
+from submission.plan.platforms import platform_of
 from submission.rules import load_rules
 from submission.tree.host_facts import NOT_APPLICABLE, UNKNOWN, detect_host
 
@@ -37,12 +38,15 @@ def _defaults(number_of_nodes: int, accelerators: str) -> dict[str, str]:
             "cooling": "air", "hw_notes": "", "sw_notes": "", "system_type_detail": NOT_APPLICABLE}
 
 
-# What detect_host can read from a node, by field: everything else comes from the plan or nowhere.
+# What detect_host can read from a node, by field: everything else comes from the plan or nowhere. amd-smi tells more
+# of an AMD node's GPUs than nvidia-smi of an NVIDIA node's (submission/tree/host_facts.py).
 DETECTABLE = frozenset({
     "host_processor_model_name", "host_processors_per_node", "host_processor_core_count", "host_processor_frequency",
     "host_processor_caches", "host_memory_capacity", "host_storage_capacity", "host_storage_type", "operating_system",
     "host_network_card_count", "accelerators_per_node", "accelerator_model_name", "accelerator_memory_capacity",
     "other_software_stack"})
+DETECTABLE_BY_PLATFORM = {"nvidia": DETECTABLE,
+                          "amd": DETECTABLE | {"accelerator_memory_configuration", "accelerator_host_interconnect"}}
 Source = str   # where a field's value came from: "plan", "detected", "default" or "unset"
 
 
@@ -103,16 +107,17 @@ def gaps(desc: Mapping[str, str], sources: Mapping[str, Source], round: str = "v
 
 def forecast(overrides: Mapping[str, str], number_of_nodes: int, round: str = "v6.1") -> list[tuple[str, Source]]:
     """Before anything is detected (the dry run): each field the checker requires non-empty that the plan does not
-    give, and where Podium would take it from: `detected` (on the engine's node), `N/A` (it cannot apply to this
-    system) or `nowhere` (the plan must give it)."""
+    give, and where Podium would take it from: `detected` (on the engine's node, by its platform's tool), `N/A` (it
+    cannot apply to this system) or `nowhere` (the plan must give it)."""
     fields = load_rules(round).system_fields
     defaults = _defaults(number_of_nodes, overrides.get("accelerators_per_node") or "1")
+    detectable = DETECTABLE_BY_PLATFORM[platform_of(overrides).name]
     out: list[tuple[str, Source]] = []
     for field in fields.non_empty:
         if field in overrides or field in ("division", "submitter", "system_type", "status", "system_name",
                                              "number_of_nodes", "framework"):   # the plan's own entries
             continue
-        if field in DETECTABLE:
+        if field in detectable:
             out.append((field, "detected"))
         elif defaults.get(field) == NOT_APPLICABLE:
             out.append((field, NOT_APPLICABLE))

@@ -41,9 +41,9 @@ from typing import Any, ClassVar, Self
 from submission.base.errors import PlanError
 
 CHILD = Path(__file__).with_name("lcb_child.py")
-FIX = ("`podium fetch PLAN` writes LiveCodeBench release_v6's tests as JSON lines where the plan's dataset.lcb_tests "
-       "says (a fetch entry {livecodebench: release_v6}); pass that file with --lcb-tests, or put it beside the data "
-       "set as livecodebench_tests.jsonl")
+FIX = ("`podium fetch PLAN` writes a LiveCodeBench release's tests as JSON lines where the plan's dataset.lcb_tests "
+       "says (a fetch entry {livecodebench: release_v6} for gpt-oss-120b, release_v1 for deepseek-r1); pass that file "
+       "with --lcb-tests, or put it beside the data set as livecodebench_tests.jsonl")
 MAX_DECOMPRESSED = 1 << 30   # one problem's tests, uncompressed; a zlib stream that inflates further is refused
 # LiveCodeBench pickles one string, the tests' JSON text (lcb_runner/benchmarks/code_generation.py unpickles it and
 # json.loads the result): PROTO, FRAME, the string, its memo entry, STOP: at most 5 opcodes in any protocol (0-5).

@@ -40,11 +40,13 @@ ATTEMPTS = 2   # a failed audit is retried once, then reported
 
 class EndpointSource(Protocol):
     """What an audit needs of an engine session (tasks.serving.session.EngineSession): its endpoint, the engine
-    launched on first use; the stall timeout, and the engine stopped when a run ends because it hung."""
+    launched on first use (with replicas, as many as an audit needs: `performance=False`); the stall timeout, the
+    replicas a run may lose, and the engine stopped when a run ends because it hung."""
 
     stall_s: float | None
+    max_lost: int | None
 
-    def endpoint(self) -> Endpoint: ...
+    def endpoint(self, performance: bool = True) -> Endpoint: ...
 
     def stopped_if_hung(self) -> AbstractContextManager[None]: ...
 
@@ -73,12 +75,13 @@ def audit_once(job: AuditJob, engine: EndpointSource, work_dir: Path, attempt: i
     impl = audit(job.test)
     run_dir = work_dir / "runs" / job.spec.key()
     _set_aside(run_dir)
-    endpoint = engine.endpoint()
+    endpoint = engine.endpoint(performance=False)
 
     def measure(speed: float | None) -> tuple[dict, LoadgenRun]:
         with (engine.stopped_if_hung(), audit_config_file(run_dir, job.spec.audit_config),
               telemetry.sampling(run_dir, endpoint, job.spec.engine, job.spec.harness)):   # as for every run
-            stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed)
+            stats = runner.run(job.spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed,
+                               max_lost=engine.max_lost)
         return stats, load_run(run_dir)
 
     judged = job.spec.audit in FULL_PERFORMANCE_CHECK   # TEST07/TEST09: no checker reads the run's validity

@@ -57,6 +57,7 @@ class ProcessSpec:
     metrics: str | None = None     # how its own metrics page on host:port is read beside the endpoint's, by each
     #                                run's telemetry: a key of tasks/serving/metrics.py SOURCES (a Dynamo worker's
     #                                system port: "dynamo-worker"); None: it has none worth reading
+    replica: int | None = None     # its index among the engine's replicas (tasks/engines/replicas.py); None: not one
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,7 @@ BACKENDS = {
     "smoke-vlm": "tasks.engines.smoke.vlm",
     "vllm": "tasks.engines.vllm",
     "trtllm": "tasks.engines.trtllm",
+    "sglang": "tasks.engines.sglang",
     "dynamo": "tasks.engines.dynamo",
     "external": "tasks.engines.external",
     "simulated": "tasks.engines.simulated",   # a queueing-model server of known capacity (search tests, benchmark)

@@ -122,7 +122,7 @@ class VllmBackend(EngineBackend):
                 else ["vllm", "serve", str(model_dir)])
         argv = [*head, "--served-model-name", model, "--host", placement.bind_host(0), "--port", str(port),
                 *engine_flags(o)]
-        gpu_ids = tuple(range(o.gpus * o.data_parallel_size)) if o.gpus_per_node else ()
+        gpu_ids = tuple(range(o.server_gpus()))
         env = {**OFFLINE_ENV, "VLLM_NO_USAGE_STATS": "1", **gpu_env(gpu_ids), **cpu_env(o)}
         side = {}
         if o.kv_transfer is not None:

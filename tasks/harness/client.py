@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from time import monotonic
 
 from tasks.engines import Endpoint
 from tasks.harness.wire import HttpPool, post_bytes
@@ -28,6 +27,11 @@ except ImportError:   # pragma: no cover - orjson is a dependency; the stdlib is
         return json.dumps(obj, separators=(",", ":")).encode()
 
 ERROR_KEPT = 300
+
+
+def post(path: str, payload: bytes, pool: HttpPool) -> bytes:
+    """The HTTP request of a JSON `payload` to `path` on `pool`'s server."""
+    return post_bytes(pool.prefix + path, payload, pool.host_header)
 
 
 @dataclass
@@ -57,7 +61,6 @@ class _Stream:
 
     def events(self, payloads: list[bytes]) -> None:
         """The events of one read: decoded together (one orjson call for all of them) when they all parse."""
-        self.client.last_read = monotonic()
         if self.finished:
             return
         if b"[DONE]" in payloads:
@@ -110,7 +113,11 @@ class CompletionClient:
             self.tokenizer = Tokenizer.from_file(endpoint.tokenizer)
         self.token_source = "engine" if endpoint.returns_token_ids else "re-tokenized text"
         self.http = HttpPool(endpoint.base_url, max_connections=max_concurrency)
-        self.last_read = monotonic()   # when any stream last delivered events: the SUT's stall watchdog reads it
+
+    @property
+    def last_read(self) -> float:
+        """When the engine last sent bytes on any of this client's streams: the SUT's stall watchdog reads it."""
+        return self.http.last_read
 
     def request(self, prompt: tuple[int, ...]) -> dict:
         """A completions body for a token-id prompt with this client's max_tokens and temperature."""
@@ -128,10 +135,14 @@ class CompletionClient:
                 out.update(self.endpoint.request_fields or {"return_token_ids": True})
         return {k: v for k, v in out.items() if k not in self.endpoint.drop_fields}
 
-    def encode(self, path: str, body: dict, *, prepared: bool = False) -> bytes:
-        """The whole HTTP request for `body`, ready to write: build it once, send it with `send_bytes`."""
-        request = body if prepared else self.prepare(path, body)
-        return post_bytes(self.http.prefix + path, _dumps(request), self.http.host_header)
+    def payload(self, path: str, body: dict, *, prepared: bool = False) -> bytes:
+        """The JSON bytes of `body` made ready for this endpoint (`prepared`: it already is)."""
+        return _dumps(body if prepared else self.prepare(path, body))
+
+    def encode(self, path: str, body: dict, *, prepared: bool = False, pool: HttpPool | None = None) -> bytes:
+        """The whole HTTP request for `body` to `pool` (default: the endpoint's own), ready to write: build it once,
+        send it with `send_bytes`."""
+        return post(path, self.payload(path, body, prepared=prepared), pool or self.http)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
@@ -145,20 +156,21 @@ class CompletionClient:
         return await self.send("/v1/completions", self.request(prompt), on_first, prepared=True)
 
     async def send(self, path: str, body: dict, on_first: Callable[[list[int]], None] | None = None, *,
-                   prepared: bool = False) -> Completion:
-        """Stream one request to `path` (`/v1/completions` or `/v1/chat/completions`); `on_first` gets the first
-        token ids as soon as the first text (or token) chunk arrives."""
+                   prepared: bool = False, pool: HttpPool | None = None) -> Completion:
+        """Stream one request to `path` (`/v1/completions` or `/v1/chat/completions`) on `pool` (default: the
+        endpoint's own); `on_first` gets the first token ids as soon as the first text (or token) chunk arrives."""
         try:
-            data = self.encode(path, body, prepared=prepared)
+            data = self.encode(path, body, prepared=prepared, pool=pool)
         except (TypeError, ValueError) as e:
             return Completion(error=f"{type(e).__name__}: {e}")
-        return await self.send_bytes(data, on_first)
+        return await self.send_bytes(data, on_first, pool)
 
-    async def send_bytes(self, data: bytes, on_first: Callable[[list[int]], None] | None = None) -> Completion:
-        """Stream one request built by `encode`."""
+    async def send_bytes(self, data: bytes, on_first: Callable[[list[int]], None] | None = None,
+                         pool: HttpPool | None = None) -> Completion:
+        """Stream one request built by `encode` (for `pool`, default the endpoint's own)."""
         stream = _Stream(self, self.endpoint.token_ids_in == "nvext", on_first, self._first_ids)
         try:
-            status, body = await self.http.stream(data, stream.events)
+            status, body = await (pool or self.http).stream(data, stream.events)
         except (OSError, ValueError, TypeError, AttributeError) as e:   # the network, or an answer not as expected
             return Completion(error=f"{type(e).__name__}: {e}"[:ERROR_KEPT + 40])
         if status != 200:

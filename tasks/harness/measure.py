@@ -9,6 +9,7 @@ again on a slower client clock first (tasks.clock, tasks.measuring.on_slower_clo
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from submission.results.runs import RunRecord, RunSpec, record
 from submission.rules import load_rules
 from tasks.accuracy import score
 from tasks.harness import runner
+from tasks.harness.dispatch import Lost
 from tasks.measuring import Engine, RunRejected, on_slower_clocks, problems, set_aside, utc_now
 from tasks.serving import liveness, telemetry
+
+log = logging.getLogger("podium.harness")   # the flow's log under `podium` (PREFECT_LOGGING_EXTRA_LOGGERS)
 
 
 def offline_resize(spec: RunSpec, run) -> str | None:
@@ -67,6 +71,9 @@ def engine_gone(label: str, code: int, engine: Engine, aside: Path) -> LaunchErr
     if code == liveness.ENGINE_STALLED:
         what = (f"the engine hung during the run (nothing for {engine.stall_s:g} s with requests in flight, its "
                 f"port still open) and was stopped")
+    elif code == liveness.REPLICAS_LOST:
+        what = (f"more replicas were lost during the run than engine.replicas.max_lost ({engine.max_lost}) allows "
+                f"(each is named, with the time, in {aside / 'harness.log'}); the engine was stopped")
     else:
         state = "still running" if engine.alive() else "its process has exited"
         what = f"the engine stopped accepting connections during the run ({state}); what was left of it was stopped"
@@ -75,18 +82,30 @@ def engine_gone(label: str, code: int, engine: Engine, aside: Path) -> LaunchErr
                        fix="read the engine log; the step is retried once on a relaunched engine")
 
 
+def log_losses(label: str, stats: dict) -> None:
+    """Each replica lost during the run, in the flow's log: its name and node, when, why, and the samples moved from
+    it to live replicas (their data-set indices, the first MOVED_KEPT of them)."""
+    for row in stats.get("replicas", ()):
+        lost = row.get("lost")
+        if lost:
+            shown = ", ".join(map(str, row["moved_indices"])) + (" ..." if row["moved"] > len(row["moved_indices"])
+                                                                 else "")
+            log.warning("%s: %s; %d sample(s) moved to live replicas (data-set indices %s); the run went on",
+                        label, Lost(**lost).line(), row["moved"], shown or "none")
+
+
 def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | None, tokenizer: str | None,
              flow_run_id: str | None = None) -> RunRecord:
     """Run, parse, score and judge one loadgen run; `flow_run_id`: the Prefect flow run that measured it, if any."""
     run_dir = work_dir / "runs" / spec.key()
     if run_dir.exists():   # a failed attempt's partial logs: kept apart, never reused
         set_aside(run_dir)
-    endpoint = engine.endpoint()
+    endpoint = engine.endpoint(performance=spec.mode == "performance")
 
     def measure(speed: float | None) -> tuple[str, dict, LoadgenRun]:
         started_at = utc_now()
         with telemetry.sampling(run_dir, endpoint, spec.engine, spec.harness):
-            stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed)
+            stats = runner.run(spec, endpoint, run_dir, stall_s=engine.stall_s, speed=speed, max_lost=engine.max_lost)
         return started_at, stats, load_run(run_dir)
 
     try:
@@ -97,11 +116,13 @@ def run_once(spec: RunSpec, engine: Engine, work_dir: Path, evaluator: str | Non
             raise
         raise engine_gone(spec.label, e.returncode, engine, set_aside(run_dir)) from None
     ended_at = utc_now()
+    log_losses(spec.label, stats)
     metrics = passed = None
     if spec.mode == "accuracy":
         result = score(evaluator or spec.benchmark, run_dir, Path(spec.dataset), tokenizer and Path(tokenizer),
                        benchmark=spec.benchmark, scenario=spec.scenario, round=spec.round,
-                       **({"lcb_tests": Path(spec.lcb_tests)} if spec.lcb_tests else {}))
+                       **({"lcb_tests": Path(spec.lcb_tests)} if spec.lcb_tests else {}),
+                       **({"math_grader": Path(spec.math_grader)} if spec.math_grader else {}))
         metrics, passed = result.metrics, result.verdict is not None and result.verdict.passed
     rec = record(spec, str(run_dir), run, load_rules(spec.round), stats, metrics, passed,
                  flow_run_id=flow_run_id, started_at=started_at, ended_at=ended_at, clock=speed)

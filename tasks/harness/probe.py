@@ -28,7 +28,7 @@ def probe_length(qps: float, settings: SearchSettings, base: RunSpec | None = No
 
 
 def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
-              stall_s: float | None = None) -> Probe:
+              stall_s: float | None = None, max_lost: int | None = None) -> Probe:
     """Run one probe, sampled as every measured run is (tasks.serving.telemetry), and judge it by loadgen's verdict
     (VALID, with no loadgen errors and no failed requests)."""
     run_dir = Path(work_dir) / "search-runs" / spec.key()
@@ -36,7 +36,7 @@ def run_probe(spec: RunSpec, stage: Stage, qps: float, endpoint, work_dir: Path,
         set_aside(run_dir)
     started = time.monotonic()
     with telemetry.sampling(run_dir, endpoint, spec.engine, spec.harness):
-        stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s)
+        stats = runner.run(spec, endpoint, run_dir, stall_s=stall_s, max_lost=max_lost)
     duration = time.monotonic() - started
     run = load_run(run_dir)
     scenario = load_rules(spec.round).benchmark(spec.benchmark).scenario(spec.scenario)
@@ -75,4 +75,5 @@ def probe(spec: RunSpec, stage: Stage, qps: float, engine: EngineSession, work_d
     """The probe on the search's engine session; a hung engine (the harness's stall watchdog) is stopped first, so
     the probe task's retry gets a fresh one. Loadgen's requests need no tokenizer."""
     with engine.stopped_if_hung():
-        return run_probe(spec, stage, qps, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s)
+        return run_probe(spec, stage, qps, engine.endpoint(), Path(work_dir), stall_s=engine.stall_s,
+                         max_lost=engine.max_lost)

@@ -3,7 +3,9 @@
 Loadgen calls `issue` from its own thread; the batch is handed to an asyncio loop in a second thread
 (`SampleServer`), where each sample becomes a task. Every issued sample is completed, also when its request fails
 or the harness itself raises: loadgen waits for all of them. `tasks.harness.workers` runs the same SampleServer in
-several worker processes behind one loadgen SUT.
+several worker processes behind one loadgen SUT. With an engine of several replicas (`Endpoint.replicas`) each sample
+goes to one of them through `tasks.harness.dispatch`; a replica lost mid-run is named on stderr (`on_lost`) and its
+unanswered samples are served by the live ones.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from tasks import clock
 from tasks.datasets.requests import RequestBuilder
 from tasks.harness.client import Completion, CompletionClient
+from tasks.harness.dispatch import Dispatch, Losses, Lost, NoLiveReplica
 from tasks.harness.timing import QueryClock
 from tasks.serving import liveness
 
@@ -44,6 +47,7 @@ class SutStats:
     engine_token_mismatches: int = 0      # samples where re-tokenized length != the engine's usage count
     errors: list[str] = field(default_factory=list)
     token_source: str = ""
+    replicas: list[dict] = field(default_factory=list)   # one row per replica (tasks.harness.dispatch), if any
 
 
 def answer(completion: Completion, text_output: bool) -> tuple[np.ndarray, int]:
@@ -67,11 +71,16 @@ class SampleServer:
     loop's thread. Every submitted sample is answered, also when its request fails or the harness itself raises.
 
     `prompts` is a tuple of token-id prompts (sent with the client's own settings) or a request builder
-    (`tasks.datasets.requests`) whose bodies are sent as they are."""
+    (`tasks.datasets.requests`) whose bodies are sent as they are.
+
+    With replicas, `on_lost` hears of each one lost, and a sample that finds none live goes to `bounce(sample_id,
+    index)` (a worker hands it back to the runner) or, without one, ends the run (liveness.ENDPOINT_DOWN)."""
 
     def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
                  done: Callable[[int, np.ndarray, int], None],
-                 first: Callable[[int, list[int]], None] | None = None, stall_s: float | None = None) -> None:
+                 first: Callable[[int, list[int]], None] | None = None, stall_s: float | None = None,
+                 on_lost: Callable[[Lost], None] | None = None,
+                 bounce: Callable[[int, int], None] | None = None) -> None:
         self.client = client
         self.prompts = prompts
         self.builder: RequestBuilder | None = None if isinstance(prompts, tuple) else prompts
@@ -85,6 +94,10 @@ class SampleServer:
         self.pending: set[asyncio.Future] = set()
         self.stall_s = stall_s and clock.real(stall_s)   # real seconds, whatever this process's clock
         self.busy_since = 0.0   # when requests were last in flight after none were
+        replicas = client.endpoint.replicas
+        self.dispatch = Dispatch(replicas, client.http.max_connections, stall_s=self.stall_s,
+                                 on_lost=on_lost) if replicas else None
+        self.bounce = bounce
 
     def start(self) -> None:
         self.thread.start()
@@ -93,8 +106,11 @@ class SampleServer:
 
     def _watch(self) -> None:
         """The stall watchdog: the engine sent no byte on any stream for `stall_s` while requests were in flight
-        the whole time. A hung engine keeps its port open, so only silence tells; the run ends (liveness)."""
-        if self.pending:
+        the whole time. A hung engine keeps its port open, so only silence tells; the run ends (liveness). With
+        replicas, each is judged alone (`Dispatch.check_stalls`)."""
+        if self.dispatch is not None:
+            self.dispatch.check_stalls()
+        elif self.pending:
             silent = time.monotonic() - max(self.client.last_read, self.busy_since)
             if silent > self.stall_s:
                 liveness.exit_stalled(self.client.endpoint.base_url, silent, len(self.pending))
@@ -102,6 +118,9 @@ class SampleServer:
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop).result(timeout=30)
+        if self.dispatch is not None:
+            asyncio.run_coroutine_threadsafe(self.dispatch.aclose(), self.loop).result(timeout=30)
+            self.stats.replicas = self.dispatch.rows()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
 
@@ -121,14 +140,23 @@ class SampleServer:
     async def serve(self, sample_id: int, index: int) -> None:
         first = None if self.first is None else (lambda tokens: self.first(sample_id, tokens))
         try:
-            if self.builder is None:
+            if self.dispatch is not None:
+                completion = await self._dispatched(index, first)
+            elif self.builder is None:
                 completion = await self.client.complete(self.prompts[index], first)
             else:
                 completion = await self.client.send(self.builder.path, self.builder.body(index), first)
+        except NoLiveReplica as e:
+            if self.bounce is None:
+                liveness.end_run(liveness.ENDPOINT_DOWN, f"no replica of the engine is left ({e})")
+            with self.lock:
+                self.stats.issued -= 1
+            self.bounce(sample_id, index)
+            return
         except Exception as e:   # the harness's own failure still completes the sample (with no tokens)
             completion = Completion(error=f"harness: {type(e).__name__}: {e}")
-        if completion.error:   # a dead engine ends the run here, before loadgen sees a 0-token answer
-            liveness.exit_if_down(self.client.endpoint.base_url, completion.error)
+        if completion.error and self.dispatch is None:   # a dead engine ends the run here, before loadgen sees a
+            liveness.exit_if_down(self.client.endpoint.base_url, completion.error)   # 0-token answer
         with self.lock:
             if completion.error:
                 self.stats.failed += 1
@@ -143,16 +171,25 @@ class SampleServer:
         # error, so the run cannot pass as valid.
         self.done(sample_id, *answer(completion, self.text_output))
 
+    async def _dispatched(self, index: int, first: Callable[[list[int]], None] | None) -> Completion:
+        if self.builder is None:
+            body, path, prepared = self.client.request(self.prompts[index]), "/v1/completions", True
+        else:
+            body, path, prepared = self.builder.body(index), self.builder.path, False
+        return await self.dispatch.send(self.client, path, body, index, first, prepared=prepared)
+
 
 class StreamingSUT:
     """The loadgen SUT over a `SampleServer` in this process. In the Server scenario (Server and Interactive
     folders) the first token is reported with `FirstTokenComplete`, then all output tokens with
-    `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`."""
+    `QuerySamplesComplete`; both carry int32 token ids and `n_tokens`. More replicas lost than `max_lost` end the run
+    (`tasks.harness.dispatch.Losses`)."""
 
     def __init__(self, client: CompletionClient, prompts: tuple[tuple[int, ...], ...] | RequestBuilder, *,
-                 report_first_token: bool, stall_s: float | None = None) -> None:
-        self.server = SampleServer(client, prompts, done=self._done,
-                                   first=self._first if report_first_token else None, stall_s=stall_s)
+                 report_first_token: bool, stall_s: float | None = None, max_lost: int | None = None) -> None:
+        self.losses = Losses(max_lost)
+        self.server = SampleServer(client, prompts, done=self._done, first=self._first if report_first_token else None,
+                                   stall_s=stall_s, on_lost=self.losses.add)
         self.stats = self.server.stats
         self.clock = QueryClock()
 

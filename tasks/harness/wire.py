@@ -6,6 +6,8 @@ bytes go straight into a `ResponseParser`; the event payloads completed by each 
 `on_events` callback on the event loop, as one list, in order. A request whose keep-alive connection turns out to
 be closed before any byte of the answer came back is sent again once on a new connection (the server closed an
 idle connection).
+`abort()` ends every request of a pool at once and refuses new ones (a replica the dispatch gave up on,
+tasks/harness/dispatch.py); `last_read` is when any of its connections last received bytes.
 
     pool = HttpPool("http://127.0.0.1:8000", max_connections=64)
     status, error_body = await pool.stream(post_bytes("/v1/completions", body, pool.host_header), on_events)
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from time import monotonic
 from urllib.parse import urlsplit
 
 from submission.base.errors import LaunchError
@@ -31,7 +34,8 @@ def post_bytes(path: str, body: bytes, host: str) -> bytes:
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, pool: HttpPool) -> None:
+        self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser: ResponseParser | None = None
         self.on_events: Callable[[list[bytes]], None] | None = None
@@ -51,6 +55,7 @@ class _Connection(asyncio.Protocol):
         if parser is None or waiter is None or waiter.done():
             return
         self.received = True
+        self.pool.last_read = monotonic()
         try:
             events = parser.feed(data)
             if events and parser.status == 200:
@@ -105,6 +110,9 @@ class HttpPool:
         self.idle: list[_Connection] = []
         self.open = 0
         self.peak_open = 0
+        self.last_read = monotonic()
+        self.busy: set[_Connection] = set()
+        self.aborted = False
         self._slots: asyncio.Semaphore | None = None
 
     async def stream(self, request: bytes, on_events: Callable[[list[bytes]], None]) -> tuple[int, bytes]:
@@ -117,16 +125,19 @@ class HttpPool:
                 conn = await self._connection()
                 waiter = asyncio.get_running_loop().create_future()
                 conn.send(request, on_events, waiter)
+                self.busy.add(conn)
                 try:
                     await waiter
                 except _Stale:
                     self._drop(conn)
-                    if attempt:
+                    if attempt or self.aborted:
                         raise
                     continue
                 except BaseException:
                     self._drop(conn)
                     raise
+                finally:
+                    self.busy.discard(conn)
                 parser = conn.parser
                 if parser.keep_alive and not conn.closed:
                     conn.parser = conn.on_events = None
@@ -137,13 +148,15 @@ class HttpPool:
         raise AssertionError("unreachable")
 
     async def _connection(self) -> _Connection:
+        if self.aborted:
+            raise ConnectionAbortedError(f"{self.host}:{self.port}: given up on")
         while self.idle:
             conn = self.idle.pop()
             if not conn.closed:
                 return conn
             self.open -= 1
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(loop.create_connection(_Connection, self.host, self.port),
+        _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Connection(self), self.host, self.port),
                                          self.connect_timeout)
         self.open += 1
         self.peak_open = max(self.peak_open, self.open)
@@ -154,6 +167,13 @@ class HttpPool:
         conn.closed = True
         if conn.transport is not None:
             conn.transport.close()
+
+    def abort(self) -> None:
+        """End every request on the wire (each raises) and refuse new ones: the server is given up on."""
+        self.aborted = True
+        for conn in [*self.busy, *self.idle]:
+            if conn.transport is not None:
+                conn.transport.close()
 
     async def aclose(self) -> None:
         while self.idle:

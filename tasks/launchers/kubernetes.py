@@ -31,8 +31,10 @@ from typing import Any
 
 from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
+from submission.plan.replicas import Layout
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec, Watched, watched
 from tasks.launchers import Launcher
+from tasks.launchers import replicas as replica_wait
 from tasks.launchers.kubernetes_manifests import (
     COMPONENTS,
     DGD,
@@ -48,6 +50,7 @@ from tasks.launchers.kubernetes_manifests import (
     shown,
     validate,
 )
+from tasks.launchers.replicas import Readiness
 
 BAD_WAITING = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
                "CreateContainerError", "InvalidImageName", "RunContainerError"}
@@ -91,8 +94,9 @@ class KubernetesLauncher(Launcher):
     name = "kubernetes"
 
     def __init__(self, state_dir: Path, settings: KubernetesSettings | dict[str, Any], engine: str = "",
-                 api_client: Any = None, owner: dict[str, str] | None = None) -> None:
+                 api_client: Any = None, owner: dict[str, str] | None = None, replicas: Layout | None = None) -> None:
         self.state_dir = state_dir
+        self.replicas = replicas   # with head: own-node, replica pods keep off the flow pod's node
         self.owner = dict(owner or {})   # plan, system, benchmark: labels on every object (owner_labels)
         self.settings = settings if isinstance(settings, KubernetesSettings) else \
             KubernetesSettings.model_validate(settings)
@@ -117,7 +121,8 @@ class KubernetesLauncher(Launcher):
         return Path(self.settings.model_path) if self.settings.model_path else staged
 
     def objects(self, specs: list[ProcessSpec]) -> list[dict]:
-        objects = manifests(self.prefix, specs, self.settings, self.graph, self.owner)
+        apart = self.replicas is not None and self.replicas.head == "own-node"
+        objects = manifests(self.prefix, specs, self.settings, self.graph, self.owner, head_apart=apart)
         validate(objects)
         return objects
 
@@ -286,18 +291,15 @@ class KubernetesLauncher(Launcher):
         pods = self._call("listing pods", core.list_namespaced_pod, self.settings.namespace,
                           label_selector=selector(labels(self.prefix, spec.name)))
         for pod in pods.items or []:
-            for status in (pod.status.container_statuses or []) if pod.status else []:
-                waiting = status.state.waiting if status.state else None
-                done = status.state.terminated if status.state else None
-                if (waiting and waiting.reason in BAD_WAITING) or done:
-                    why = (waiting.reason if waiting else f"exited with code {done.exit_code}")
-                    tail = ""
-                    with contextlib.suppress(Exception):
-                        tail = core.read_namespaced_pod_log(pod.metadata.name, self.settings.namespace,
-                                                            tail_lines=TAIL_LINES)
-                    raise LaunchError(f"{spec.name} (pod {pod.metadata.name}) {why} while starting; last lines of "
-                                      f"its log:\n{tail}", fix="read the pod's events: kubectl describe pod "
-                                                               f"{pod.metadata.name} -n {self.settings.namespace}")
+            why = _crashed(pod)
+            if why:
+                tail = ""
+                with contextlib.suppress(Exception):
+                    tail = core.read_namespaced_pod_log(pod.metadata.name, self.settings.namespace,
+                                                        tail_lines=TAIL_LINES)
+                raise LaunchError(f"{spec.name} (pod {pod.metadata.name}) {why} while starting; last lines of "
+                                  f"its log:\n{tail}", fix="read the pod's events: kubectl describe pod "
+                                                           f"{pod.metadata.name} -n {self.settings.namespace}")
 
     def run_pod(self, obj: dict, timeout_s: float) -> tuple[str, str]:
         """Create the pod `obj` (restartPolicy Never), wait until it has ended, and return (its node, its log);
@@ -433,6 +435,51 @@ class KubernetesLauncher(Launcher):
             return False
         return True
 
+    # --- replicas: one pod each (tasks/launchers/replicas.py) --------------------------------------------------
+    def wait_replicas(self, deployment: KubernetesDeployment, timeout_s: float) -> Readiness:
+        return replica_wait.wait(self, deployment, timeout_s, POLL_S)   # each round: a pod list and a proxy call each
+
+    def probe(self, deployment: KubernetesDeployment, spec: ProcessSpec, probe: HttpProbe, client: Any) -> bool:
+        return self._probe(self.service_name(spec.name), spec.port or 0, probe)
+
+    def _pods_by_process(self) -> dict[str, list[Any]]:
+        """The deployment's pods by their process label (one list call)."""
+        from kubernetes import client
+
+        pods = self._call("listing pods", client.CoreV1Api(self.api).list_namespaced_pod, self.settings.namespace,
+                          label_selector=selector(labels(self.prefix)))
+        out: dict[str, list[Any]] = {}
+        for pod in pods.items or []:
+            out.setdefault((pod.metadata.labels or {}).get(f"{LABEL}/process", ""), []).append(pod)
+        return out
+
+    def down(self, deployment: KubernetesDeployment) -> dict[str, str]:
+        """Replicas whose pod crashed or cannot run (CrashLoopBackOff, an image it cannot pull, ended)."""
+        pods, out = self._pods_by_process(), {}
+        for spec in (s for s in deployment.processes if s.replica is not None):
+            for pod in pods.get(dns_name(spec.name), []):
+                if why := _crashed(pod):
+                    out[spec.name] = why
+        return out
+
+    def replica_nodes(self, deployment: KubernetesDeployment) -> dict[str, str]:
+        pods = self._pods_by_process()
+        return {s.name: next((p.spec.node_name for p in pods.get(dns_name(s.name), []) if p.spec and
+                              p.spec.node_name), "") for s in deployment.processes}
+
+    def replica_log(self, deployment: KubernetesDeployment, name: str, lines: int) -> tuple[str, str]:
+        from kubernetes import client
+
+        pods = self._pods_by_process().get(dns_name(name), [])
+        if not pods:
+            return f"no pod of Deployment {self.service_name(name)}", ""
+        pod, text = pods[0], ""
+        with contextlib.suppress(Exception):   # a pod not yet scheduled has no log
+            text = client.CoreV1Api(self.api).read_namespaced_pod_log(pod.metadata.name, self.settings.namespace,
+                                                                      tail_lines=lines)
+        trouble = _pod_trouble(pod) if _crashed(pod) is None else ""   # a crash is `down`'s to say
+        return f"pod {pod.metadata.name}" + (f", {trouble}" if trouble else ""), text
+
     def stop(self, deployment: KubernetesDeployment) -> None:
         """Delete what this launch created, newest first; the record goes when all are gone."""
         for kind, name in reversed(deployment.created):
@@ -479,6 +526,19 @@ def _pod_trouble(pod: Any) -> str:
         if cond.status == "False" and cond.reason:
             return f"{cond.reason}: {cond.message or ''}".rstrip(": ")
     return ""
+
+
+def _crashed(pod: Any) -> str | None:
+    """Why a pod's container cannot run (its waiting reason, e.g. CrashLoopBackOff) or has ended (`exited with code
+    N`); None while it may run."""
+    for status in (pod.status.container_statuses or []) if pod.status else []:
+        waiting = status.state.waiting if status.state else None
+        done = status.state.terminated if status.state else None
+        if waiting and waiting.reason in BAD_WAITING:
+            return waiting.reason
+        if done:
+            return f"exited with code {done.exit_code}"
+    return None
 
 
 def _node(ports: tuple[int, ...]) -> Any:

@@ -39,6 +39,11 @@ COMPONENTS = {"frontend": ("Frontend", "frontend", None), "prefill": ("PrefillWo
 # their services apart by the same two (dynamo/planner/connectors/clients/kubernetes_api.py:53-54).
 GRAPH_NAME_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 GRAPH_SERVICE_LABEL = "nvidia.com/dynamo-component"
+# The label of the flow-run pods of Podium's Kubernetes work pool (deployments/work-pools/kubernetes.json, the Job
+# template's pod labels): the head of an engine's replicas. With engine.replicas.head own-node, each replica's pod keeps
+# off any node that runs such a pod (a required pod anti-affinity, in any namespace).
+HEAD_LABELS = {"app.kubernetes.io/name": "podium"}
+HOSTNAME = "kubernetes.io/hostname"   # the well-known node label: one topology domain per node
 
 
 def dns_name(*parts: str) -> str:
@@ -177,17 +182,26 @@ def container(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, keys
         readiness_probe=readiness, volume_mounts=mounts or None)
 
 
-def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec]) -> k8s.V1PodSpec:
+def away_from_head() -> k8s.V1Affinity:
+    """Never on a node that runs a Podium flow pod (the head of the replicas)."""
+    term = k8s.V1PodAffinityTerm(label_selector=k8s.V1LabelSelector(match_labels=dict(HEAD_LABELS)),
+                                 topology_key=HOSTNAME, namespace_selector=k8s.V1LabelSelector())
+    return k8s.V1Affinity(pod_anti_affinity=k8s.V1PodAntiAffinity(
+        required_during_scheduling_ignored_during_execution=[term]))
+
+
+def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec],
+              head_apart: bool = False) -> k8s.V1PodSpec:
     return k8s.V1PodSpec(
         containers=[container(prefix, spec, settings, file_keys(specs))],
         volumes=_volumes(prefix, settings, specs) or None,
         node_selector=settings.node_selector or None, service_account_name=settings.service_account,
         image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets] or None,
-        restart_policy="Always")
+        affinity=away_from_head() if head_apart and spec.replica is not None else None, restart_policy="Always")
 
 
 def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec],
-               owner: dict[str, str] | None = None) -> k8s.V1Deployment:
+               owner: dict[str, str] | None = None, head_apart: bool = False) -> k8s.V1Deployment:
     meta = labels(prefix, spec.name)
     return k8s.V1Deployment(
         api_version="apps/v1", kind="Deployment",
@@ -198,7 +212,7 @@ def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, spe
         spec=k8s.V1DeploymentSpec(
             replicas=1, selector=k8s.V1LabelSelector(match_labels=meta),
             template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=meta),
-                                           spec=_pod_spec(prefix, spec, settings, specs))))
+                                           spec=_pod_spec(prefix, spec, settings, specs, head_apart))))
 
 
 def service(prefix: str, spec: ProcessSpec, settings: KubernetesSettings,
@@ -272,9 +286,10 @@ def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: lis
 
 
 def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings, graph: bool,
-              owner: dict[str, str] | None = None) -> list[dict]:
+              owner: dict[str, str] | None = None, head_apart: bool = False) -> list[dict]:
     """Every object of the deployment as plain dicts, in the order they are applied; `owner` (plan, system,
-    benchmark) labels each."""
+    benchmark) labels each. An engine's replicas are processes like any other, a Deployment and a Service each (one
+    pod per replica); with `head_apart` their pods keep off the head's node (`away_from_head`)."""
     api = ApiClient()
     objects: list[Any] = [config_map(prefix, settings.namespace, specs, owner),
                           env_secret(prefix, settings.namespace, specs, graph, owner)]
@@ -282,7 +297,8 @@ def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSetting
         objects.append(dynamo_graph(prefix, specs, settings, owner))
     else:
         for spec in specs:
-            objects += [deployment(prefix, spec, settings, specs, owner), service(prefix, spec, settings, owner)]
+            objects += [deployment(prefix, spec, settings, specs, owner, head_apart),
+                        service(prefix, spec, settings, owner)]
     return [api.sanitize_for_serialization(o) for o in objects if o is not None]
 
 

@@ -1,4 +1,5 @@
-"""The local launcher: subprocesses on this host, bound to 127.0.0.1.
+"""The local launcher: subprocesses on this host, bound to 127.0.0.1. An engine's replicas (`replicas`) may ask for
+several nodes: each is this host, its name a label (`node<i>`), its ports its own.
 
 Each process leads its own process group, writes stdout and stderr to `<log_dir>/<name>.log` (forwarded line by line
 to the run logger), and is recorded in a pid file so that a later run can end it if this one was killed. Stopping
@@ -23,8 +24,9 @@ from pathlib import Path
 
 from submission.base.errors import LaunchError
 from submission.base.files import tail
+from submission.plan.replicas import Layout
 from submission.plan.secret_env import shown_env
-from tasks.engines import Placement, ProcessSpec, write_files
+from tasks.engines import Node, Placement, ProcessSpec, Watched, watched, write_files
 from tasks.launchers import Launcher
 from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
 
@@ -111,21 +113,30 @@ def reap_stale(state_dir: Path, logger: logging.Logger, wait_s: float = 10.0) ->
 class LocalLauncher(Launcher):
     name = "local"
 
-    def __init__(self, state_dir: Path, host: str = "127.0.0.1", grace_s: float = 10.0) -> None:
+    def __init__(self, state_dir: Path, host: str = "127.0.0.1", grace_s: float = 10.0,
+                 replicas: Layout | None = None) -> None:
         self.state_dir = state_dir
         self.host = host
         self.grace_s = grace_s
+        self.replicas = replicas
 
     def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
-        if nodes > 1:
+        if nodes > 1 and self.replicas is None:
             raise LaunchError(f"the local launcher runs on this host alone; the deployment spans {nodes} nodes",
                               fix="use engine.launcher slurm or kubernetes, or options.nodes 1")
         ports: list[int] = []
-        while len(ports) < ports_needed:   # distinct, though each was free when picked
+        while len(ports) < ports_needed * nodes:   # distinct, though each was free when picked
             port = free_port(self.host, max_port)
             if port not in ports:
                 ports.append(port)
-        return Placement(self.host, tuple(ports))
+        per_node = tuple(Node(self.host, tuple(ports[i * ports_needed:(i + 1) * ports_needed])) for i in range(nodes))
+        return Placement(self.host, per_node[0].ports, nodes=per_node if nodes > 1 else ())
+
+    def node_names(self) -> tuple[str, ...]:
+        """This host's name; with replicas over several nodes, their labels."""
+        if self.replicas is None or self.replicas.nodes == 1:
+            return (socket.gethostname(),)
+        return tuple(f"node{i}" for i in range(self.replicas.nodes))
 
     def start(self, specs: list[ProcessSpec], log_dir: Path, logger: logging.Logger) -> LocalDeployment:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -190,11 +201,26 @@ class LocalLauncher(Launcher):
         return all(r.popen.poll() is None for r in deployment.running)
 
     def log_report(self, deployment: LocalDeployment, lines: int = 20) -> str | None:
-        def status(code: int | None) -> str:
-            return "running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exited with {code}")
-
-        return "\n".join(f"{r.spec.name} (pid {r.popen.pid}) {status(r.popen.poll())}; last lines of {r.log}:\n"
+        return "\n".join(f"{r.spec.name} (pid {r.popen.pid}) {_status(r.popen.poll())}; last lines of {r.log}:\n"
                          f"{tail(r.log, lines)}" for r in deployment.running)
+
+    def watched(self, deployment: LocalDeployment) -> Watched:
+        return watched(deployment.processes, self.node_names())
+
+    def down(self, deployment: LocalDeployment) -> dict[str, str]:
+        return {r.spec.name: _status(code) for r in deployment.running if (code := r.popen.poll()) is not None}
+
+    def replica_nodes(self, deployment: LocalDeployment) -> dict[str, str]:
+        names = self.node_names()
+        return {s.name: names[min(s.node_index, len(names) - 1)] for s in deployment.processes}
+
+    def replica_log(self, deployment: LocalDeployment, name: str, lines: int) -> tuple[str, str]:
+        run = next(r for r in deployment.running if r.spec.name == name)
+        return f"pid {run.popen.pid}, log {run.log}", tail(run.log, lines)
+
+
+def _status(code: int | None) -> str:
+    return "running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exited with code {code}")
 
 
 def make(state_dir: Path, **kwargs: object) -> LocalLauncher:

@@ -13,6 +13,10 @@ which srun brings to `<log_dir>/gpus-<node>.jsonl` on this host for each run's t
 With `engine.slurm.local_stage`, one short step per node that reads the model first copies the staged model onto
 the node's local disk, verified, and the engine reads it there (tasks/launchers/slurm_stage.py).
 
+An engine's replicas (`replicas`) run as one step per node, a supervisor that starts the node's replicas
+(tasks/launchers/slurm_replicas.py), each judged ready on its own. With `head: own-node`, the node Podium itself runs
+on, when it is one of the allocation's (Podium inside the job), serves no replica: it is left out of the nodes.
+
 A short step on each node finds its IPv4 address (its NodeAddr resolved there: Dynamo and etcd bind and advertise IP
 literals only) and ports free on it; ports differ across the deployment (nodes of a test cluster share one
 address). Each step's output goes to `<log_dir>/<name>.log` through srun, forwarded line by line to the run logger.
@@ -25,6 +29,7 @@ left behind (after checking that the job still carries the recorded name).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -43,10 +48,11 @@ from pydantic import ValidationError
 
 from submission.base.errors import CommandError, LaunchError, PlanError, PodiumError
 from submission.base.files import tail
+from submission.plan.replicas import Layout
 from submission.plan.secret_env import shown_env
 from submission.plan.slurm_options import SlurmSettings, settings_problems
 from tasks.engines import Node, Placement, ProcessSpec, Watched, watched, write_files
-from tasks.launchers import Launcher, slurm_stage
+from tasks.launchers import Launcher, slurm_replicas, slurm_stage
 from tasks.launchers import slurm_cli as cli
 from tasks.launchers.processes import TAIL_LINES, forward_log, wait_for_probes
 
@@ -62,6 +68,7 @@ class Allocation:
     owned: bool                  # taken by this launcher, so cancelled by it
     tag: str                     # the name of the launch: the job's (when owned), prefix of its steps' names
     state_dir: Path
+    head: str | None = None      # the node kept for the head (engine.replicas.head own-node): not among `nodes`
 
     @property
     def record(self) -> Path:
@@ -98,6 +105,7 @@ class SlurmDeployment:
     stop_forwarding: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)   # set when every probe passed
     logger: Logger = field(default_factory=lambda: logging.getLogger("podium.slurm"))   # the launch's: what stop did
+    exits: slurm_replicas.Exits = field(default_factory=slurm_replicas.Exits)   # replicas the supervisors saw end
 
 
 def _fix(text: str, default: str) -> str:
@@ -118,7 +126,7 @@ class SlurmLauncher(Launcher):
     name = "slurm"
 
     def __init__(self, state_dir: Path, settings: SlurmSettings | Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, replicas: Layout | None = None) -> None:
         try:
             self.settings = settings if isinstance(settings, SlurmSettings) else \
                 SlurmSettings.model_validate(dict(settings or {}))
@@ -128,6 +136,8 @@ class SlurmLauncher(Launcher):
                             fix="see docs/slurm.md for every engine.slurm field") from None
         environ = os.environ if environ is None else environ
         self.state_dir = state_dir
+        self.replicas = replicas
+        self.here = environ.get("SLURMD_NODENAME")   # the node Podium runs on, inside a job
         self.env = cli.client_env(self.settings, environ)
         mode = self.settings.allocation
         self.inherited = environ.get("SLURM_JOB_ID") if mode in ("auto", "inherit") else None
@@ -193,18 +203,29 @@ class SlurmLauncher(Launcher):
         self.allocation = Allocation(job, (), (), owned, self.tag, self.state_dir)
         self._write_record()
         try:
-            self.allocation = self._describe(job, owned)
+            self.allocation = self._head_apart(self._describe(job, owned))
         except BaseException:
             self.release()
             raise
         log.info("allocation %s: %s", job, ", ".join(f"{n} ({h})" for n, h in zip(self.allocation.nodes,
-                                                                                  self.allocation.hosts, strict=True)))
+                                                                                  self.allocation.hosts, strict=True))
+                 + (f"; {self.allocation.head} kept for the head" if self.allocation.head else ""))
         if nodes > len(self.allocation.nodes):
-            have = len(self.allocation.nodes)
+            have, head = len(self.allocation.nodes), self.allocation.head
             self.release()
-            raise LaunchError(f"the topology needs {nodes} nodes but job {job} has {have}",
-                              fix="raise engine.slurm.nodes, or sbatch Podium with more nodes")
+            besides = f" besides {head}, where Podium runs (engine.replicas.head: own-node)" if head else ""
+            raise LaunchError(f"the topology needs {nodes} nodes but job {job} has {have}{besides}",
+                              fix="raise engine.slurm.nodes, or sbatch Podium with more nodes"
+                                  + (" (one more for the head), or set engine.replicas.head: beside" if head else ""))
         return self.allocation
+
+    def _head_apart(self, alloc: Allocation) -> Allocation:
+        """The allocation without the node Podium runs on, when its replicas' head has a node of its own."""
+        if self.replicas is None or self.replicas.head != "own-node" or self.here not in alloc.nodes:
+            return alloc
+        keep = [i for i, n in enumerate(alloc.nodes) if n != self.here]
+        return dataclasses.replace(alloc, nodes=tuple(alloc.nodes[i] for i in keep),
+                                   hosts=tuple(alloc.hosts[i] for i in keep), head=self.here)
 
     def _describe(self, job: str, owned: bool) -> Allocation:
         state = cli.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T|%N"], self.env).strip()
@@ -285,7 +306,7 @@ class SlurmLauncher(Launcher):
         log_dir.mkdir(parents=True, exist_ok=True)
         deployment = SlurmDeployment(processes=specs, allocation=alloc, logger=logger)
         try:
-            for spec in specs:
+            for spec in slurm_replicas.node_steps(specs, self.settings.python):   # replicas: one step per node
                 nodes = alloc.nodes[spec.node_index:spec.node_index + spec.nodes]
                 write_files(spec)
                 step_name = f"{self.tag}-{spec.name}"
@@ -354,9 +375,9 @@ class SlurmLauncher(Launcher):
             self._write_record()
             for step in steps:
                 code = step.srun.poll()
-                if code is not None:
+                if code is not None and step.spec.role != slurm_replicas.ROLE:   # a node of replicas: `down` says
                     raise _failure(step, code, "while starting")
-            missing = [s for s in steps if s.step_id is None]
+            missing = [s for s in steps if s.step_id is None and s.srun.poll() is None]
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -368,7 +389,28 @@ class SlurmLauncher(Launcher):
             tries += 1
 
     def alive(self, deployment: SlurmDeployment) -> bool:
-        return all(s.srun.poll() is None for s in deployment.steps)
+        return all(s.srun.poll() is None for s in deployment.steps) and not self.down(deployment)
+
+    def down(self, deployment: SlurmDeployment) -> dict[str, str]:
+        """Replicas their supervisor saw end, and every replica of a node whose step has ended."""
+        steps = [s for s in deployment.steps if s.spec.role == slurm_replicas.ROLE]
+        ended = deployment.exits.scan([s.log for s in steps])
+        for step in steps:
+            if (code := step.srun.poll()) is not None:
+                for spec in deployment.processes:
+                    if spec.replica is not None and spec.node_index == step.spec.node_index:
+                        ended.setdefault(spec.name, f"its node's step {step.step_id or '?'} ended with code {code}")
+        return ended
+
+    def replica_nodes(self, deployment: SlurmDeployment) -> dict[str, str]:
+        return {s.name: deployment.allocation.nodes[s.node_index] for s in deployment.processes}
+
+    def replica_log(self, deployment: SlurmDeployment, name: str, lines: int) -> tuple[str, str]:
+        spec = next(s for s in deployment.processes if s.name == name)
+        step = next(s for s in deployment.steps if s.spec.node_index == spec.node_index
+                    and s.spec.role == slurm_replicas.ROLE)
+        own = slurm_replicas.replica_tail(step.log, name, lines)
+        return f"step {step.step_id or '?'} on {step.nodes[0]}, log {step.log}", own or tail(step.log, lines)
 
     def wait_ready(self, deployment: SlurmDeployment, timeout_s: float) -> None:
         """Ready means every probe of every process answers on its node; a step that exits fails at once."""

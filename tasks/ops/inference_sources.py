@@ -48,6 +48,7 @@ PATHS = (
     "compliance/",  # TESTxx/run_verification.py and audit.config: tasks/compliance/official_scripts.py
     "loadgen/mlperf.conf",  # the round's loadgen settings the rules data cites
     "language/gpt-oss-120b/",  # the accuracy script tasks/accuracy/gpt_oss.py follows
+    "language/deepseek-r1/",  # the accuracy script tasks/accuracy/deepseek_r1.py follows
     "multimodal/qwen3-vl/",  # the accuracy script tasks/accuracy/qwen3_vl.py follows
 )
 # What a whole fetch must hold: without these it is not the checkout the checks need.
@@ -94,14 +95,17 @@ def fetch(pin: SourcePin, root: Path, *, repository: str | None = None) -> Fetch
     return Fetched(folder, pin.commit, reused=False)
 
 
-def unpack_archive(pin: SourcePin, archive: Path, root: Path) -> Fetched:
-    """mlcommons/inference at `pin.commit` in `root/<commit>/`, unpacked from `archive` (a `git archive` of that
-    commit, as tar or tar.gz) unless a verified copy of the same archive is already there; an unpacked copy of
-    another archive of the commit is replaced. PodiumError naming the archive and the fix when it cannot be."""
+def unpack_archive(pin: SourcePin, archive: Path, root: Path, *, name: str = GITHUB_NAME,
+                   required: tuple[Path, ...] = REQUIRED, make_var: str = "INFERENCE_ARCHIVE") -> Fetched:
+    """`name` (mlcommons/inference, or another pinned source: the MATH-500 grader) at `pin.commit` in
+    `root/<commit>/`, unpacked from `archive` (a `git archive` of that commit, as tar or tar.gz) unless a verified
+    copy of the same archive is already there; an unpacked copy of another archive of the commit is replaced.
+    PodiumError naming the archive and the fix when it cannot be, or when it lacks a `required` path."""
     archive = Path(archive).expanduser().resolve()
-    fix = (f"pass the `git archive` of mlcommons/inference at {pin.commit} (`git archive --format=tar.gz "
+    how = "with git" if name == GITHUB_NAME else "from GitHub"
+    fix = (f"pass the `git archive` of {name} at {pin.commit} (`git archive --format=tar.gz "
            f"{pin.commit[:12]}` in a clone, or GitHub's {pin.repository}/archive/{pin.commit}.tar.gz; make: "
-           "INFERENCE_ARCHIVE=PATH), or leave out --archive to fetch it with git")
+           f"{make_var}=PATH), or leave out --archive to fetch it {how}")
     if not archive.is_file():
         raise PodiumError(f"--archive {archive}: no such file", fix=fix)
     try:
@@ -114,7 +118,7 @@ def unpack_archive(pin: SourcePin, archive: Path, root: Path) -> Fetched:
     folder = Path(root).resolve() / commit
     digest = sha256_file(archive)
     if folder.exists() and (read_json(folder / FETCHED) or {}).get("archive_sha256") in (digest, None):
-        check(folder, commit)   # this archive's, or a git checkout: reused once verified
+        check(folder, commit, name=name, required=required)   # this archive's, or a git checkout: reused once verified
         return Fetched(folder, commit, reused=True)
     kept = folder.with_name(folder.name + ARCHIVE)   # kept beside the folder, as `podium fetch` keeps a GitHub archive
     kept.parent.mkdir(parents=True, exist_ok=True)
@@ -122,29 +126,32 @@ def unpack_archive(pin: SourcePin, archive: Path, root: Path) -> Fetched:
     shutil.copyfile(archive, copy)
     replace_atomic(copy, kept)
     # what `podium fetch` unpacks: its field names the option in an error, its source gives the cap (max_unpacked_gib)
-    item = FetchItem(field="--archive", dest=str(folder), source=FetchSource(github=GITHUB_NAME), revision=commit)
+    item = FetchItem(field="--archive", dest=str(folder), source=FetchSource(github=name), revision=commit)
     _unpack(item, kept, folder, {"archive": str(archive), "archive_sha256": digest, "commit": commit})
-    missing = [str(path) for path in REQUIRED if not (folder / path).exists()]
+    missing = [str(path) for path in required if not (folder / path).exists()]
     if missing:
         shutil.rmtree(folder)
-        raise PodiumError(f"--archive {archive} (commit {commit[:12]}) has no {', '.join(missing)}: not the "
-                          "official tools of mlcommons/inference", fix=fix)
+        raise PodiumError(f"--archive {archive} (commit {commit[:12]}) has no {', '.join(missing)}: not what "
+                          f"Podium runs of {name}", fix=fix)
     return Fetched(folder, commit, reused=False)
 
 
-def check(folder: Path, commit: str) -> None:
-    """`folder` holds mlcommons/inference at `commit` as Podium fetches it (the module's doc), with the checker and
-    the audits in it; PodiumError naming what differs otherwise."""
+def check(folder: Path, commit: str, *, name: str = GITHUB_NAME, required: tuple[Path, ...] = REQUIRED) -> None:
+    """`folder` holds mlcommons/inference (or `name`) at `commit` as Podium fetches it (the module's doc), with the
+    `required` paths in it (the checker and the audits); PodiumError naming what differs otherwise."""
     if (folder / FETCHED).is_file():
-        verify_unpacked(folder, commit)
+        verify_unpacked(folder, commit, name=name, required=required)
     else:
         verify(require_git(str(folder), commit), folder, commit)
 
 
-def verify_unpacked(folder: Path, commit: str) -> None:
-    """`folder` is an archive of `commit` as `podium fetch-inference --archive` or `podium fetch` unpacked it: its
-    record names the commit, its manifest is the one recorded, and every file of it is there, unchanged."""
-    fix = f"remove {folder} (rm -rf) and run `podium fetch-inference` again (with its --archive, if it came from one)"
+def verify_unpacked(folder: Path, commit: str, *, name: str = GITHUB_NAME, required: tuple[Path, ...] = REQUIRED,
+                    ) -> None:
+    """`folder` is an archive of `commit` as `podium fetch-inference --archive` (`fetch-grader`) or `podium fetch`
+    unpacked it: its record names the commit, its manifest is the one recorded, and every file of it is there,
+    unchanged."""
+    command = "fetch-inference" if name == GITHUB_NAME else "fetch-grader"
+    fix = f"remove {folder} (rm -rf) and run `podium {command}` again (with its --archive, if it came from one)"
     record, files = read_json(folder / FETCHED), read_json(folder / MANIFEST)
     if record is None or files is None or record.get("manifest_sha256") != manifest_digest(files):
         raise PodiumError(f"{folder}: its {MANIFEST} is missing or differs from the one {FETCHED} records, so its "
@@ -156,9 +163,9 @@ def verify_unpacked(folder: Path, commit: str) -> None:
     if changed:
         raise PodiumError(f"{folder}: files of its manifest are missing or changed since it was unpacked "
                           f"({len(changed)}, e.g. {changed[0]})", fix=fix)
-    missing = [str(path) for path in REQUIRED if not (folder / path).exists()]
+    missing = [str(path) for path in required if not (folder / path).exists()]
     if missing:
-        raise PodiumError(f"{folder}: it has no {', '.join(missing)}: not mlcommons/inference", fix=fix)
+        raise PodiumError(f"{folder}: it has no {', '.join(missing)}: not {name}", fix=fix)
 
 
 def _unchanged(path: Path, meta: dict) -> bool:

@@ -6,7 +6,8 @@ is allocated, every problem reported at once:
 - a closed submission gives every description field that no node can tell (`require_description_sources`);
 - each engine is known and installed (its version: the plan's pin, or what `options.python` has), each evaluator known;
 - the LiveCodeBench tests of an accuracy score that runs them (gpt-oss-120b: `dataset.lcb_tests`), since the scoring
-  reads them only after the whole accuracy run;
+  reads them only after the whole accuracy run; likewise deepseek-r1's MATH-500 grader (`dataset.math_grader`:
+  openai/prm800k at the round's commit, unpacked by `podium fetch-grader` or `podium fetch`, unchanged);
 - the endpoints client, where a benchmark is measured by it, installed on a Python >= 3.12 at the commit the round
   pins (tasks/endpoints/install.py), since it runs on this host;
 - `inference_src`, where the plan gives it: mlcommons/inference at the commit the round pins, a checkout or an
@@ -102,6 +103,9 @@ def host_checks(plan: Plan, source: str | None = None, *, capacity: bool = True)
                         raised(evaluator, b.evaluator or b.benchmark, where=f"benchmarks.{i}.evaluator"))
     if any(_runs_lcb(b) for b in plan.benchmarks):
         found.check("the LiveCodeBench tests of each gpt-oss-120b accuracy score named", lcb_problems(plan))
+    if any(_grades_math(b) for b in plan.benchmarks):
+        found.check(f"the MATH-500 grader of each deepseek-r1 accuracy score: openai/prm800k at the {plan.round} "
+                    "commit", math_grader_problems(plan))
     if any(plan.harness(b) == "endpoints" for b in plan.benchmarks):
         found.check(f"the endpoints client at the {plan.round} commit, on Python >= 3.12", endpoints_problems(plan))
     if plan.inference_src:
@@ -237,6 +241,35 @@ def lcb_problems(plan: Plan) -> list[PodiumError]:
     return [PlanError(f"{b.benchmark}'s accuracy score needs the LiveCodeBench tests, and the plan names none",
                       where=f"benchmarks.{i}.dataset.lcb_tests", fix=LCB_FIX)
             for i, b in enumerate(plan.benchmarks) if _runs_lcb(b) and not b.dataset.lcb_tests]
+
+
+def _grades_math(bench: Any) -> bool:
+    """Whether the benchmark's accuracy score grades MATH-500 answers (deepseek-r1's: the PRM800K grader)."""
+    try:
+        return bench.accuracy and hasattr(evaluator(bench.evaluator or bench.benchmark), "math_grader")
+    except PodiumError:
+        return False
+
+
+def math_grader_problems(plan: Plan) -> list[PodiumError]:
+    """A deepseek-r1 accuracy score needs `dataset.math_grader`: openai/prm800k at the round's commit as `podium
+    fetch-grader` or `podium fetch` unpacked it (tasks/ops/grader_source.py), checked here, since the score runs only
+    after the whole accuracy run."""
+    from tasks.ops import grader_source
+
+    rules, found = load_rules(plan.round), []
+    for i, b in enumerate(plan.benchmarks):
+        where = f"benchmarks.{i}.dataset.math_grader"
+        if not _grades_math(b):
+            continue
+        if not b.dataset.math_grader:
+            found.append(PlanError(f"{b.benchmark}'s accuracy score grades MATH-500 with the PRM800K grader, and the "
+                                   "plan names none", where=where, fix="`podium fetch-grader` prints the folder of "
+                                   "openai/prm800k at the round's commit: set dataset.math_grader to it (or a fetch "
+                                   "entry {github: openai/prm800k} for `podium fetch PLAN`)"))
+        elif not b.dataset.math_grader.startswith("s3://"):
+            found += grader_source.problems(b.dataset.math_grader, rules, where)
+    return found
 
 
 def endpoints_problems(plan: Plan) -> list[PodiumError]:

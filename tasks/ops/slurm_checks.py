@@ -37,6 +37,7 @@ from submission.plan.model import BenchmarkSpec, Plan
 from submission.plan.slurm_options import SlurmSettings
 from submission.tree import host_facts
 from tasks.engines import ProcessSpec, backend, service_fix
+from tasks.engines.replicas import for_engine
 from tasks.launchers import slurm_cli as cli
 from tasks.ops.image_checks import mismatch
 
@@ -90,8 +91,8 @@ def commands_by_node(bench: BenchmarkSpec, state_dir: Path) -> dict[int, list[Pr
     from tasks.serving.launch import model_dir_for, review_placement
 
     engine = bench.engine
-    specs = backend(engine.name).processes(engine.config(), model_dir_for(engine, Path(bench.model.source)),
-                                           review_placement(engine, state_dir), state_dir / "build")
+    specs = for_engine(engine).processes(engine.config(), model_dir_for(engine, Path(bench.model.source)),
+                                         review_placement(engine, state_dir), state_dir / "build")
     placed: dict[int, list[ProcessSpec]] = {}
     for spec in specs:
         for index in range(spec.node_index, spec.node_index + spec.nodes):
@@ -181,7 +182,7 @@ def _on_nodes(plan: Plan, index: int, state_dir: Path, storage: str, log: Callab
 
     bench = plan.benchmarks[index]
     where: Any = make_launcher(bench.engine, state_dir)
-    nodes, _ = backend(bench.engine.name).demand(bench.engine.config())
+    nodes, _ = for_engine(bench.engine).demand(bench.engine.config())
     placed = commands_by_node(bench, state_dir)
     alloc = where.allocate(nodes)
     problems: list[PodiumError] = []

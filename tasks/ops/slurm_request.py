@@ -19,8 +19,8 @@ from submission.base.errors import CommandError, PlanError, PodiumError
 from submission.budget.slurm_time import job_need, slurm_time
 from submission.plan.model import BenchmarkSpec, Plan
 from submission.plan.slurm_options import SlurmSettings
-from tasks.engines import backend
 from tasks.launchers import slurm_cli as cli
+from tasks.serving.launch import job_nodes
 
 WHERE = ("partition", "account", "qos", "reservation")   # asked first: what the other options are judged against
 # What to change, by the field Slurm refuses (the generic fix of a known message would name other fields).
@@ -57,7 +57,7 @@ def request(plan: Plan, bench: BenchmarkSpec, environ: Mapping[str, str]) -> lis
     settings = bench.engine.slurm_settings() or SlurmSettings()
     if settings.allocation != "new" and environ.get("SLURM_JOB_ID"):
         return None
-    needed, _ = backend(bench.engine.name).demand(bench.engine.config())
+    needed = job_nodes(bench.engine, inside=settings.allocation == "inherit")   # inherit: podium.sbatch's job
     fields = cli.allocation_fields(settings, settings.nodes or needed)
     if settings.allocation == "inherit":   # submitted by the operator: podium.sbatch with what the plan needs
         return [*fields, ("job time", f"--time={slurm_time(job_need(plan))}")]

@@ -28,8 +28,10 @@ from submission.base.errors import PlanError, did_you_mean
 from submission.base.files import replace_atomic, temporary, write_atomic
 
 MANIFEST = "rehearsal.json"
-BUILDERS = {"gpt-oss-120b": "tasks.rehearsal.gpt_oss", "qwen3-vl-235b-a22b": "tasks.rehearsal.qwen3_vl"}
+BUILDERS = {"gpt-oss-120b": "tasks.rehearsal.gpt_oss", "qwen3-vl-235b-a22b": "tasks.rehearsal.qwen3_vl",
+            "deepseek-r1": "tasks.rehearsal.deepseek_r1"}
 NOTICE = "SYNTHETIC REHEARSAL DATA: not the MLCommons data set; never a benchmark result"
+ANSWERS_SUFFIX = ".rehearsal.parquet"   # beside a data set that is no parquet file: the answers it is served with
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,12 @@ class Built:
 
     def manifest(self) -> dict[str, Any]:
         return {"notice": NOTICE, **asdict(self)}
+
+
+def answers_file(dataset: str) -> str:
+    """The parquet file whose `rehearsal_*` columns serve `dataset`: the data set itself when it is parquet, else the
+    file beside it named with ANSWERS_SUFFIX (deepseek-r1's pickle)."""
+    return dataset if dataset.endswith(".parquet") else dataset + ANSWERS_SUFFIX
 
 
 def scaled(count: int, scale: float) -> int:
@@ -113,17 +121,20 @@ def _byte_chars() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
-def write_tokenizer(folder: Path, specials: tuple[str, ...] = (), chat_template: str | None = None) -> Path:
-    """A byte-level tokenizer whose token id is the byte value (0-255), `specials` 256 on; `folder` gets tokenizer.json
-    and a tokenizer_config.json (what AutoTokenizer, the loader of the evaluators and of the endpoints client, needs;
-    the client refuses a model folder without them), with `chat_template` when given."""
+def write_tokenizer(folder: Path, specials: tuple[str, ...] = (), chat_template: str | None = None, *,
+                    added: tuple[str, ...] = (), config: dict[str, Any] | None = None) -> Path:
+    """A byte-level tokenizer whose token id is the byte value (0-255), `specials` 256 on, then `added` (tokens that
+    decoding keeps, as DeepSeek-R1's `<think>`); `folder` gets tokenizer.json and a tokenizer_config.json (what
+    AutoTokenizer, the loader of the evaluators and of the endpoints client, needs; the client refuses a model folder
+    without them), with `chat_template` and the entries of `config` when given."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(_byte_chars())}, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(specials))
-    config: dict[str, str] = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    tok.add_tokens(list(added))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", **(config or {})}
     if chat_template:
         config["chat_template"] = chat_template
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ What changes (and `changes` lists it, for every page of the report):
 - the engine: the simulated engine (tasks/engines/simulated), launched locally, answering from the synthetic data
   sets at their real output lengths, sized so that an Offline run lasts just over the round's min duration;
 - the data: the synthetic full-size sets (`tasks.rehearsal.data`) and the byte-level tokenizer in place of the model
-  (the plan's `fetch` sections are dropped: nothing is fetched);
+  (the plan's `fetch` sections are dropped: nothing is fetched); deepseek-r1's MATH-500 grader stays the real one,
+  the folder given (`--math-grader`);
 - the rates (`scenario_rates`): Offline at the lowest the rules allow; Server and Interactive at half the engine's
   Offline rate, never under the lowest the rules allow: their accuracy run and audits issue fixed sample counts
   (4395, 990 and 6396 for gpt-oss-120b), which at the lowest rate (1.22 q/s) would take 3.3 h of the client's clock;
@@ -26,7 +27,7 @@ from submission.rules import load_rules
 from submission.tree.rehearsal_marker import PREFIX
 from tasks.clock import slower
 from tasks.endpoints.probe import P99_MIN_SAMPLES
-from tasks.rehearsal.data import Built
+from tasks.rehearsal.data import Built, answers_file
 
 STORAGE_PREFIX = "rehearsal"
 LABEL = "rehearsal placeholder, not a fact of the plan's system"
@@ -90,7 +91,7 @@ def output_lengths(path: str) -> dict[str, float]:
 
     from tasks.engines.simulated.answers import OUTPUT_TOKENS
 
-    values = pq.read_table(path, columns=[OUTPUT_TOKENS]).column(0).to_numpy()
+    values = pq.read_table(answers_file(path), columns=[OUTPUT_TOKENS]).column(0).to_numpy()
     return {"mean": float(values.mean()), "p99": float(np.percentile(values, 99))}
 
 
@@ -103,16 +104,20 @@ def describe(system: dict[str, Any], round: str) -> dict[str, str]:
     return given | {f: LABEL for f in fields.non_empty if f not in given and f not in own}
 
 
-def rehearsal_plan(plan: dict[str, Any], built: dict[str, Built], *, inference_src: str | None = None
-                   ) -> dict[str, Any]:
+def rehearsal_plan(plan: dict[str, Any], built: dict[str, Built], *, inference_src: str | None = None,
+                   math_grader: str | None = None) -> dict[str, Any]:
     """The rehearsal of `plan` (its YAML data, unchanged): see the module's docstring. `built`: benchmark -> its
-    synthetic data (`tasks.rehearsal.data.build`)."""
+    synthetic data (`tasks.rehearsal.data.build`); `math_grader`: the fetched openai/prm800k that deepseek-r1's score
+    runs (real, as inference_src: `podium fetch-grader` prints it), in place of the plan's own folder."""
     out = copy.deepcopy(plan)
     out["name"] = PREFIX + plan["name"]
     names = {s["name"]: PREFIX + s["name"] for s in plan["systems"]}
     out["systems"] = [{**{k: v for k, v in s.items() if k != "work_pool"}, "name": names[s["name"]],
                        "description": describe(s, plan["round"])} for s in plan["systems"]]
     out["benchmarks"] = [_benchmark(plan, b, built[b["benchmark"]], names) for b in plan["benchmarks"]]
+    for bench in out["benchmarks"]:
+        if math_grader and "math_grader" in bench["dataset"]:
+            bench["dataset"]["math_grader"] = math_grader
     out["storage"] = {"bucket": plan["storage"]["bucket"], "embedded": True,
                       "prefix": "/".join(p for p in (STORAGE_PREFIX, plan["storage"].get("prefix", "")) if p)}
     # the simulated engine's numbers at the rehearsal's own rates: the Server/Offline ratio is reported, not gated
@@ -152,7 +157,7 @@ def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names:
 
 
 def output_rows(path: str) -> int:
-    """Rows of the parquet data set at `path`."""
+    """Rows of the data set at `path` (of the parquet file that serves it: `answers_file`)."""
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(path).metadata.num_rows
+    return pq.ParquetFile(answers_file(path)).metadata.num_rows

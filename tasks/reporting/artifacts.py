@@ -23,6 +23,7 @@ from tasks.reporting.plots import plot_run as plot_run
 from tasks.reporting.plots import plot_scaling as plot_scaling
 from tasks.reporting.plots import plot_search_trace as plot_search_trace
 from tasks.reporting.plots import plot_sweep as plot_sweep
+from tasks.reporting.replicas import markdown as replicas_markdown
 from tasks.reporting.telemetry_plots import plot_sweep_telemetry as plot_sweep_telemetry
 from tasks.reporting.telemetry_plots import plot_telemetry as plot_telemetry
 from tasks.serving import telemetry
@@ -99,9 +100,10 @@ def compliance_rows(audits: Sequence[AuditRecord]) -> list[dict]:
 def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport | None, objects: dict[str, str],
              failures: list[str], audits: Sequence[AuditRecord] = (), *, folder: str | None = None,
              tree: str | None = None, s3: str | None = None, link: LinkCommand | None = None,
-             warnings: Sequence[str] = (), gpu_time: Sequence[dict] = ()) -> str:
+             warnings: Sequence[str] = (), gpu_time: Sequence[dict] = (), records: Sequence[RunRecord] = ()) -> str:
     """report.md: the results table, the audits, `gpu_time` (tasks.reporting.gpu_time: each run's GPU-hours beside
-    the prediction), failed steps, warnings, the checker's findings and where everything went."""
+    the prediction), the replicas of each run of `records` served by replicas (tasks.reporting.replicas), failed
+    steps, warnings, the checker's findings and where everything went."""
     lines = [f"# Podium run of `{plan_name}`", ""]
     if profile == "smoke":
         lines += ["> **SMOKE RUN**: a CPU run of a tiny model with shortened durations. Its tree is not, and does not",
@@ -111,6 +113,7 @@ def markdown(plan_name: str, profile: str, rows: list[dict], check: CheckReport 
         lines += ["", "## Compliance", "", *md.table(AUDIT_COLUMNS, compliance_rows(audits))]
     if gpu_time:
         lines += gpu_markdown(list(gpu_time))
+    lines += replicas_markdown(records)
     if failures:
         lines += ["", "## Failed steps", ""] + [f"- {f}" for f in failures]
     if warnings:

@@ -2,8 +2,9 @@
 shaded on every panel:
 
 - one run: the engine's and each worker's requests running and waiting (queue depth), KV-cache use, output tokens/s
-  and KV-transfer time, then for each node its GPUs' utilisation, memory and power, each GPU labelled with the role
-  of the process that holds it;
+  and KV-transfer time, then for each node its GPUs' utilisation, memory, power and temperature (NVIDIA's and AMD's
+  alike: the rows of either exporter carry the same fields), each GPU labelled with the role of the process that
+  holds it;
 - a prefill:decode sweep: one column per split, side by side on shared scales, each row one question: GPU
   utilisation per role, KV-cache use, waiting requests, output tokens/s.
 
@@ -30,7 +31,7 @@ ENGINE_PANELS = (("requests running", "requests", "running"), ("requests waiting
 ROLE_COLOURS = {"engine": LIMIT, "prefill": INVALID, "decode": VALID}   # the same in every column of a sweep
 # (title, unit, field) of each node's GPU panels
 GPU_PANELS = (("GPU utilisation", "%", "util_pct"), ("GPU memory used", "MiB", "memory_mib"),
-              ("GPU power", "W", "power_w"))
+              ("GPU power", "W", "power_w"), ("GPU temperature", "°C", "temp_c"))
 
 
 def _series(samples: Sequence[Mapping[str, Any]], read: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Series:

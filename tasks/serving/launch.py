@@ -23,8 +23,10 @@ from submission.plan.slurm_options import SlurmSettings
 from submission.rules import load_rules
 from submission.tree.host_facts import accelerators
 from tasks import clients
-from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec, backend
-from tasks.launchers import Launcher, launched, launcher, slurm_cli, slurm_stage
+from tasks.engines import Endpoint, HttpProbe, Node, Placement, ProcessSpec
+from tasks.engines.replicas import for_engine
+from tasks.launchers import Launcher, launched, launcher, slurm_cli, slurm_replicas, slurm_stage
+from tasks.serving import replica_review
 from tasks.workspace import Workspace
 
 REVIEW_PORT = 8000   # local and Slurm launches take free ports; the review shows them counted from here
@@ -41,21 +43,22 @@ def owner(plan: Plan, bench: BenchmarkSpec) -> dict[str, str]:
 
 
 def where(engine: EngineSpec, owner: dict[str, str] | None = None) -> dict[str, Any]:
-    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter), and
-    `owner` (see `owner`) for a launcher that labels what it creates."""
+    """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter), `owner`
+    (see `owner`) for a launcher that labels what it creates, and the layout of its replicas (None: one instance)."""
     return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes,
-            "owner": owner}
+            "owner": owner, "replicas": engine.replica_layout()}
 
 
 def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
-    """The launcher `where` names (None: local), with its own section of settings."""
-    name = (where or {}).get("launcher", "local")
+    """The launcher `where` names (None: local), with its own section of settings; made with `replicas`, it starts
+    the engine's replicas (tasks/launchers/__init__.py `start_ready`)."""
+    name, replicas = (where or {}).get("launcher", "local"), (where or {}).get("replicas")
     if name == "kubernetes":
         return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name,
-                        owner=where.get("owner"))
+                        owner=where.get("owner"), replicas=replicas)
     if name == "slurm" and where.get("slurm"):
-        return launcher("slurm", state_dir=state_dir, settings=where["slurm"])
-    return launcher(name, state_dir=state_dir)
+        return launcher("slurm", state_dir=state_dir, settings=where["slurm"], replicas=replicas)
+    return launcher(name, state_dir=state_dir, replicas=replicas)
 
 
 def make_launcher(engine: EngineSpec, state_dir: Path, owner: dict[str, str] | None = None) -> Launcher:
@@ -82,7 +85,7 @@ def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
     """The placement a launch would get, without reserving anything: the kubernetes launcher's own (it is fixed);
     for local and Slurm, ports counted from REVIEW_PORT on `127.0.0.1` or on `NODE<i>_IPV4` (node i's IPv4 address,
     which the Slurm launcher resolves on the node at launch)."""
-    nodes, ports = backend(engine.name).demand(engine.config())
+    nodes, ports = for_engine(engine).demand(engine.config())
     if engine.launcher == "kubernetes":
         where = make_launcher(engine, state_dir)
         return where.placement(ports, nodes=nodes)
@@ -125,7 +128,7 @@ def _probe(p: HttpProbe) -> dict[str, Any]:
 
 def process_view(spec: ProcessSpec, secret: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A process as the review shows it; the values of the `secret` variables (the plan's engine env) as `<set>`."""
-    return {"name": spec.name, "role": spec.role, "node": spec.node_index, "host": spec.host,
+    return {"name": spec.name, "role": spec.role, "replica": spec.replica, "node": spec.node_index, "host": spec.host,
             "bind": spec.bind or spec.host, "port": spec.port, "side_ports": spec.side_ports, "gpus": spec.gpus,
             "gpu_ids": list(spec.gpu_ids), "mpi_ranks": spec.mpi_ranks, "nodes": spec.nodes, "argv": list(spec.argv),
             "env": shown_env(spec.env, secret), "probes": [_probe(p) for p in spec.probes], "files": spec.files}
@@ -134,7 +137,7 @@ def process_view(spec: ProcessSpec, secret: frozenset[str] = frozenset()) -> dic
 def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     """Everything a launch of this benchmark's engine would start, as plain data."""
     engine = bench.engine
-    be = backend(engine.name)
+    be = for_engine(engine)
     try:
         version = be.version(engine.config())
     except PodiumError as e:
@@ -143,13 +146,18 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     model_dir = model_dir_for(engine, staged)
     build_dir = Workspace.at(workspace).builds / f"{engine.name}-<build key>"
     placement = review_placement(engine, workspace / "pids")
-    specs = be.processes(engine.config(), model_dir, placement, build_dir)
+    (scenarios, options), *relaunched = bench.engine_variants()   # one launch per variant (sglang's speculative)
+    specs = be.processes(options, model_dir, placement, build_dir)
     endpoint = be.endpoint(engine.config(), model_dir, specs)
     secret = frozenset(getattr(engine.config(), "env", None) or ())
     out: dict[str, Any] = {
         "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
         "options": shown_options(engine.options), "model_dir": str(model_dir), "build_dir": str(build_dir),
-        "processes": [process_view(s, secret) for s in specs]}
+        "scenarios": list(scenarios), "processes": [process_view(s, secret) for s in specs],
+        "relaunches": [{"scenarios": list(names), "argv": [list(s.argv) for s in be.processes(o, model_dir, placement,
+                                                                                               build_dir)
+                                                           if getattr(s, "replica", None) in (None, 0)]}
+                       for names, o in relaunched]}
     if engine.launcher == "kubernetes":   # the objects it would create are part of the review (no cluster asked)
         extra, endpoint = make_launcher(engine, workspace / "pids").review(specs, endpoint)
         out |= extra
@@ -161,7 +169,10 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
             copies = slurm_stage.review(settings, specs, model_dir, names)
             specs = slurm_stage.localised(settings, specs, model_dir, names)
             out["processes"] = [process_view(s, secret) for s in specs]
-        out["slurm"] = {**slurm_cli.review(settings, specs), "local_stage": copies}
+        steps = slurm_replicas.node_steps(specs, settings.python)   # replicas: one supervisor step per node
+        out["slurm"] = {**slurm_cli.review(settings, steps), "local_stage": copies}
+    if engine.replica_layout() is not None:
+        out["replicas"] = replica_review.view(bench, specs)
     out["endpoint"] = endpoint.for_client()
 
     out["measuring"] = clients.review(plan, bench, endpoint, model_dir, Workspace.at(workspace).work)
@@ -195,7 +206,7 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
 
     n, settings = need(plan, bench), bench.engine.slurm_settings() or SlurmSettings()
     job = slurm_time(job_need(plan))
-    nodes = settings.nodes or backend(bench.engine.name).demand(bench.engine.config())[0]
+    nodes = settings.nodes or job_nodes(bench.engine, inside=True)
     sbatch = slurm_cli.sbatch_argv(settings, nodes, job, ["run", "PLAN.yaml"])
     text = [n.limit_line(), f"  Slurm time: engine.slurm.time_limit is {settings.time_limit} (used when Podium "
                             f"takes the allocation itself); sbatch deployments/slurm/podium.sbatch needs --time >= "
@@ -205,6 +216,14 @@ def _slurm_time(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any] | None:
     return {"runs": n.runs, "allocation": slurm_time(n.allocation_s), "job": job, "sbatch": sbatch,
             "problems": [p for p in time_problems(plan) if p.startswith(f"benchmarks.{plan.benchmarks.index(bench)}.")],
             "time_limit": settings.time_limit, "text": text}
+
+
+def job_nodes(engine: EngineSpec, inside: bool) -> int:
+    """The nodes a Slurm allocation holds for this engine: its topology's, and, when Podium runs inside that job
+    (`inside`: podium.sbatch) and the engine's replicas give their head a node of its own, that node too."""
+    layout = engine.replica_layout()
+    head = inside and layout is not None and layout.head == "own-node"
+    return for_engine(engine).demand(engine.config())[0] + int(head)
 
 
 def _description(plan: Plan, bench: BenchmarkSpec) -> dict[str, Any]:
@@ -294,6 +313,8 @@ def render(items: list[dict[str, Any]]) -> str:
             lines.append("  each process is a pod: CUDA_VISIBLE_DEVICES is dropped there (the device plugin numbers a "
                          "pod's GPUs from 0); config files come from a ConfigMap at the paths shown")
         for p in r["processes"]:
+            if p.get("replica") not in (None, 0):
+                continue   # every replica runs as replica-0 does; the table below says where each runs
             gpus = f"{p['gpus']} GPU(s) {p['gpu_ids']}" if p["gpus"] else "no GPU"
             mpi = f", {p['mpi_ranks']} MPI ranks over {p['nodes']} node(s)" if p["mpi_ranks"] > 1 else ""
             side = "".join(f", {k} {v}" for k, v in p["side_ports"].items())
@@ -306,14 +327,19 @@ def render(items: list[dict[str, Any]]) -> str:
                           + (f" contains {q['contains']}" if "contains" in q else "") for q in p["probes"])]
             for path, text in p["files"].items():
                 lines += [f"    file {path}:", _indent(text)]
+        for again in r.get("relaunches", ()):
+            lines.append(f"  these serve {', '.join(r['scenarios'])}; for {', '.join(again['scenarios'])} the engine "
+                         "is stopped and launched again, as above but with:")
+            lines += [f"    argv: {shlex.join(argv)}" for argv in again["argv"]]
         lines += _routing(r["processes"])
+        if "replicas" in r:
+            lines += replica_review.lines(r["replicas"], r.get("slurm"))
         e = r["endpoint"]
         lines.append(f"  endpoint {e['base_url']} model {e['model']!r}; token-id prompts: "
                      f"{'yes' if e['accepts_token_ids'] else 'no'}; token ids back: "
                      f"{'yes' if e['returns_token_ids'] else 'no'}")
         if "kubernetes" in r:
-            kinds = ", ".join(f"{o['kind']} {o['metadata']['name']}" for o in r["kubernetes"])
-            lines.append(f"  kubernetes objects: {kinds} (--json shows them in full)")
+            lines.append(f"  kubernetes objects: {_objects(r['kubernetes'])} (--json shows them in full)")
         lines += _local_copies(r.get("slurm"))
         lines += _sampler_steps(r.get("slurm"))
         lines += _measuring(r["measuring"])
@@ -323,6 +349,15 @@ def render(items: list[dict[str, Any]]) -> str:
         lines += r["description"]["text"]
         lines.append("")
     return "\n".join(lines)
+
+
+def _objects(objects: list[dict[str, Any]]) -> str:
+    """`Kind name` of each object; more than three of a kind as `N Kinds (first .. last)`."""
+    by_kind: dict[str, list[str]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(o["metadata"]["name"])
+    return ", ".join(", ".join(f"{kind} {n}" for n in names) if len(names) <= 3 else
+                     f"{len(names)} {kind}s ({names[0]} .. {names[-1]})" for kind, names in by_kind.items())
 
 
 def _local_copies(slurm: dict[str, Any] | None) -> list[str]:
@@ -358,7 +393,7 @@ def serving(plan: Plan, bench: BenchmarkSpec, workspace: Path,
     ws, engine = Workspace.at(workspace), bench.engine
     staged = verify_in_place(bench.model.source, ws.stage / "models") if read_in_place(engine, bench.model.source) \
         else stage(bench.model.source, ws.stage / "models", access=S3Access.for_plan(plan.storage, ws.s3))
-    be = backend(engine.name)
+    be = for_engine(engine)
     built = build(engine.name, engine.config(), Path(staged.path), staged.sha256, be.version(engine.config()),
                   ws.builds, logger)
     where = make_launcher(engine, ws.pids, owner(plan, bench))

@@ -1,7 +1,7 @@
 """The metrics pages telemetry reads, as data: per engine (and per kind of worker), where its page is, in which format,
 and which series matter, each name cited to the source it comes from; and how a page becomes values: the Prometheus
 text exposition format read by prometheus_client's parser, trtllm-serve's iteration stats as JSON, dcgm-exporter's
-page and nvidia-smi's CSV as one row per GPU.
+page, AMD's device metrics exporter's, nvidia-smi's CSV and amd-smi's JSON as one row per GPU.
 
 A page's series are roles (running, waiting, kv_cache, tokens_per_s, kv_transfer_s), each with the names tried in
 order (the first one the page has is kept): gauges as they are, counters as a rate per second and histograms as
@@ -78,6 +78,15 @@ SOURCES: dict[str, Source] = {
     "trtllm": Source("/metrics", {"running": ("numActiveRequests",), "waiting": ("numQueuedRequests",),
                                   "kv_cache": ("kvCacheStats.usedNumBlocks/kvCacheStats.maxNumBlocks",)}, kind="json",
                      why_empty="no iteration stats during the run: is llm_api_options.enable_iter_perf_stats false?"),
+    # SGLang (0.5.4 and 0.5.15.post1), served only with --enable-metrics (which the backend always gives): the
+    # scheduler's gauges sglang:num_running_reqs, sglang:num_queue_reqs and sglang:token_usage (the KV pool's used
+    # share, 0-1) and the tokenizer manager's counter sglang:generation_tokens (served as _total), in 0.5.4
+    # srt/metrics/collector.py (SchedulerMetricsCollector, TokenizerMetricsCollector), in 0.5.15.post1
+    # srt/observability/metrics_collector.py. Under DP attention only the first rank's scheduler reports unless
+    # --enable-metrics-for-all-schedulers is given (its help text); each rank is then a label set, summed.
+    "sglang": Source("/metrics", {"running": ("sglang:num_running_reqs",), "waiting": ("sglang:num_queue_reqs",),
+                                  "kv_cache": ("sglang:token_usage",)},
+                     rates={"tokens_per_s": ("sglang:generation_tokens_total",)}),
     # Podium's simulated engine (tasks/engines/simulated/server.py `/metrics`).
     "simulated": Source("/metrics", {"running": ("simulated:num_requests_running",),
                                      "waiting": ("simulated:num_requests_waiting",),
@@ -101,9 +110,40 @@ GENERIC = Source("/metrics", {role: tuple(n for s in ("vllm", "dynamo") for n in
 # How the label sets of one series (per-engine labels of a data-parallel vLLM, say) become one value.
 COMBINE = {"kv_cache": max}   # others: the sum
 
-# dcgm-exporter's series (NVIDIA/dcgm-exporter etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL in %,
-# DCGM_FI_DEV_FB_USED in MiB, DCGM_FI_DEV_POWER_USAGE in W), one label set per GPU: `gpu` (its index), `Hostname`.
-DCGM = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_FB_USED": "memory_mib", "DCGM_FI_DEV_POWER_USAGE": "power_w"}
+
+
+@dataclass(frozen=True)
+class GpuExporter:
+    """A node's GPU metrics exporter (submission/plan/platforms.py names it per platform): the label that holds a
+    GPU's index, those that may hold its node's name, and each field of a GPU row with the series that give it, in
+    the order tried (the first one a GPU has is kept)."""
+
+    gpu_label: str
+    host_labels: tuple[str, ...]
+    fields: dict[str, tuple[str, ...]]
+
+
+# Per platform (submission/plan/platforms.py PLATFORMS), one label set per GPU.
+# - dcgm-exporter (NVIDIA/dcgm-exporter etc/default-counters.csv: DCGM_FI_DEV_GPU_UTIL in %, DCGM_FI_DEV_FB_USED in
+#   MiB, DCGM_FI_DEV_POWER_USAGE in W, DCGM_FI_DEV_GPU_TEMP in C), labels `gpu` (its index) and `Hostname`.
+# - AMD's device metrics exporter (ROCm/device-metrics-exporter v1.4.2, 779265ed4f4423af9f0c52de11c5e92d51d8cd00,
+#   pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go `initPrometheusMetrics`): gpu_gfx_activity in % (0-100),
+#   gpu_used_vram in MB (amd-smi's MB, MiB), gpu_package_power in W (MI3xx's socket power; gpu_power_usage on
+#   others), gpu_junction_temperature in C (MI3xx's hotspot; gpu_edge_temperature on MI2xx); labels lower-cased from
+#   its mandatory set (`gpuMandatoryLables`): `gpu_id` (its index) and `hostname`, with card_model, serial_number,
+#   the partition and the pod or job.
+GPU_EXPORTERS: dict[str, GpuExporter] = {
+    "nvidia": GpuExporter("gpu", ("Hostname", "hostname"), {
+        "util_pct": ("DCGM_FI_DEV_GPU_UTIL",), "memory_mib": ("DCGM_FI_DEV_FB_USED",),
+        "power_w": ("DCGM_FI_DEV_POWER_USAGE",), "temp_c": ("DCGM_FI_DEV_GPU_TEMP",)}),
+    "amd": GpuExporter("gpu_id", ("hostname",), {
+        "util_pct": ("gpu_gfx_activity",), "memory_mib": ("gpu_used_vram",),
+        "power_w": ("gpu_package_power", "gpu_power_usage"),
+        "temp_c": ("gpu_junction_temperature", "gpu_edge_temperature")}),
+}
+# series name -> (exporter, row field, rank among that field's names)
+_EXPORTED = {name: (exporter, column, rank) for exporter in GPU_EXPORTERS.values()
+             for column, names in exporter.fields.items() for rank, name in enumerate(names)}
 
 
 def source_for(engine: str) -> Source:
@@ -208,16 +248,60 @@ class Reader:
         return out
 
 
-def dcgm_gpus(text: str, node: str = "") -> list[dict[str, float | str]]:
-    """dcgm-exporter's page as one object per GPU, tagged with its `node` (given, else the exporter's `Hostname`
-    label), with what DCGM names of it."""
+def exporter_gpus(text: str, node: str = "") -> list[dict[str, float | str]]:
+    """A GPU metrics exporter's page (dcgm-exporter's or AMD's: their series names differ) as one row per GPU, tagged
+    with its `node` (given, else the exporter's host label): `index`, `util_pct`, `memory_mib`, `power_w`, `temp_c`,
+    each where the page has it."""
     rows: dict[tuple[str, str], dict[str, float | str]] = {}
+    ranks: dict[tuple[str, str, str], int] = {}
     for name, labels, value in samples(text):
-        if name in DCGM and labels.get("gpu", "").isdigit() and not math.isnan(value):
-            host = node or labels.get("Hostname") or labels.get("hostname") or ""
-            row = rows.setdefault((host, labels["gpu"]), {"node": host, "index": float(labels["gpu"])})
-            row[DCGM[name]] = value
+        exporter, column, rank = _EXPORTED.get(name, (None, "", 0))
+        if exporter is None or not labels.get(exporter.gpu_label, "").isdigit() or math.isnan(value):
+            continue
+        host = node or next((labels[h] for h in exporter.host_labels if labels.get(h)), "")
+        gpu = (host, labels[exporter.gpu_label])
+        row = rows.setdefault(gpu, {"node": host, "index": float(gpu[1])})
+        if ranks.get((*gpu, column), len(exporter.fields[column])) > rank:   # a name tried earlier wins
+            row[column], ranks[(*gpu, column)] = value, rank
     return list(rows.values())
+
+
+# amd-smi's `metric --usage --power --temperature --mem-usage --json`: {"gpu_data": [...]} (or, before ROCm 7, a
+# list), one object per GPU: `gpu` (its index), `usage.gfx_activity` (%), `power.socket_power` (W),
+# `temperature.hotspot` (C; `edge` where a GPU has no hotspot sensor), `mem_usage.used_vram` (MB: bytes // 1024**2),
+# each {"value", "unit"} or "N/A" (ROCm/rocm-systems projects/amdsmi/amdsmi_cli/amdsmi_commands.py `metric_gpu`, at
+# 009cc490d1459f46c7ce35dd3aed89e2a4ca115b; the shapes as submission/tree/host_facts.py cites them).
+AMD_SMI_FIELDS = {"util_pct": (("usage", "gfx_activity"),), "memory_mib": (("mem_usage", "used_vram"),),
+                  "power_w": (("power", "socket_power"),),
+                  "temp_c": (("temperature", "hotspot"), ("temperature", "edge"))}
+
+
+def _amd_value(gpu: dict, section: str, key: str) -> float | None:
+    value = gpu.get(section, {}).get(key) if isinstance(gpu.get(section), dict) else None
+    value = value.get("value") if isinstance(value, dict) else value
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def amd_smi_gpus(text: str, node: str = "") -> list[dict[str, float | str]]:
+    """amd-smi's metrics (JSON) as one object per GPU tagged with its `node`; "N/A" fields left out."""
+    data = json.loads(text)
+    listed = data.get("gpu_data", []) if isinstance(data, dict) else data
+    out = []
+    for gpu in listed if isinstance(listed, list) else []:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("gpu"), int):
+            continue
+        row: dict[str, float | str] = {"node": node, "index": float(gpu["gpu"])}
+        for column, places in AMD_SMI_FIELDS.items():
+            found = next((v for place in places if (v := _amd_value(gpu, *place)) is not None), None)
+            if found is not None:
+                row[column] = found
+        out.append(row)
+    return out
+
+
+def tool_gpus(text: str, node: str = "") -> list[dict[str, float | str]]:
+    """A GPU tool's output as rows: amd-smi's JSON, else nvidia-smi's CSV (`gpus`)."""
+    return amd_smi_gpus(text, node) if text.lstrip().startswith(("{", "[")) else gpus(text, node)
 
 
 def gpus(text: str, node: str = "") -> list[dict[str, float | str]]:

@@ -1,13 +1,14 @@
 """Telemetry beside each measured run: the engine's own metrics (tasks/serving/metrics.py: Prometheus text, or
 trtllm-serve's iteration stats as JSON), its workers' own metrics pages (each Dynamo worker's system port), and the
-GPUs' utilisation, memory and power on every engine node, sampled in a background thread while the run runs and
-written to `telemetry.jsonl` in its run folder, so a run that fell short shows why (a queue that grew, a full KV
-cache, idle decode GPUs).
+GPUs' utilisation, memory, power and temperature on every engine node, sampled in a background thread while the run
+runs and written to `telemetry.jsonl` in its run folder, so a run that fell short shows why (a queue that grew, a
+full KV cache, idle decode GPUs).
 
 What is read comes with the endpoint (`Endpoint.watched`, filled by the launcher): the workers' pages, which role
-holds which GPU of which node, and one source of GPU facts: the DCGM exporters of the plan (`engine.telemetry.
-dcgm_urls`, a `{node}` template filled with the engine's nodes), else the per-node GPU samplers the Slurm launcher
-starts beside the engine (their lines in a file each), else `nvidia-smi` on this host (the engine's GPUs under the
+holds which GPU of which node, and one source of GPU facts: the GPU exporters of the plan (`engine.telemetry.
+exporter_urls`: dcgm-exporter on NVIDIA, AMD's device metrics exporter on AMD, each page read by the series it has;
+a `{node}` template filled with the engine's nodes), else the per-node GPU samplers the Slurm launcher starts beside
+the engine (their lines in a file each), else `nvidia-smi` or `amd-smi` on this host (the engine's GPUs under the
 local launcher). Every GPU row carries its `node`.
 
 Plain functions, free of Prefect: every measured run (both clients' runs, search probes, audits) is wrapped in
@@ -16,10 +17,11 @@ as a `{"kind": "missed", "source": ..., "why": ...}` line, and after MAX_MISSES 
 `unavailable` line, after which it is not asked again.
 
 `telemetry.jsonl`, one JSON object a line: a `header` (engine, its metrics URL and series, the workers' pages, the
-nodes, the GPU roles, the GPU sources, `started` and `started_unix`), then a `sample` per interval (`t` ISO 8601 UTC,
-`elapsed_s`, `engine`: role -> value, `workers`: name -> role -> value, `gpus`: one object per GPU: `node`, `index`,
-`util_pct`, `memory_mib`, `power_w`), any `missed` and `unavailable` lines, and a `phase` line: the run's measured
-phase (`start_s`, `end_s` on the `elapsed_s` axis) as its client says (tasks/clients.py `window`).
+nodes, the GPU roles, the GPU sources (`dcgm`: the exporter pages, of either platform), `started` and
+`started_unix`), then a `sample` per interval (`t` ISO 8601 UTC, `elapsed_s`, `engine`: role -> value, `workers`:
+name -> role -> value, `gpus`: one object per GPU: `node`, `index`, `util_pct`, `memory_mib`, `power_w`, and `temp_c`
+where an exporter gives it), any `missed` and `unavailable` lines, and a `phase` line: the run's measured phase
+(`start_s`, `end_s` on the `elapsed_s` axis) as its client says (tasks/clients.py `window`).
 """
 
 from __future__ import annotations
@@ -37,19 +39,19 @@ from pathlib import Path
 
 from submission.base.files import replace_atomic, temporary
 from tasks.engines import Endpoint, Watched
-from tasks.launchers.gpu_sampler import NVIDIA_SMI
+from tasks.launchers.gpu_sampler import QUERIES
 from tasks.measuring import utc_now
-from tasks.serving.metrics import SOURCES, Reader, dcgm_gpus, gpus, source_for
+from tasks.serving.metrics import SOURCES, Reader, exporter_gpus, source_for, tool_gpus
 
 FILE = "telemetry.jsonl"
 INTERVAL_S = 1.0        # seconds between samples; read at call time so tests can shorten it
 MAX_MISSES = 3          # failed reads in a row before a source counts as unavailable
 FETCH_TIMEOUT_S = 5.0   # one scrape or nvidia-smi call (a busy engine answers late); a slower one is missed
-NODE = "{node}"         # the placeholder of a DCGM URL template
+NODE = "{node}"         # the placeholder of a GPU exporter URL template
 
 
 def expand_dcgm(urls: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """The plan's DCGM URLs as (node, URL): a template (`http://{node}:9400/metrics`) once per engine node, by name;
+    """The plan's GPU exporter URLs as (node, URL): a template (`http://{node}:9400/metrics`) once per engine node;
     a plain URL once, its node "" (its rows take the exporter's Hostname label)."""
     out: list[tuple[str, str]] = []
     for url in urls:
@@ -58,7 +60,8 @@ def expand_dcgm(urls: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[tuple[st
 
 
 class GpuFeed:
-    """The lines one per-node GPU sampler writes (tasks/launchers/slurm.py: `{"t": ..., "csv": nvidia-smi's CSV}`,
+    """The lines one per-node GPU sampler writes (tasks/launchers/gpu_sampler.py: `{"t": ..., "out": nvidia-smi's CSV
+    or amd-smi's JSON}`,
     or `{"t": ..., "error": ...}`), read from where the file ended when the run started."""
 
     def __init__(self, node: str, path: Path) -> None:
@@ -82,8 +85,8 @@ class GpuFeed:
             with contextlib.suppress(ValueError):
                 line = json.loads(raw)
                 self.lines += 1
-                if "csv" in line:
-                    rows, error = gpus(line["csv"], self.node), None
+                if "out" in line:
+                    rows, error = tool_gpus(line["out"], self.node), None
                 elif "error" in line:
                     error = str(line["error"])
         return rows, error
@@ -105,7 +108,9 @@ class Sampler:
         self.readers |= {f"worker {p.name}": Reader(SOURCES[p.source]) for p in w.pages}
         self.dcgm = w.dcgm
         self.feeds = [] if self.dcgm else [GpuFeed(node, Path(file)) for node, file in w.gpu_logs]
-        self.smi = None if (self.dcgm or self.feeds) else shutil.which(NVIDIA_SMI[0])   # one source of GPU facts
+        # one source of GPU facts; the last, this host's nvidia-smi or amd-smi, as the sampler asks them
+        self.smi = None if (self.dcgm or self.feeds) else next(
+            ((path, *query[1:]) for query in QUERIES.values() if (path := shutil.which(query[0]))), None)
         self.host = socket.gethostname()
         roles: dict[str, dict[str, str]] = {}
         for node, index, role in w.gpu_roles:
@@ -115,7 +120,7 @@ class Sampler:
             "series": self.source.roles(), "interval_s": self.interval_s, "nodes": list(w.nodes),
             "workers": [{"name": p.name, "role": p.role, "node": p.node, "url": self.pages[p.name],
                          "series": SOURCES[p.source].roles()} for p in w.pages],
-            "gpu_roles": roles, "nvidia_smi": self.smi, "dcgm": [url for _, url in self.dcgm],
+            "gpu_roles": roles, "gpu_tool": self.smi and self.smi[0], "dcgm": [url for _, url in self.dcgm],
             "gpu_samplers": {f.node: str(f.path) for f in self.feeds}}]
         self.unavailable: set[str] = set()
         self.misses: dict[str, int] = {}   # failed reads in a row, per source
@@ -197,8 +202,8 @@ class Sampler:
         return picked
 
     def _gpus(self) -> list[dict] | None:
-        """Each GPU's row, tagged by node, from every DCGM exporter still answering, else from the per-node
-        samplers, else from nvidia-smi here; None: nothing read."""
+        """Each GPU's row, tagged by node, from every GPU exporter still answering, else from the per-node
+        samplers, else from nvidia-smi or amd-smi here; None: nothing read."""
         rows: list[dict] | None = None
         for node, url in self.dcgm:
             source = f"dcgm {url}"
@@ -206,9 +211,10 @@ class Sampler:
                 continue
             try:
                 with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:
-                    found = dcgm_gpus(response.read().decode("utf-8", "replace"), node)
+                    found = exporter_gpus(response.read().decode("utf-8", "replace"), node)
                 if not found:
-                    raise ValueError("none of DCGM_FI_DEV_GPU_UTIL, _FB_USED, _POWER_USAGE with a `gpu` label")
+                    raise ValueError("no GPU series of dcgm-exporter (DCGM_FI_DEV_GPU_UTIL, ... with a `gpu` label) or "
+                                     "of AMD's device metrics exporter (gpu_gfx_activity, ... with a `gpu_id` label)")
                 rows = (rows or []) + found
                 self.misses[source] = 0
             except Exception as e:
@@ -223,14 +229,15 @@ class Sampler:
                 self.misses[source] = 0
             elif error:
                 self._mark(source, error)
-        if self.smi and "nvidia-smi" not in self.unavailable:
+        tool = Path(self.smi[0]).name if self.smi else ""
+        if self.smi and tool not in self.unavailable:
             try:
-                done = subprocess.run([self.smi, *NVIDIA_SMI[1:]], capture_output=True, text=True,  # noqa: S603
+                done = subprocess.run(self.smi, capture_output=True, text=True,  # noqa: S603 the sampler's argv
                                       timeout=FETCH_TIMEOUT_S, check=True)
-                rows = gpus(done.stdout, self.host)
-                self.misses["nvidia-smi"] = 0
-            except (OSError, subprocess.SubprocessError) as e:
-                self._mark("nvidia-smi", f"{type(e).__name__}: {e}")
+                rows = tool_gpus(done.stdout, self.host)
+                self.misses[tool] = 0
+            except (OSError, subprocess.SubprocessError, ValueError) as e:
+                self._mark(tool, f"{type(e).__name__}: {e}")
         return rows
 
     def sample(self) -> None:

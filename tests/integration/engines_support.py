@@ -1,6 +1,6 @@
 """What the real-engine tests share: their virtualenvs (made by `make venv-vllm venv-dynamo venv-endpoints`), a loadgen
-run spec over the smoke data set, the listening sockets of a process group, and a driver (or any command) run in a
-session of its own."""
+run spec over the smoke data set, simulated servers (one, or replicas over several processes), the listening sockets
+of a process group, and a driver (or any command) run in a session of its own."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from submission.results.runs import RunSpec
-from tasks.engines import Endpoint
+from tasks.engines import Endpoint, Replica
+from tasks.launchers.local import free_port
 
 REPO = Path(__file__).parents[2]
 BENCH = "gpt-oss-120b"
@@ -92,6 +93,40 @@ def simulated_engine(options: dict | None = None,
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+@contextlib.contextmanager
+def replica_servers(groups: list[list[str]]) -> Iterator[tuple[list[subprocess.Popen], tuple[Replica, ...]]]:
+    """Simulated servers in processes of their own on 127.0.0.1, one per group (each group: that process's flags,
+    and one replica per `--port` it gets: a group of ["--port", "0"] twice serves two). Yields the processes and the
+    replicas, named replica-<i> in order, each on node `node<process>`; every process is killed on the way out."""
+    procs, replicas = [], []
+    try:
+        for g, flags in enumerate(groups):
+            argv = [sys.executable, "-m", "tasks.engines.simulated.server"]
+            ports = []
+            for i, flag in enumerate(flags):
+                if flag == "0" and flags[i - 1] == "--port":
+                    ports.append(free_port())
+                    flag = str(ports[-1])
+                argv.append(flag)
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            procs.append(proc)
+            assert "listening" in proc.stdout.readline()
+            replicas += [Replica(f"replica-{len(replicas) + k}", f"http://127.0.0.1:{p}", node=f"node{g}")
+                         for k, p in enumerate(ports)]
+        yield procs, tuple(replicas)
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def endpoint_of(replicas: tuple[Replica, ...]) -> Endpoint:
+    """The simulated engine's endpoint over `replicas` (the first one's URL as its own)."""
+    return Endpoint(replicas[0].base_url, "simulated", accepts_token_ids=True, returns_token_ids=True,
+                    replicas=replicas)
 
 
 def shopify_store(base: Path, rows: int) -> dict[str, Path]:

@@ -44,8 +44,9 @@ class Fixed:
         self._endpoint = dataclasses.replace(endpoint, base_url=base_url or endpoint.base_url)
 
     stall_s = None
+    max_lost = None
 
-    def endpoint(self) -> Endpoint:
+    def endpoint(self, performance: bool = True) -> Endpoint:
         return self._endpoint
 
     def stopped_if_hung(self) -> contextlib.nullcontext:

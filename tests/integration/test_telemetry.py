@@ -25,11 +25,12 @@ class Running:
     """An engine someone else started (tasks.measuring.Engine): here the simulated server of the test."""
 
     stall_s = None
+    max_lost = None
 
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
 
-    def endpoint(self) -> Endpoint:
+    def endpoint(self, performance: bool = True) -> Endpoint:
         return self._endpoint
 
     def alive(self) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tasks.accuracy.answers import aime_answer, choice_answer, choice_correct, code_answer, final_section, int_correct
-from tasks.accuracy.deepseek_r1 import boxed, math_equal
+from tasks.accuracy.deepseek_r1 import boxed
 
 ANALYSIS = "<|channel|>analysis<|message|>Try 7: \\boxed{7}. Maybe C.<|end|><|start|>assistant"
 
@@ -55,9 +55,6 @@ def test_code_blocks() -> None:
     assert code_answer("", harmony=False) is None
 
 
-def test_math500_boxed_and_comparison() -> None:
+def test_math500_boxed() -> None:
     assert boxed("x \\boxed{\\frac{1}{2}} and finally \\boxed{\\dfrac{3}{4}}") == "\\dfrac{3}{4}"
     assert boxed("\\boxed{unclosed") is None and boxed("none") is None
-    assert math_equal("\\dfrac{3}{4}", "\\frac{3}{4}") and math_equal("0.75", "\\frac34")
-    assert math_equal("\\text{(B)}", "(B)") and math_equal("10\\%", "10") and math_equal("1,000", "1000")
-    assert not math_equal("\\sqrt{2}", "2") and not math_equal(None, "1") and not math_equal("1", " ")

@@ -82,8 +82,9 @@ def test_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class Engine:
     stall_s = None
+    max_lost = None
 
-    def endpoint(self) -> Endpoint:
+    def endpoint(self, performance: bool = True) -> Endpoint:
         return Endpoint(base_url="http://127.0.0.1:9", model="m", accepts_token_ids=True, returns_token_ids=True)
 
     def alive(self) -> bool:

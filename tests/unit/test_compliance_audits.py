@@ -50,11 +50,12 @@ sys.exit(0 if verdict == "TEST PASS" else 1)
 
 class Engine:
     stall_s = None
+    max_lost = None
 
     def stopped_if_hung(self) -> contextlib.nullcontext:
         return contextlib.nullcontext()
 
-    def endpoint(self) -> Endpoint:
+    def endpoint(self, performance: bool = True) -> Endpoint:
         return Endpoint(base_url="http://127.0.0.1:9", model="m", accepts_token_ids=True, returns_token_ids=True)
 
 
@@ -86,7 +87,7 @@ def runner(monkeypatch: pytest.MonkeyPatch, runs: dict[str, Path]) -> dict:
     state: dict = {"seen": [], "source": runs["TEST09"], "crash": False}
 
     def run(spec: RunSpec, endpoint: Endpoint, run_dir: Path, timeout_s: float | None = None,
-            stall_s: float | None = None, speed: float | None = None) -> dict:
+            stall_s: float | None = None, speed: float | None = None, max_lost: int | None = None) -> dict:
         config = run_dir / "audit.config"
         state["seen"].append(config.read_text() if config.is_file() else None)
         if state["crash"]:

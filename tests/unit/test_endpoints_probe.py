@@ -167,8 +167,9 @@ def test_an_endpoints_probe_is_sampled_and_carries_its_telemetry(tmp_path: Path,
 
     class Engine:
         stall_s = None
+        max_lost = None
 
-        def endpoint(self) -> Endpoint:
+        def endpoint(self, performance: bool = True) -> Endpoint:
             return Endpoint(server.url, "m", False, False)
 
         def alive(self) -> bool:

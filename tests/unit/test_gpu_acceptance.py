@@ -1,7 +1,8 @@
 """The GPU acceptance script (deployments/gpu/acceptance.sh) without a GPU: its two plans as `podium launch --dry-run`
 reviews them (the flags each engine gets, both Dynamo workers on GPU 0), its step limits against the 10-minute
 budget, the shell itself (bash -n, and shellcheck on every shell script under deployments/: `make system-deps`
-installs it) and the table it prints from a leg's results."""
+installs it), the table it prints from a leg's results, and its dry run in each setting and on ROCm (its checks in
+tests/unit/test_gpu_acceptance_rocm.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from submission.plan import model as plans
+from tests.amd_gpus import fake_amd_smi
 
 REPO = Path(__file__).parents[2]
 GPU = REPO / "deployments" / "gpu"
@@ -132,7 +134,8 @@ def test_step_limits_fit_ten_minutes() -> None:
     registry = (limits["gpu"] + limits["uv"] + max(limits["install-engines"], sum(limits[s] for s in beside_engines))
                 + max(limits["assets"], sum(limits[s] for s in beside_assets)) + limits["vllm"] + limits["dynamo"])
     carried = sum(limits[s] for s in ("gpu", "wheels", "assets", "review", "smoke"))
-    for setting, longest in (("registry", registry), ("carried", carried)):
+    rocm = sum(limits[s] for s in ("gpu", "devices", "plugin", "engine", "wheels", "assets", "review", "smoke"))
+    for setting, longest in (("registry", registry), ("carried", carried), ("rocm", rocm)):
         assert longest + reserve <= deadline, f"{setting}: the longest path of step limits is {longest} s " \
                                               f"(+{reserve} s after the last one), over the {deadline} s deadline"
     assert deadline + AFTER_DEADLINE_S <= BUDGET_S
@@ -229,13 +232,14 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.integration
 def test_dry_run_rehearses_a_leg_killed_at_its_limit(tmp_path: Path) -> None:
-    """The script end to end with --dry-run in each setting: nothing installed and no GPU, the plans reviewed, a table
-    printed, and a leg (the simulated engine, under `podium run` or the carried leg's driver) KILLed at its limit
-    mid-run, after which the clean-up ends what it left, and the row says so. One setting after the other in one test:
-    both build the smoke assets into the repository's .podium, which two test workers must not do at once."""
+    """The script end to end with --dry-run in each setting, and on ROCm: nothing installed and no GPU, the plans
+    reviewed, a table printed, and a leg (the simulated engine, under `podium run` or the carried leg's driver) KILLed
+    at its limit mid-run, after which the clean-up ends what it left, and the row says so. One setting after the other
+    in one test: each builds the smoke assets into the repository's .podium, which two test workers must not do at
+    once."""
     if not (REPO / ".venv" / "bin" / "podium").exists():
         pytest.skip("needs the repository's .venv (make install)")
-    for setting in ("registry", "carried"):
+    for setting in ("registry", "carried", "rocm"):
         _dry_run(setting, tmp_path / setting)
 
 
@@ -244,13 +248,21 @@ def _dry_run(setting: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PODIUM_GPU_RESULTS": str(out),
            "PODIUM_GPU_SETTING": setting}
-    if setting == "carried":   # the node's own Python holds torch and the rest; here the project's stands in for it
+    if setting in ("carried", "rocm"):   # the node's own Python holds torch and the rest; the project's stands in
         env["PODIUM_GPU_PYTHON"] = str(REPO / ".venv" / "bin" / "python")
         env["PODIUM_GPU_WHEELS"] = str(tmp_path / "wheels")   # none: the dry run says what it would install
+    if setting == "rocm":   # an MI355X node on Kubernetes, as its amd-smi and kubectl answer (chosen by amd-smi)
+        tools = tmp_path / "bin"
+        fake_amd_smi(tools)
+        _kubectl(tools)
+        env |= {"PATH": f"{tools}:/usr/bin:/bin", "PODIUM_GPU_K8S_NODE": "mi355x-0"}
+        del env["PODIUM_GPU_SETTING"]
     done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=300,
                           check=False, cwd=REPO, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (out / "table.md").is_file() and f"setting: {setting} (PODIUM_GPU_SETTING={setting})" in done.stdout
+    header = (f"setting: {setting} (PODIUM_GPU_SETTING={setting}), cuda platform" if setting != "rocm" else
+              "setting: carried (rocm: the engine is the ROCm image's), rocm platform")
+    assert (out / "table.md").is_file() and header in done.stdout
     rows = {s["step"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
     rehearsal = rows["rehearsal"]
     assert rehearsal["status"] == "PASS" and rehearsal["seconds"] >= rehearsal["limit"], rehearsal
@@ -263,15 +275,38 @@ def _dry_run(setting: str, tmp_path: Path) -> None:
         assert json.loads((out / "logs" / "dryrun-dynamo.json").read_text())[0]["engine"] == "dynamo"
         assert "and stopped the S3 server" in rehearsal["figure"]
         left += [int(pid) for pid in re.findall(r"stopped the S3 server \(pid (\d+)\)", after)]
-    else:
+    elif setting == "carried":
         assert rows["review"]["status"] == "PASS" and "smoke-server GPU 0" in rows["review"]["figure"]
         assert rows["wheels"]["status"] == "DRY" and rows["smoke"]["status"] == "DRY"
         for leg in ("vllm", "dynamo"):
             assert rows[leg]["status"] == "NOT RUN" and "far over what a carry holds" in rows[leg]["note"]
         assert "not run in this setting: vllm, dynamo" in done.stdout
+    if setting == "rocm":   # the node's checks listed: run where this host can, else what they would check
+        assert rows["gpu"]["status"] == "PASS" and rows["gpu"]["figure"] == (
+            "8 x AMD Instinct MI355X 288GB HBM3e (288 GB), ROCm 7.2.0, amdgpu driver 6.16.6")
+        assert rows["plugin"]["status"] == "PASS" and rows["plugin"]["figure"] == \
+            "node mi355x-0: 8 amd.com/gpu allocatable"
+        for check, here in (("devices", "here: /dev/kfd is missing"), ("engine", "is not a ROCm build")):
+            assert rows[check]["status"] == "DRY" and rows[check]["figure"].startswith("would check: ") and \
+                here in rows[check]["figure"], rows[check]
+        assert [s for s in rows if s not in ("rehearsal",)] == ["gpu", "devices", "plugin", "engine", "wheels",
+                                                                "assets", "review", "smoke", "vllm", "dynamo"]
+        assert rows["smoke"]["status"] == "DRY" and "smoke-server GPU 0" in rows["review"]["figure"]
+        for leg in ("vllm", "dynamo"):
+            assert rows[leg]["status"] == "NOT RUN" and "install CUDA builds" in rows[leg]["note"]
     assert left and not [pid for pid in left if _alive(pid)], after
     run = Path((out / "logs" / "rehearsal.run").read_text().split(": ", 1)[1].strip())
     shutil.rmtree(run.parents[1])   # the rehearsal's workspace, .podium/gpu-acceptance/ws-<time>
+
+
+def _kubectl(folder: Path) -> None:
+    """A kubectl that answers `get node mi355x-0 -o json` with a node whose device plugin offers 8 amd.com/gpu."""
+    node = {"kind": "Node", "metadata": {"name": "mi355x-0"},
+            "status": {"capacity": {"amd.com/gpu": "8"}, "allocatable": {"amd.com/gpu": "8"}}}
+    script = folder / "kubectl"
+    script.write_text('#!/bin/sh\n[ "$*" = "get node mi355x-0 -o json" ] || exit 3\n'
+                      f"echo '{json.dumps(node)}'\n")
+    script.chmod(0o755)
 
 
 def test_legs_a_setting_cannot_run_are_named_not_failed(tmp_path: Path) -> None:

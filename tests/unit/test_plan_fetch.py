@@ -35,11 +35,14 @@ def test_the_round_pins_the_reference_checkpoint_the_data_sets_and_the_tools_by_
         "openai/gpt-oss-120b": "b5c939de8f754692c1647ca79fbf85e8c1e70f8a",
         "Shopify/product-catalogue": "d5c517c509f5aca99053897ef1de797d6d7e5aa5",
         "nvidia/Shopify-product-catalogue-8k": "2bc8c6c4b6ebd27b880b0cba519cb45d09867045",
+        "deepseek-ai/DeepSeek-R1": "56d4cbbb4d29f4355bab4b9a39ccb717a14ad5ad",
         "livecodebench/code_generation_lite": "0fe84c3912ea0c4d4a78037083943e8f0c4dd505"}
     release = rules.livecodebench["release_v6"]
     assert release.files == ("test.jsonl", *(f"test{i}.jsonl" for i in range(2, 7)))
+    assert rules.livecodebench["release_v1"].files == ("test.jsonl",)   # deepseek-r1's eval_accuracy.py reads v1
     assert rules.source_pins() == {"mlcommons/inference": rules.inference_sources.commit,
-                                   "mlcommons/endpoints": rules.endpoints_client.commit}
+                                   "mlcommons/endpoints": rules.endpoints_client.commit,
+                                   "openai/prm800k": "7ecc794703b2877f63226f2477a49b34f9b25163"}
 
 
 def test_shipped_plans_fetch_what_they_read_at_the_rounds_pins() -> None:
@@ -133,7 +136,7 @@ def test_the_livecodebench_tests_come_from_a_release_the_round_names_to_the_file
     data = _k8s()
     tests = data["benchmarks"][0]["dataset"]["lcb_tests"]
     data["benchmarks"][0]["fetch"] = {tests: {"livecodebench": "release_v5"}}
-    assert "round v6.1 names no LiveCodeBench release 'release_v5' (it names: release_v6)" in _error(data)
+    assert "round v6.1 names no LiveCodeBench release 'release_v5' (it names: release_v6, release_v1)" in _error(data)
     data["benchmarks"][0]["fetch"] = {tests: {"livecodebench": "release_v6", "revision": "1" * 40}}
     assert "the round pins livecodebench/code_generation_lite at 0fe84c3912ea" in _error(data)
     data["benchmarks"][0]["fetch"] = {"/mnt/mlperf/data/lcb.jsonl": {"livecodebench": "release_v6"}}

@@ -91,3 +91,20 @@ def test_timeouts_in_real_seconds_on_an_accelerated_clock(monkeypatch: pytest.Mo
     monkeypatch.setenv("FAKETIME", "+0 x50")
     assert clock.own_speed() == 50 and clock.real(2) == 100
     assert HttpPool("http://127.0.0.1:1", max_connections=1).connect_timeout == 50 * CONNECT_TIMEOUT_S
+
+
+def test_a_deepseek_r1_plan_is_served_from_its_answers_file_and_keeps_the_real_grader(tmp_path: Path) -> None:
+    """deepseek-r1's data set is a pickle: its rows and answer lengths come from the answers parquet beside it, and the
+    MATH-500 grader given (the fetched one) replaces the plan's folder; the rest as for the other plans."""
+    from tests.deepseek_r1_plan import plan
+
+    small = data.build("deepseek-r1", tmp_path / "deepseek-r1", scale=0.02)
+    out = rehearsal_plan(plan(), {"deepseek-r1": small}, math_grader=str(tmp_path / "prm800k"))
+    bench = plans.parse(out).benchmarks[0]
+    assert bench.dataset.accuracy.endswith(".pkl") and bench.dataset.math_grader == str(tmp_path / "prm800k")
+    assert bench.dataset.lcb_tests == small.extra["lcb_tests"] and bench.engine.name == "simulated"
+    answers = data.answers_file(bench.dataset.accuracy)
+    assert bench.engine.options["answers"] == [answers]
+    served = pq.read_table(answers).column("rehearsal_output_tokens").to_numpy()
+    assert bench.engine.options["output_tokens"] == round(served.mean())   # ~3886, the checker's reference
+    assert bench.scenarios["Offline"].target_qps == pytest.approx(len(served) / 660, abs=0.01)

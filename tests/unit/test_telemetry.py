@@ -1,5 +1,6 @@
 """Telemetry beside each run (tasks.serving.telemetry): the Prometheus text parser, the series kept per engine, the
-nvidia-smi rows, trtllm-serve's iteration stats and dcgm-exporter's page (real formats), the "unavailable" path of an
+nvidia-smi rows, trtllm-serve's iteration stats and dcgm-exporter's page (real formats; AMD's exporter in
+tests/unit/test_telemetry_amd.py), the "unavailable" path of an
 absent endpoint or of a trtllm without iteration stats, and the plot of a telemetry.jsonl."""
 
 from __future__ import annotations
@@ -135,10 +136,10 @@ def test_trtllm_iteration_stats_from_the_newest_entry() -> None:
 
 
 def test_dcgm_rows_per_gpu_with_their_host() -> None:
-    assert metrics.dcgm_gpus(DCGM_TEXT) == [
-        {"node": "b200-node-1", "index": 0, "util_pct": 97, "memory_mib": 171234, "power_w": 812.5},
+    assert metrics.exporter_gpus(DCGM_TEXT) == [
+        {"node": "b200-node-1", "index": 0, "util_pct": 97, "memory_mib": 171234, "power_w": 812.5, "temp_c": 61},
         {"node": "b200-node-1", "index": 1, "util_pct": 95, "memory_mib": 170001}]
-    assert metrics.dcgm_gpus('DCGM_FI_DEV_GPU_UTIL{UUID="x"} 5\nother 1\n') == []   # no gpu label: no row
+    assert metrics.exporter_gpus('DCGM_FI_DEV_GPU_UTIL{UUID="x"} 5\nother 1\n') == []   # no gpu label: no row
 
 
 class _Pages(BaseHTTPRequestHandler):
@@ -176,7 +177,7 @@ def test_a_trtllm_run_sampled_with_dcgm_gpus(tmp_path: Path, pages: str, monkeyp
     with telemetry.sampling(tmp_path, endpoint, "trtllm", interval_s=0.05):
         time.sleep(0.3)
     lines = telemetry.load(tmp_path / telemetry.FILE)
-    assert lines[0]["format"] == "json" and lines[0]["dcgm"] == [f"{pages}/dcgm"] and lines[0]["nvidia_smi"] is None
+    assert lines[0]["format"] == "json" and lines[0]["dcgm"] == [f"{pages}/dcgm"] and lines[0]["gpu_tool"] is None
     assert not [x for x in lines if x["kind"] in ("missed", "unavailable")]
     samples = [x for x in lines if x["kind"] == "sample"]
     assert "engine" not in samples[0] and samples[0]["gpus"][0]["node"] == "b200-node-1"
@@ -201,19 +202,21 @@ def _empty(self: BaseHTTPRequestHandler) -> None:
     self.wfile.write(b"[]")
 
 
-def test_dcgm_urls_are_checked_when_the_plan_loads() -> None:
+def test_exporter_urls_are_checked_when_the_plan_loads() -> None:
     from pydantic import ValidationError
 
     from submission.plan.engine_options import EngineTelemetry
 
-    assert EngineTelemetry(dcgm_urls=("http://gpu-node-1:9400/metrics",)).dcgm_urls
+    assert EngineTelemetry(exporter_urls=("http://gpu-node-1:9400/metrics",)).exporter_urls
+    assert EngineTelemetry.model_validate({"dcgm_urls": ["http://a:9400/metrics"]}).exporter_urls == (
+        "http://a:9400/metrics",)   # its other name
     with pytest.raises(ValidationError, match=r"'gpu-node-1:9400' is not an http\(s\) URL.*e\.g\. http://"):
-        EngineTelemetry(dcgm_urls=("gpu-node-1:9400",))
-    template = EngineTelemetry(dcgm_urls=("http://{node}:9400/metrics",)).dcgm_urls   # filled with each engine node
+        EngineTelemetry(exporter_urls=("gpu-node-1:9400",))
+    template = EngineTelemetry(exporter_urls=("http://{node}:9400/metrics",)).exporter_urls   # filled per node
     assert telemetry.expand_dcgm(template, ("gpu-a", "gpu-b", "gpu-a", "")) == (
         ("gpu-a", "http://gpu-a:9400/metrics"), ("gpu-b", "http://gpu-b:9400/metrics"))
     with pytest.raises(ValidationError, match=r"\{host\} is not filled in; the one placeholder is \{node\}"):
-        EngineTelemetry(dcgm_urls=("http://{host}:9400/metrics",))
+        EngineTelemetry(exporter_urls=("http://{host}:9400/metrics",))
 
 
 def test_the_dynamo_series_are_named_as_ai_dynamo_1_6_1_names_them() -> None:

@@ -22,6 +22,7 @@ from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, Process
 from tasks.engines.simulated.queueing import SimConfig
 
 MODEL_NAME = "simulated"   # the served model name; the server (run as a module, never imported here) takes it from here
+VERSION = "podium-simulated 1"   # what `version()` says and the server's `GET /version` answers
 
 
 def config(options: OptionsLike) -> SimConfig:
@@ -49,7 +50,7 @@ class SimulatedBackend(EngineBackend):
     ports_needed = 1
 
     def version(self, options: OptionsLike | None = None) -> str:
-        return "podium-simulated 1"
+        return VERSION
 
     def processes(self, options: OptionsLike, model_dir: Path, placement: Placement,
                   build_dir: Path | None = None) -> list[ProcessSpec]:

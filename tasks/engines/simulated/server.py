@@ -3,7 +3,10 @@
 It answers `POST /v1/completions` and `/v1/chat/completions` as OpenAI does: with `"stream": true`, server-sent
 events, one token per event, each sent at the time the model gives it (token ids in `choices[].token_ids`, usage in
 the last event); without it (absent or false), one JSON completion when the model's last token is due (the
-MLCommons endpoints client with `--streaming off` omits the field). `GET /health` and `/v1/models` answer too.
+MLCommons endpoints client with `--streaming off` omits the field). `GET /health`, `/version` (as vLLM's and
+trtllm-serve's: `{"version": ...}`) and `/v1/models` (as vLLM's: the card's `root` is the checkpoint it serves,
+`--checkpoint`) answer too. `--port` may be given several times: one independent server per port in one process,
+light replicas for the head's dispatch.
 Plain asyncio and HTTP/1.1 with keep-alive: no framework, no model, no GPU. It binds 127.0.0.1 unless told otherwise.
 Tests and `podium search` on the CPU use it through the `simulated` engine. Given data sets with known answers
 (`--answers FILE`, `tasks.engines.simulated.answers`), it answers their prompts with those answers at their lengths.
@@ -22,7 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 
-from tasks.engines.simulated import MODEL_NAME, answers
+from tasks.engines.simulated import MODEL_NAME, VERSION, answers
 from tasks.engines.simulated.answers import AnswerBook, text_pieces
 from tasks.engines.simulated.queueing import SimConfig, SimModel, Timeline
 
@@ -37,8 +40,10 @@ TOKENS = ("simulated:generation_tokens", "Output tokens sent.")   # a counter, a
 
 class SimServer:
     def __init__(self, config: SimConfig, model_name: str = MODEL_NAME, chunk_tokens: int = 1,
-                 answers: AnswerBook | None = None) -> None:
+                 answers: AnswerBook | None = None, checkpoint: str | None = None, version: str = VERSION) -> None:
         self.config = config
+        self.checkpoint = checkpoint or model_name
+        self.version = version
         self.answers = answers
         self.model_name = model_name
         self.chunk_tokens = chunk_tokens
@@ -74,9 +79,10 @@ class SimServer:
         keep = headers.get("connection", "").lower() != "close"
         if method == "GET" and path == "/metrics":
             await self._send(writer, 200, "text/plain; version=0.0.4", self.metrics().encode(), keep)
-        elif method == "GET" and path in ("/health", "/v1/models"):
-            payload = {"status": "ok"} if path == "/health" else {
-                "object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "podium"}]}
+        elif method == "GET" and path in ("/health", "/v1/models", "/version"):
+            payload = {"status": "ok"} if path == "/health" else {"version": self.version} if path == "/version" else {
+                "object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "podium",
+                                            "root": self.checkpoint}]}
             await self._json(writer, 200, payload, keep)
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
             try:
@@ -214,9 +220,9 @@ def _seed(request: dict) -> int:
 
 async def serve(config: SimConfig, host: str, port: int, model_name: str = MODEL_NAME,
                 ready: asyncio.Event | None = None, stop: asyncio.Event | None = None, chunk_tokens: int = 1,
-                answers: AnswerBook | None = None) -> None:
+                answers: AnswerBook | None = None, checkpoint: str | None = None, version: str = VERSION) -> None:
     """Serve until `stop` is set (or forever)."""
-    server = SimServer(config, model_name, chunk_tokens, answers)
+    server = SimServer(config, model_name, chunk_tokens, answers, checkpoint, version)
     listener = await asyncio.start_server(server.handle, host, port, backlog=1024)
     if ready is not None:
         ready.set()
@@ -258,8 +264,11 @@ def parse_config(args: argparse.Namespace) -> SimConfig:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, action="append", required=True,
+                        help="repeatable: one independent server on each port")
     parser.add_argument("--model-name", default=MODEL_NAME)
+    parser.add_argument("--checkpoint", help="what /v1/models names as the card's root (default: the model name)")
+    parser.add_argument("--engine-version", default=VERSION, help="what /version answers")
     parser.add_argument("--chunk-tokens", type=int, default=1, help="tokens per event after the first")
     parser.add_argument("--answers", action="append", default=[], metavar="PARQUET",
                         help="a data set with known answers (tasks.engines.simulated.answers); repeatable")
@@ -267,14 +276,25 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = parse_config(args)
     book = answers.load(args.answers) if args.answers else None
-    print(json.dumps({"listening": f"{args.host}:{args.port}", **asdict(config),
-                      "capacity_qps": round(config.capacity(), 3), "known_answers": len(book or ())}), flush=True)
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.run_until_complete(serve(config, args.host, args.port, args.model_name, stop=stop,
-                                  chunk_tokens=args.chunk_tokens, answers=book))
+    line = json.dumps({"listening": f"{args.host}:{args.port[0]}", "ports": args.port, **asdict(config),
+                       "capacity_qps": round(config.capacity(), 3), "known_answers": len(book or ())})
+
+    async def every_port() -> None:   # the line goes out once every port listens
+        stop, ready = asyncio.Event(), [asyncio.Event() for _ in args.port]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        servers = asyncio.gather(*(
+            serve(config, args.host, port, args.model_name, ready=up, stop=stop, chunk_tokens=args.chunk_tokens,
+                  answers=book, checkpoint=args.checkpoint, version=args.engine_version)
+            for port, up in zip(args.port, ready, strict=True)))
+        await asyncio.wait([servers, asyncio.gather(*(up.wait() for up in ready))],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if servers.done():   # a port could not be bound: its error, and no line
+            servers.result()
+        print(line, flush=True)
+        await servers
+
+    asyncio.new_event_loop().run_until_complete(every_port())
 
 
 if __name__ == "__main__":
