@@ -144,7 +144,12 @@ prm800k-src: install
 # official tools' tests run from the folder `inference-src` prints (the MATH-500 grader's from `prm800k-src`'s), and fail
 # (never skip) without it.
 TEST_WORKERS ?= 3
-test: inference-src prm800k-src lint docs system-deps venv-vllm venv-dynamo venv-sglang venv-endpoints
+# The engines' virtualenvs, four at once: their installs wait mostly on downloads and unpacking, not on the CPU.
+.PHONY: venvs
+venvs:
+	$(MAKE) --no-print-directory -j4 venv-vllm venv-dynamo venv-sglang venv-endpoints
+
+test: inference-src prm800k-src lint docs system-deps venvs
 	src="$$($(INFERENCE_SRC))" && grader="$$($(PRM800K_SRC))" && PODIUM_INFERENCE_SRC="$$src" \
 		PODIUM_PRM800K_SRC="$$grader" PODIUM_REQUIRE_OFFICIAL=1 PODIUM_REQUIRE_ENGINES=1 \
 		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
@@ -187,6 +192,13 @@ bench-orchestration: install
 bench: bench-relay
 bench-relay: install
 	$(PY) bench/relay.py
+
+# The head (loadgen + dispatch + client) at the seed submitter's 512-GPU rates: CPU per 1,000 samples through loadgen
+# against 64 simulated replicas, the cores it needs, `vllm bench serve` beside it (docs/performance.md; ~30 min).
+.PHONY: bench-scale
+bench: bench-scale
+bench-scale: install venv-vllm
+	$(PY) bench/scale.py
 
 # The manual as a site in build/site (mkdocs.yml): the CLI and plan references generated from the code while it
 # builds (docs/hooks.py), every warning an error. `make test` builds it too.

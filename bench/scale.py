@@ -26,6 +26,7 @@ sample would need if every event had a read of its own (`events_per_answer`, plu
 measured): the worst case for each stream interval. Cores = cost per sample x the seed's samples per second.
 
     python bench/scale.py [--reps 3] [--stream-interval 10] [--quick]    # writes bench/results/scale.json
+    python bench/scale.py --summarize bench/results/scale.json           # the projections again, no new runs
 
 `vllm bench serve` (.venv-vllm, through bench/vllm_bench_serve.py) runs against the same replicas at the same
 concurrency and output length, measured the same way (it has no LoadGen and no Server scenario: a closed loop, as
@@ -139,7 +140,7 @@ def head(ports: dict, dataset: str, work: Path, *, scenario: str, samples: int, 
     if scenario == "Server":
         conf = {"Server.target_qps": qps, "Server.min_duration": int(samples / qps * 1000),
                 "Server.min_query_count": samples}
-    else:   # loadgen issues 1.1 x target_qps x min_duration samples
+    else:   # loadgen asks for 1.1 x target_qps x min_duration samples
         conf = {"Offline.target_qps": samples, "Offline.min_duration": 909, "Offline.min_query_count": 1}
     conf["*.performance_sample_count_override"] = min(64, samples)   # loadgen issues at least this many
     spec = RunSpec(plan="bench-scale", profile="bench", round="v6.1", system="head", benchmark=BENCH,
@@ -156,9 +157,10 @@ def head(ports: dict, dataset: str, work: Path, *, scenario: str, samples: int, 
                                 cwd=run_dir)
     served = server_stats(ports)
     stats = json.loads((run_dir / "sut_stats.json").read_text())
-    if stats["failed"] or stats["completed"] != served["streams"]:
+    lost = [row for row in stats.get("replicas", ()) if row.get("lost") or row.get("moved")]
+    if stats["failed"] or stats["completed"] != served["streams"] or lost:
         raise RuntimeError(f"{run_dir}: {stats['failed']} failed, {stats['completed']} answered of "
-                           f"{served['streams']} served: {stats['errors'][:3]}")
+                           f"{served['streams']} served; errors {stats['errors'][:3]}; replicas lost {lost[:3]}")
     own = json.loads((run_dir / "loadgen_process.json").read_text())
     run = load_run(run_dir)
     return {"samples": stats["completed"], "tokens": stats["output_tokens"], "wall_s": round(wall, 3),
@@ -242,27 +244,27 @@ def projection(fits: list[dict], rate: float, k: int) -> dict:
 
 
 class Plan:
-    """The sizes of each scenario's runs at a stream interval: the decode step (so that a stream's events come at
-    least 40 ms apart when K > 1 and every 10 ms at K = 1), samples and Server rates for runs of equal length."""
+    """The sizes of each scenario's runs at a stream interval: a decode step of 10 ms at K = 1 and 20/K ms above
+    (a stream's events 20 ms apart), samples and Server rates for pairs of runs of equal length."""
 
     def __init__(self, quick: bool, replicas: int, slots: int, answer_tokens: int = ANSWER_TOKENS) -> None:
         self.quick, self.replicas, self.slots, self.answer_tokens = quick, replicas, slots, answer_tokens
         self.streams = replicas * slots
 
     def step_ms(self, k: int) -> float:
-        return 10.0 if k == 1 else max(1.0, 40.0 / k)
+        return 10.0 if k == 1 else max(1.0, 20.0 / k)
 
     def offline(self, k: int) -> list[tuple[int, int]]:
         """(samples, concurrency) of the small and the large run: the same number of waves of answers."""
-        waves = 1 if self.quick else (3 if k == 1 else 4)
+        waves = 1 if self.quick else (3 if k == 1 else 8)
         return [(waves * self.streams // 4, self.streams // 4), (waves * self.streams, self.streams)]
 
     def server(self, k: int) -> list[tuple[int, int, float]]:
-        """(samples, concurrency, qps) of the small and the large run: the same duration at 1/4 and all of the
-        rate, 60 % of what the replicas serve at once."""
+        """(samples, concurrency, qps) of the small and the large run: the same duration at a quarter and all of
+        the rate, 60 % of what the replicas serve at once."""
         answer_s = self.answer_tokens * self.step_ms(k) / 1000
         qps = round(0.6 * self.streams / answer_s, 2)
-        seconds = 4 if self.quick else (30 if k == 1 else 20)
+        seconds = 4 if self.quick else (45 if k == 1 else 40)
         return [(max(4, round(qps / 4 * seconds)), self.streams // 4, round(qps / 4, 2)),
                 (round(qps * seconds), self.streams, qps)]
 
@@ -296,32 +298,67 @@ def repetition(rep: int, plan: Plan, k: int, data: dict, work: Path, workers: in
 
 
 def summary(runs: list[dict], k: int, n: int = ANSWER_TOKENS) -> dict:
-    """Each client and scenario: the projection (medians of the repetitions' fits), the measured marginals, the
-    loadgen process's share and the first-token times."""
+    """Each client and scenario: the measured marginals (medians), the cores they come to at the seed's rate, and
+    where the client's reads are counted, the projection at one read per event (medians of the repetitions' fits);
+    the loadgen process's share and the first-token times (the client's and the replicas' own)."""
     out: dict = {}
     for client in runs[0]:
         for scenario in runs[0][client]:
             rate = SEED[scenario]["samples_per_s"]
             rows = [r[client][scenario] for r in runs]
-            fits = [fit(row["1"]["marginal"], row[str(k)]["marginal"], k, n) for row in rows]
-            entry = projection(fits, rate, k)
-            entry["measured"] = {kk: {"cpu_s_per_1000_samples": round(statistics.median(
+            measured = {kk: {"cpu_s_per_1000_samples": round(statistics.median(
                 row[kk]["marginal"]["cpu_ms"] for row in rows), 3),
                 "reads_per_sample": statistics.median(row[kk]["marginal"]["reads"] for row in rows),
                 "events_per_sample": statistics.median(row[kk]["marginal"]["writes"] for row in rows)}
                 for kk in ("1", str(k))}
-            if client != "vllm bench serve":
+            for kk in measured:
+                measured[kk]["cores"] = round(measured[kk]["cpu_s_per_1000_samples"] * rate / 1000, 2)
+            if all(row[kk]["marginal"]["reads"] > 0 for row in rows for kk in ("1", str(k))):
+                fits = [fit(row["1"]["marginal"], row[str(k)]["marginal"], k, n) for row in rows]
+                entry = {**projection(fits, rate, k), "measured": measured, "fits": fits}
+            else:   # its reads are not counted (`syscr` counts read(2), not recv(2)): as measured
+                entry = {"cpu_s_per_1000_samples": measured[str(k)]["cpu_s_per_1000_samples"],
+                         "projected_cores": measured[str(k)]["cores"],
+                         "projected_cores_one_token_per_read": measured["1"]["cores"],
+                         "note": "as measured: its read calls (recv) are not counted, so no fit", "measured": measured}
+            if "loadgen_process_cpu_ms" in rows[0][str(k)]["marginal"]:
                 share = statistics.median(row[str(k)]["marginal"]["loadgen_process_cpu_ms"] for row in rows)
                 entry["loadgen_process_cores"] = round(share * rate / 1000, 2)
-            if scenario == "Server" or client == "vllm bench serve":
-                entry["ttft_ms"] = {kk: {"client": {p: statistics.median(row[kk]["large"]["ttft_ms"][p] for row in rows)
-                                                    for p in ("50.00", "99.00")},
-                                         "engine": {p: statistics.median(row[kk]["large"]["engine_ttft_ms"][p]
-                                                                         for row in rows) for p in ("50.00", "99.00")}}
+            if rows[0]["1"]["large"]["ttft_ms"]:
+                entry["ttft_ms"] = {kk: {who: {p: statistics.median(row[kk]["large"][key][p] for row in rows)
+                                               for p in ("50.00", "99.00")}
+                                         for who, key in (("client", "ttft_ms"), ("engine", "engine_ttft_ms"))}
                                     for kk in ("1", str(k))}
-            entry["fits"] = fits
             out.setdefault(client, {})[scenario] = entry
     return out
+
+
+def assumes(k: int) -> dict:
+    """What the projected cores assume, and why the rules allow it."""
+    return {"stream_interval": k,
+            "engine_setting": f"vllm serve --stream-interval {k} (or `stream_interval: {k}` in each request)",
+            "why": WHY,
+            "reads": "one read call per event (never two events in one read): the most reads a head can make",
+            "cores": "the CPU of all the head's processes (loadgen's and its client workers'), spread over as many "
+                     "worker processes as cores; `loadgen_process_cores` is the share of the one loadgen process"}
+
+
+def conclude(results: dict, out: Path) -> None:
+    """The projections from `results["runs"]`, written to `out` and printed."""
+    k = results["setup"]["stream_interval"]
+    results["assumes"] = assumes(k)
+    results["scenarios"] = summary(results["runs"], k, results["setup"]["answer_tokens"])
+    podium = results["scenarios"]["podium"]
+    results["goal_met"] = {s: podium[s]["projected_cores"] <= GOAL_CORES for s in podium}
+    results = {key: results[key] for key in [*(key for key in results if key != "runs"), "runs"]}   # runs last
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    for client, scenarios in results["scenarios"].items():
+        for scenario, entry in scenarios.items():
+            print(f"{client} {scenario}: {entry['cpu_s_per_1000_samples']} CPU-s per 1000 samples at stream interval "
+                  f"{k}, {entry['projected_cores']} cores; one token per read: "
+                  f"{entry['projected_cores_one_token_per_read']} cores; by interval: "
+                  f"{entry.get('projected_cores_by_stream_interval', '-')}")
 
 
 def main() -> None:
@@ -333,9 +370,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="the head's client worker processes")
     parser.add_argument("--baseline", type=Path, help="another checkout's tree (tasks/, submission/) run beside")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repetition: a check that it runs")
+    parser.add_argument("--summarize", type=Path, help="no runs: the projections again from this file's runs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.json")
     args = parser.parse_args()
+    if args.summarize:
+        conclude(json.loads(args.summarize.read_text()), args.out)
+        return
     k, reps = args.stream_interval, 1 if args.quick else args.reps
+    if k < 2:
+        parser.error("--stream-interval: at least 2 (the runs at 1 are always made)")
     plan = Plan(args.quick, args.replicas, args.slots)
     peers = ["vllm bench serve"] if VLLM_PY.exists() else []
     results: dict = {
@@ -343,12 +386,11 @@ def main() -> None:
         "load_average_at_start": os.getloadavg()[0],
         "seed": {"source": SOURCE, "answer_tokens": ANSWER_TOKENS, **SEED},
         "setup": {"replicas": args.replicas, "streams_per_replica": args.slots, "answer_tokens": ANSWER_TOKENS,
-                  "prompt_tokens_mean": 800, "harness_workers": args.workers, "reps": reps,
+                  "prompt_tokens_mean": 800, "harness_workers": args.workers, "reps": reps, "stream_interval": k,
                   "head_reaches_replicas": "its own dispatch over the replica ports" if has_dispatch(ROOT)
                   else "the replicas' front port", "offline": {kk: plan.offline(kk) for kk in (1, k)},
                   "server": {kk: plan.server(kk) for kk in (1, k)}, "step_ms": {kk: plan.step_ms(kk) for kk in (1, k)},
                   "baseline": str(args.baseline) if args.baseline else None},
-        "assumes": {"stream_interval": k, "engine_setting": f"vllm serve --stream-interval {k}", "why": WHY},
         "skipped": [] if peers else ["vllm bench serve (no .venv-vllm)"], "goal_cores": GOAL_CORES}
     with tempfile.TemporaryDirectory(prefix="podium-bench-scale-") as tmp:
         work = Path(tmp)
@@ -358,19 +400,10 @@ def main() -> None:
         built = gpt_oss.build(work / "data", scale=0.05 if args.quick else 1.0)
         smoke_model.build(work / "tiny-llama")   # `vllm bench serve`'s tokenizer: its random prompts are words
         data = {"dataset": built.plan["dataset.performance"], "tokenizer": work / "tiny-llama"}
-        runs = [repetition(rep, plan, k, data, work, args.workers, peers, args.baseline) for rep in range(reps)]
-    results["scenarios"] = summary(runs, k)
-    podium = results["scenarios"]["podium"]
-    results["goal_met"] = {s: podium[s]["projected_cores"] <= GOAL_CORES for s in podium}
-    results["runs"] = runs
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    for client, scenarios in results["scenarios"].items():
-        for scenario, entry in scenarios.items():
-            print(f"{client} {scenario}: {entry['cpu_s_per_1000_samples']} CPU-s per 1000 samples at stream interval "
-                  f"{k}, {entry['projected_cores']} cores; one token per read: "
-                  f"{entry['projected_cores_one_token_per_read']} cores; by interval: "
-                  f"{entry['projected_cores_by_stream_interval']}")
+        results["runs"] = [repetition(rep, plan, k, data, work, args.workers, peers, args.baseline)
+                           for rep in range(reps)]
+    results["load_average_at_end"] = os.getloadavg()[0]
+    conclude(results, args.out)
 
 
 if __name__ == "__main__":

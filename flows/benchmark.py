@@ -68,7 +68,8 @@ def measure(plan: plans.Plan, key: str, ws: Workspace, log_dir: Path, only: Sequ
              for _, kind, p in bench.sources() if kind == "tests"}   # beside no data set: given to the evaluator
     check_staged(plan, bench, model["path"], staged)
     variants = bench.engine_variants()   # one engine launch per variant of the options, each for its scenarios
-    identity = {s: engine_identity(bench.engine.name, options) for names, options in variants for s in names}
+    identity = {s: engine_identity(bench.engine.name, options, bench.engine.replica_layout())
+                for names, options in variants for s in names}
     specs = plan_runs(plan, bench, load_rules(plan.round), model_sha256=model["sha256"],
                       dataset_sha256={p: d["sha256"] for p, d in datasets.items()},
                       engine=identity[variants[0][0][0]])

@@ -343,15 +343,18 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
            dry_run: Annotated[bool, typer.Option("--dry-run", help="print every process spec; start nothing")] = False,
            as_json: Annotated[bool, typer.Option("--json", help="machine-readable output (with --dry-run)")] = False,
            hold: Annotated[float | None, typer.Option(help="seconds to keep it serving; default: until Ctrl-C")] = None,
+           nodes: Annotated[int | None, typer.Option("--nodes", help="the plan's N-node step: its replicated systems "
+                                                     "on N nodes (submission/plan/steps.py)")] = None,
            workspace: Workspace = Path(".podium")) -> None:
     """Launch a benchmark's engine as the plan says (stage, build, start, wait until it generates), or review it."""
     import logging
     import time
 
     from submission.plan import model as plans
+    from submission.plan.steps import at_nodes
     from tasks.serving import launch as engine_launch
 
-    loaded = plans.load(plan)
+    loaded = plans.load(plan) if nodes is None else plans.parse(at_nodes(plans.read(plan), nodes), str(plan))
     if dry_run:
         items = engine_launch.reviews(loaded, workspace.resolve(), benchmark)
         typer.echo(json.dumps(items, indent=2) if as_json else engine_launch.render(items))
@@ -369,7 +372,7 @@ def launch(plan: Annotated[Path, typer.Argument(help="the plan YAML")],
             typer.echo("stopping")
 
 
-for command in (search_cli.search, search_cli.sweep, search_cli.scale,   # the tuning commands
+for command in (search_cli.search, search_cli.sweep, search_cli.scale, search_cli.ladder,   # the tuning commands
                 curation_cli.assemble,                                   # curation
                 fetch_cli.fetch,                                         # a plan's inputs, at their pins
                 inference_cli.fetch_inference,                           # the official tools' sources

@@ -2,9 +2,10 @@
 
 It builds the synthetic data sets once into the workspace (`rehearsal-data/<benchmark>`), writes the rewritten plan
 (tasks.rehearsal.plan) to `rehearsal/<plan>.yaml`, sets the measuring client's clock (tasks.clock) and runs the
-normal submission flow on it. Then `rehearsal.md` in the run folder adds what the real round would cost on the
-plan's hardware, the runs that needed a slower clock than the rehearsal's (tasks.clock: the fall-back), the size of
-every artifact and each step's wall time; it is printed with the flow's report.
+normal submission flow on it. With `--nodes N` it rehearses the plan's N-node step (submission/plan/steps.py). Then
+`rehearsal.md` in the run folder adds what the real round would cost on the plan's hardware (of the step rehearsed),
+the runs that needed a slower clock than the rehearsal's (tasks.clock: the fall-back), the size of every artifact and
+each step's wall time; it is printed with the flow's report.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ Clock = Annotated[str, typer.Option("--clock", help="xN: the client and the engi
 DEFAULT_CLOCK = "x10"   # a 600 s run in about a minute
 
 
-def prepare(plan: Path, workspace: Path, inference_src: Path | None = None, math_grader: Path | None = None) -> Path:
-    """The rehearsal's plan file in `workspace`, its data sets built there first (once; reused when present)."""
+def prepare(plan: Path, workspace: Path, inference_src: Path | None = None, math_grader: Path | None = None,
+            nodes: int | None = None) -> Path:
+    """The rehearsal's plan file in `workspace` (of the plan's `nodes`-node step when given), its data sets built
+    there first (once; reused when present)."""
     from submission.plan import model as plans
+    from submission.plan.steps import at_nodes
     from tasks.rehearsal import data
     from tasks.rehearsal.plan import rehearsal_plan
 
     original = plans.read(plan)
+    if nodes is not None:
+        original = at_nodes(original, nodes)
     plans.parse(original, str(plan))   # the plan as written loads (exit 2, one message) before data sets are built
     built = {}
     for bench in {b["benchmark"] for b in original["benchmarks"]}:
@@ -84,15 +90,14 @@ def slower_clocks(folder: Path, speed: float) -> list[str]:
     return rows
 
 
-def report(original: Path, folder: Path, clock: str, wall_s: float) -> str:
-    """rehearsal.md: what was replaced, the real round's cost, the runs that needed a slower clock, artifact sizes,
-    wall time and peak memory."""
+def report(original: Any, folder: Path, clock: str, wall_s: float) -> str:
+    """rehearsal.md: what was replaced, the real round's cost (`original`: the plan rehearsed, loaded), the runs that
+    needed a slower clock, artifact sizes, wall time and peak memory."""
     from submission.budget.cost import real_round
-    from submission.plan import model as plans
     from tasks.rehearsal.plan import changes
 
     speed = None if clock == "real" else float(clock.removeprefix("x"))
-    cost = real_round(plans.load(original))
+    cost = real_round(original)
     lines = ["# Dress rehearsal", "", *(f"- {c}" for c in changes(speed)), "",
              "## What the real round would cost on the plan's hardware", "",
              "| run | seconds at the plan's target rate |", "|---|---|"]
@@ -125,6 +130,9 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
              math_grader: Annotated[Path | None, typer.Option(
                  "--math-grader", help="deepseek-r1: the folder `podium fetch-grader` prints (its MATH-500 grader)")]
              = None,
+             nodes: Annotated[int | None, typer.Option(
+                 "--nodes", help="rehearse the plan's N-node step: its replicated systems on N nodes, their rates "
+                 "scaled (submission/plan/steps.py)")] = None,
              workspace: Workspace = Path(".podium")) -> None:
     """Dress rehearsal: run a real plan as written, with the simulated engine, synthetic full-size data and an
     accelerated clock in place of the plan's engine, data and time. Its tree can never be packaged."""
@@ -136,8 +144,9 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
         clocks.wrap([])   # faketime missing: exit 2 now, not at the first run
     from submission.plan import model as plans
     from submission.plan import selection
+    from submission.plan.steps import at_nodes
 
-    rewritten = prepare(plan, workspace, inference_src, math_grader)
+    rewritten = prepare(plan, workspace, inference_src, math_grader, nodes)
     loaded = plans.load(rewritten)
     chosen = selection.resolve(loaded, only or (), where=str(rewritten))
     prefect_env(workspace)
@@ -147,7 +156,9 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
     started = time.monotonic()
     state = submission(str(rewritten), str(workspace), list(chosen) or None, return_state=True)
     latest = (workspace / "runs" / "latest").resolve()
-    text = report(plan, latest, clock, time.monotonic() - started)
+    original = plans.read(plan)
+    text = report(plans.parse(original if nodes is None else at_nodes(original, nodes), str(plan)), latest, clock,
+                  time.monotonic() - started)
     (latest / "rehearsal.md").write_text(text)
     if (latest / "report.md").is_file():
         typer.echo((latest / "report.md").read_text())

@@ -56,7 +56,7 @@ def prepare(plan: plans.Plan, bench: plans.BenchmarkSpec, ws: Workspace, options
     staged = {p: stage_task(p, str(ws.stage / "datasets"), access) for p in sources}
     specs = plan_runs(plan, bench.model_copy(update={"accuracy": False}), load_rules(plan.round),
                       model_sha256=model["sha256"], dataset_sha256={p: d["sha256"] for p, d in staged.items()},
-                      engine=engine_identity(bench.engine.name, options))
+                      engine=engine_identity(bench.engine.name, options, bench.engine.replica_layout()))
     built = build_engine(bench.engine.name, options, model["path"], model["sha256"], str(ws.builds))
     specs = [s.model_copy(update={"dataset": staged[s.dataset]["path"]}) for s in specs]
     session = {"engine_name": bench.engine.name, "options": options, "state_dir": str(ws.pids),
@@ -167,8 +167,9 @@ def search_peak_qps(plan_path: str, key: str | None = None, scenario: str = "Ser
     if first is not None:
         result = result.model_copy(update={"trace": (first, *result.trace)})
     full_run_s = full_run_seconds(prober, result.trace, result.qps or result.start_qps)
+    gpus = cost.deployment_gpus(options, bench.engine.replica_layout())
     out = summarize(result, plan, bench, scenario, cfg, offline_probe=first, label=label, launches=launches,
-                    ran=prober.ran, options=options, used=engine_time(result, full_run_s, cost.gpus(options)))
+                    ran=prober.ran, options=options, used=engine_time(result, full_run_s, gpus))
     stands = standing(result)
     out |= {"telemetry_run": stands.run_dir if stands else None, "telemetry": dict(stands.telemetry) if stands else {}}
     rows = trace_rows(result)

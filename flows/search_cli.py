@@ -1,8 +1,9 @@
-"""`podium search`, `podium sweep` and `podium scale`: the tuning commands (flows/cli.py registers them).
+"""`podium search`, `podium sweep`, `podium scale` and `podium ladder`: the tuning commands (flows/cli.py registers
+them).
 
 Each validates the plan first, then runs its flow (flows/search.py, flows/scaling.py) and prints the trace or table,
 the result and where the files went. Exit 0 when the search confirmed a rate, the sweep found a winner, the scaling
-check passed its floor.
+check passed its floor, every step of the ladder was linear.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
+
+
+def _counts(option: str, text: str) -> list[int]:
+    """Node counts given as `1,2,4`."""
+    try:
+        return [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        raise PlanError(f"{option} {text!r} is not a list of numbers", fix=f"e.g. {option} 1,2,4") from None
 
 
 def _load(plan: Path, workspace: Path) -> None:
@@ -111,10 +120,7 @@ def scale(plan: PlanArg, benchmark: Bench = None,
     _load(plan, workspace)
     from flows.scaling import scaling_check
 
-    try:
-        counts = [int(n) for n in nodes.split(",") if n.strip()]
-    except ValueError:
-        raise PlanError(f"--nodes {nodes!r} is not a list of numbers", fix="e.g. --nodes 1,2,4") from None
+    counts = _counts("--nodes", nodes)
     settings = {"precision": precision, "probe_duration_ms": probe_ms, "probe_queries": probe_queries}
     result = scaling_check(str(plan), benchmark, str(workspace), counts, scenario, floor, gpus_per_node,
                            settings)
@@ -125,3 +131,38 @@ def scale(plan: PlanArg, benchmark: Bench = None,
         typer.echo(result["summary"])
     if not result["passed"]:
         raise RunFailed(result["summary"], fix="find what stops the larger deployment from scaling")
+
+
+@exits_on_error
+def ladder(plan: PlanArg, benchmark: Bench = None,
+           steps: Annotated[str | None, typer.Option(help="node counts, comma-separated; default: 1, 8 and the "
+                                                    "plan's nodes")] = None,
+           floor: Annotated[float | None, typer.Option(help="the least share of the step before's rate a node that "
+                                                       "counts as linear; default: the plan's gates.scaling_floor")]
+           = None,
+           probe_ms: Annotated[int, typer.Option("--probe-ms", help="a step's min_duration (ms), at most the plan's "
+                                                 "own")] = 60_000,
+           workspace: Workspace = Path(".podium"), as_json: AsJson = False) -> None:
+    """Run the plan's Offline scenario at 1, 8 and all its N nodes (an engine of replicas: the plan's step at each),
+    each as short as a search probe, and compare each step's rate a node with the step before's; exit 6 at the first
+    sub-linear step, the larger ones not run, so the full-size run is spent only on a deployment that scales."""
+    from submission.plan import model as plans
+    from submission.plan.steps import ladder_steps, planned_nodes
+
+    loaded = plans.load(plan)
+    counts = ladder_steps(_counts("--steps", steps) if steps else None,
+                          planned_nodes(loaded.benchmark(benchmark) if benchmark else loaded.benchmarks[0]))
+    prefect_env(workspace)
+    from flows.scaling import ladder as climb_ladder
+
+    result = climb_ladder(str(plan), benchmark, str(workspace), counts, floor, {"probe_duration_ms": probe_ms})
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+    else:
+        typer.echo(_table(result["rows"], ("nodes", "replicas", "metric", "per_node", "vs_previous", "linear",
+                                           "valid", "engine_seconds", "cached")))
+        typer.echo(result["summary"])
+        typer.echo(f"plot: {result['plot']}")
+    if not result["linear"]:
+        raise RunFailed(f"ladder: {result['verdict']}", fix="find what stops the larger size from scaling (its "
+                        "run's telemetry and the replicas' rows are in the workspace) before the full-size run")

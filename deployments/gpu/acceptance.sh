@@ -33,7 +33,7 @@
 #   deployments/gpu/acceptance.sh             the real thing
 #   deployments/gpu/acceptance.sh --dry-run   no installs and no GPU: checks the plans, says what every other step
 #                                             would run (on ROCm: what each check would check, where this host
-#                                             cannot pass it), rehearses a leg killed at its limit and its clean-up
+#                                             cannot pass it), rehearses a leg killed mid-run and its clean-up
 #
 # Each step runs under its own `timeout`, and a deadline (PODIUM_GPU_DEADLINE_S, 570 s) caps every limit, so the
 # script ends within 10 minutes and a failed step still leaves the others' rows in the table. After every leg,
@@ -74,10 +74,11 @@ K8S_NODE=${PODIUM_GPU_K8S_NODE:-}                # rocm on Kubernetes: this node
 # fits the deadline, and the table comes after it (tests/unit/test_gpu_acceptance.py checks the sums).
 # registry: install-podium and plans run beside install-engines, argv beside assets:
 #   gpu + uv + install-engines + max(assets, argv) + vllm + dynamo = 535 s
-# carried: gpu + wheels + assets + review + smoke = 255 s; rehearsal: the dry run's leg killed at its limit
+# carried: gpu + wheels + assets + review + smoke = 255 s; rehearsal: the dry run's leg, killed MID_RUN_S after its
+# engine is on record (its limit bounds the wait for that)
 # rocm: gpu + devices + plugin + engine + wheels + assets + review + smoke = 345 s
 declare -A LIMIT=([gpu]=15 [uv]=20 [install-engines]=150 [install-podium]=80 [plans]=30 [assets]=40 [argv]=40
-                  [vllm]=150 [dynamo]=160 [wheels]=30 [review]=20 [smoke]=150 [rehearsal]=30 [devices]=10
+                  [vllm]=150 [dynamo]=160 [wheels]=30 [review]=20 [smoke]=150 [rehearsal]=120 [devices]=10
                   [plugin]=20 [engine]=60)
 BESIDE_ENGINES=(install-podium plans)
 BESIDE_ASSETS=(argv)
@@ -86,6 +87,7 @@ KILL_AFTER_S=10      # KILL this long after a step's TERM, if it is still runnin
 GRACE_S=5            # then TERM what is left of its process group, and KILL it after this long
 AFTER_S=20           # a leg's after_leg: engines and S3 server ended, figures and reports copied
 STEP_RESERVE_S=$(( KILL_AFTER_S + GRACE_S + AFTER_S ))
+MID_RUN_S=3          # the rehearsal is KILLed this long after its first engine is on record (pids/ of its workspace)
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${PODIUM_GPU_RESULTS:-${OUT:-$ROOT/$WORKSPACE/gpu-acceptance/$STAMP}}
@@ -130,11 +132,12 @@ last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-24
 # after the TERM) is ended by that group's id: TERM, GRACE_S, then KILL. Then AFTER (at most AFTER_S, outside the
 # limit, its output in logs/NAME.after.log: what a killed step left is ended too); a failed AFTER fails the step.
 # Record PASS, FAIL, TIMEOUT or DRY with the seconds and the figure FUNCTION or AFTER wrote to logs/NAME.figure; the
-# note is the step's own last line. EXPECT=timeout: the step is meant to be killed at its limit (the rehearsal: with
-# KILL, so that nothing of it can stop its own engines), and PASSes only then. Those extras reserve STEP_RESERVE_S of the deadline, so the last step ends by it.
+# note is the step's own last line. EXPECT=timeout: the step is meant to be KILLed mid-run (the rehearsal: MID_RUN_S
+# after its first engine is on record, however long the start took, so that nothing of it can stop its own engines),
+# and PASSes only then; one still starting at its limit FAILs. Those extras reserve STEP_RESERVE_S of the deadline, so the last step ends by it.
 step() {
   local order=$1 name=$2 fn=$3 after=${4:-} expect=${5:-} limit=${LIMIT[$2]} left start rc status note figure group
-  local waited after_rc=0
+  local waited after_rc=0 watcher=
   left=$(( DEADLINE_S - ($(date +%s) - T0) - STEP_RESERVE_S ))
   if (( left < 5 )); then
     skip "$order" "$name" "no time left before the ${DEADLINE_S} s deadline"
@@ -143,14 +146,17 @@ step() {
   (( limit > left )) && limit=$left
   echo "== $name (limit ${limit} s, log $LOGS/$name.log)"
   start=$(date +%s.%N)
+  [[ $expect == timeout ]] && touch "$LOGS/$name.start"
   # timeout makes its own process group (its pid) for everything the step starts; engines and the S3 server make
   # their own groups and are ended by `podium run` itself, or by AFTER from their pid files
   # (the rehearsal's timeout sends KILL at once: the worst case, a run that cannot stop its own engines)
   STEP=$name timeout --signal="$([[ $expect == timeout ]] && echo KILL || echo TERM)" --kill-after="$KILL_AFTER_S" \
     "$limit" bash -euo pipefail -c "$fn" > "$LOGS/$name.log" 2>&1 &
   group=$!
+  if [[ $expect == timeout ]]; then kill_mid_run "$group" "$name" & watcher=$!; fi
   wait "$group"
   rc=$?
+  if [[ -n $watcher ]]; then kill "$watcher" 2> /dev/null; wait "$watcher" 2> /dev/null; fi
   if kill -TERM -- "-$group" 2> /dev/null; then
     for (( waited = 0; waited < GRACE_S; waited++ )); do kill -0 -- "-$group" 2> /dev/null || break; sleep 1; done
     kill -KILL -- "-$group" 2> /dev/null && echo "ended what was left of step $name (process group $group)" \
@@ -167,10 +173,12 @@ step() {
   esac
   [[ $status == PASS && -f $LOGS/$name.dry ]] && status=DRY
   note=$(last_line "$LOGS/$name.log")
-  [[ $status == TIMEOUT ]] && note="killed after ${limit} s; last line: $note"
   if [[ $expect == timeout ]]; then
-    if [[ $status == TIMEOUT ]]; then status=PASS; else status=FAIL note="meant to be killed at ${limit} s: $note"; fi
+    if [[ -f $LOGS/$name.killed ]]; then status=PASS note="killed mid-run; last line: $note"
+    elif [[ $status == TIMEOUT ]]; then status=FAIL note="no engine started within ${limit} s; last line: $note"
+    else status=FAIL note="meant to be killed mid-run: $note"; fi
   fi
+  [[ $status == TIMEOUT ]] && note="killed after ${limit} s; last line: $note"
   if (( after_rc != 0 )); then
     status=FAIL
     note="clean-up: $(last_line "$LOGS/$name.after.log"); step: $note"
@@ -180,6 +188,19 @@ step() {
     "$figure" "$note"
   echo "   $name: $status${figure:+: $figure}"
   [[ $status == PASS || $status == DRY ]]
+}
+
+kill_mid_run() {   # kill_mid_run GROUP NAME: KILL step NAME's process group MID_RUN_S after an engine record appears
+                   # under the run's workspace (pids/<node>/, newer than NAME.start), and leave NAME.killed
+  local group=$1 name=$2
+  until [[ -n $(find "$RUN_WS/pids" -type f -newer "$LOGS/$name.start" -print -quit 2> /dev/null) ]]; do
+    kill -0 "$group" 2> /dev/null || return 0
+    sleep 0.5
+  done
+  sleep "$MID_RUN_S"
+  kill -0 "$group" 2> /dev/null || return 0
+  touch "$LOGS/$name.killed"
+  kill -KILL -- "-$group" 2> /dev/null
 }
 
 figure() { printf '%s\n' "$*" > "$LOGS/$STEP.figure"; }
@@ -271,7 +292,7 @@ after_rehearsal() {   # the rehearsal's clean-up, and proof that it had somethin
   if [[ $SETTING == registry ]] && ! grep -q 'stopped the S3 server' "$log"; then
     echo "the killed podium run left no S3 server to stop: nothing of it was rehearsed"; return 1
   fi
-  figure "killed at its limit mid-run; the clean-up $ended(s)$([[ $SETTING == registry ]] && echo \
+  figure "killed mid-run; the clean-up $ended(s)$([[ $SETTING == registry ]] && echo \
     ' and stopped the S3 server'); nothing left running"
 }
 

@@ -64,8 +64,13 @@ def benchmark_gpus(bench: BenchmarkSpec) -> int:
     """The GPUs a benchmark's engine holds (`gpus` of its engine options, or every replica's GPUs where it serves as
     `engine.replicas`; 0: a CPU engine): what the dry run's predicted GPU-hours and the run summary's measured ones
     both count."""
-    layout = bench.engine.replica_layout()
-    return layout.count * layout.gpus if layout is not None else gpus(bench.engine.config())
+    return deployment_gpus(bench.engine.config(), bench.engine.replica_layout())
+
+
+def deployment_gpus(options: Any, layout: Any = None) -> int:
+    """The GPUs of a deployment of the engine `options`: every replica's where it serves as replicas (`layout`, a
+    submission.plan.replicas.Layout), else `gpus(options)`."""
+    return layout.count * layout.gpus if layout is not None else gpus(options)
 
 
 def floor_seconds(plan: Plan) -> float:

@@ -181,16 +181,28 @@ def unexplained(errors: list[str], ours: CheckReport, folder: str | None = None)
     """The official errors (inside `folder`, when given) that none of Podium's named deviations explains, and the
     deviations that explain the others. A deviation explains an error of its own rule about its own scenario folder."""
     left, named = [], set()
-    for error in errors:
-        if error.startswith(_AGGREGATE) or (folder is not None and folder not in error):
+    for error, where in _located(errors):
+        if error.startswith(_AGGREGATE) or (folder is not None and folder not in where):
             continue
         rule = official_rule(error)
-        match = [f for f in ours.deviations if f.rule == rule and _scenario_of(f.path) in error]
+        match = [f for f in ours.deviations if f.rule == rule and _scenario_of(f.path) in where]
         if match:
             named.add(rule)
         else:
             left.append(error)
     return left, named
+
+
+def _located(errors: list[str]) -> list[tuple[str, str]]:
+    """Each official error with the text that places it: itself when it names a file, else the next "Some ... Checks
+    failed for: FILE" line (the checker logs some findings, e.g. the token-latency check, without the file and closes
+    each file's checks with that line)."""
+    out, closing = [], ""
+    for error in reversed(errors):
+        if error.startswith("Some ") and " for: " in error:
+            closing = error
+        out.append((error, error if "/" in error else closing))
+    return out[::-1]
 
 
 def _scenario_of(path: str) -> str:

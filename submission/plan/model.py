@@ -26,6 +26,8 @@ from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, 
 from submission.plan.fetch import FetchItem, FetchSource, fetch_problems
 from submission.plan.fetch import items as fetch_items
 from submission.plan.limits import MAX_DEPTH, AnswerTokens, Nodes, Rate, levels
+from submission.plan.platforms import DEFAULT as DEFAULT_PLATFORM
+from submission.plan.platforms import MODEL_FIELD, PLATFORMS, Platform, platform_of
 from submission.plan.replicas import Layout, ReplicasSpec
 from submission.plan.replicas import layout as replica_layout
 from submission.plan.replicas import problems as replica_problems
@@ -37,6 +39,11 @@ from submission.rules import ROUNDS, Harness, load_rules, reference_facts
 from submission.rules.generation import guided_decoding_problem, load_generation
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+# The GPU platforms an engine runs on where it is not every one Podium knows: TensorRT-LLM is built for CUDA alone
+# (NVIDIA/TensorRT-LLM), and Podium's Dynamo deployments are NVIDIA's (the operator requests `nvidia.com/gpu` for a
+# graph's `gpu` limit: ai-dynamo/dynamo deploy/operator, consts.KubeResourceGPUNvidia; its workers here are CUDA
+# builds).
+ENGINE_PLATFORMS = {"trtllm": ("nvidia",), "dynamo": ("nvidia",)}
 SCENARIOS = ("Offline", "Server", "Interactive")
 
 
@@ -111,6 +118,7 @@ class EngineSpec(Input):
                                           "of N nodes, behind the head's dispatch (docs/replicas.md); the options "
                                           "give one replica's parallelism")
     _layout: Layout | None = PrivateAttr(None)
+    _platform: str = PrivateAttr(DEFAULT_PLATFORM.name)
 
     @model_validator(mode="after")
     def _typed(self) -> EngineSpec:
@@ -133,6 +141,11 @@ class EngineSpec(Input):
     def replica_layout(self) -> Layout | None:
         """The replicas resolved against the system (submission/plan/replicas.py); None: one serving instance."""
         return self._layout
+
+    def platform(self) -> Platform:
+        """The GPU platform its system's description names (submission/plan/platforms.py), set by the plan when it
+        loads: what the launchers pin GPUs with, request them by and sample them with."""
+        return PLATFORMS[self._platform]
 
     def slurm_settings(self) -> SlurmSettings | None:
         """The typed `slurm` section, parsed when the plan loaded (None: not given; the launcher's defaults)."""
@@ -481,6 +494,27 @@ class Plan(Input):
         return self
 
     @model_validator(mode="after")
+    def _platforms(self) -> Plan:
+        """Each system's GPU platform by its description's accelerator name (submission/plan/platforms.py): a name
+        that means no platform Podium runs engines on, or two, is refused here; each engine learns its system's, and
+        one that runs on NVIDIA's alone is refused on another's."""
+        found = {}
+        for i, system in enumerate(self.systems):
+            try:
+                found[system.name] = platform_of(system.description)
+            except PlanError as e:
+                raise ValueError(f"systems.{i}.description.{MODEL_FIELD}: {e.message}; {e.fix}") from None
+        for i, b in enumerate(self.benchmarks):
+            platform = found.get(b.system, DEFAULT_PLATFORM)
+            if platform.name not in ENGINE_PLATFORMS.get(b.engine.name, tuple(PLATFORMS)):
+                raise ValueError(f"benchmarks.{i}.engine.name: {b.engine.name} runs on "
+                                 f"{' and '.join(PLATFORMS[p].vendor for p in ENGINE_PLATFORMS[b.engine.name])} GPUs "
+                                 f"only, but system {b.system!r} has {platform.vendor}'s; serve it with vllm or "
+                                 "sglang, which have ROCm builds")
+            b.engine._platform = platform.name
+        return self
+
+    @model_validator(mode="after")
     def _replicas_fit(self) -> Plan:
         """Each engine's replicas fit its system's nodes and each node's GPUs; their readiness counts and losses are
         counts of replicas (the layout is resolved here, N defaulting to the system's nodes)."""
@@ -492,7 +526,7 @@ class Plan(Input):
             k8s = b.engine.kubernetes
             found += [f"benchmarks.{i}.engine.{p}" for p in replica_problems(
                 spec, b.engine.config(), launcher=b.engine.launcher, endpoint_url=k8s.endpoint_url if k8s else None,
-                system=system.name, system_nodes=system.nodes, description=system.description)]
+                system=system.name, system_nodes=system.nodes, description=system.description, harness=self.harness(b))]
             b.engine._layout = replica_layout(spec, b.engine.config(), system.nodes)
         if found:
             raise ValueError("\n  - ".join(found))

@@ -129,14 +129,19 @@ def layout(spec: ReplicasSpec, options: Any, system_nodes: int | None = None) ->
 
 
 def problems(spec: ReplicasSpec, options: Any, *, launcher: str, endpoint_url: str | None, system: str,
-             system_nodes: int, description: dict[str, str]) -> list[str]:
-    """Everything wrong with `spec` for these engine options on this system, each naming its field under
-    `engine` and the fix."""
+             system_nodes: int, description: dict[str, str], harness: str = "loadgen") -> list[str]:
+    """Everything wrong with `spec` for these engine options on this system, measured by the client `harness`,
+    each naming its field under `engine` and the fix."""
     try:
         found = layout(spec, options, system_nodes)
     except ValueError as e:
         return [str(e)]
     out = []
+    if harness == "endpoints":   # the MLCommons endpoints client sends every request to the one URL it is given
+        out.append("replicas: the benchmark is measured by the endpoints client, which sends every sample to one URL "
+                   "and cannot spread them over replicas (only loadgen's SUT, Podium's dispatch, can); serve it as "
+                   "one engine whose own router spreads the load (the dynamo engine: more decode.workers behind its "
+                   "frontend) and remove replicas, or, in a smoke plan, measure it with harness: loadgen")
     if found.nodes > system_nodes:
         out.append(f"replicas.nodes: {found.nodes} nodes but system {system!r} has {system_nodes}; set that "
                    f"system's nodes: {found.nodes} or lower replicas.nodes")

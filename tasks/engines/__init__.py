@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from submission.base.errors import LaunchError, PlanError, did_you_mean
 from submission.base.files import write_atomic
 from submission.plan.engine_options import OptionsLike, parse_options
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.secret_env import shown_options, values_digest
 
 
@@ -47,7 +48,7 @@ class ProcessSpec:
     gpus: int = 0
     node_index: int = 0
     probes: tuple[HttpProbe, ...] = ()
-    gpu_ids: tuple[int, ...] = ()  # which GPUs of its node (also in env as CUDA_VISIBLE_DEVICES); () = any `gpus`
+    gpu_ids: tuple[int, ...] = ()  # which GPUs of its node (also in env: its platform's pin); () = any `gpus`
     side_ports: dict[str, int] = field(default_factory=dict)   # other ports it listens on, e.g. nixl side channel
     mpi_ranks: int = 1             # >1: one MPI rank per GPU across `nodes` (trtllm under srun --mpi=pmix)
     nodes: int = 1                 # nodes one process spans (with mpi_ranks)
@@ -164,6 +165,7 @@ class Placement:
     bind when it differs from the one they are reached at (0.0.0.0 in a pod); `service_address` is a template
     (`{name}` = process name) when every process has its own address (a Kubernetes Service per process).
     `workdir` is a directory private to this deployment that every node sees (None: the backend makes one).
+    `platform` is the nodes' GPU platform (submission/plan/platforms.py): how a process is pinned to its GPUs.
     """
 
     host: str
@@ -172,6 +174,7 @@ class Placement:
     bind: str | None = None
     service_address: str | None = None
     workdir: str | None = None
+    platform: Platform = NVIDIA
 
     def node(self, index: int) -> Node:
         if not self.nodes:
@@ -267,10 +270,12 @@ def service_fix(option: str, command: str, place: str) -> str:
             f"nats-server: a nats-io/nats-server release), or set engine.{option} to its path")
 
 
-def engine_identity(name: str, options: OptionsLike) -> str:
+def engine_identity(name: str, options: OptionsLike, replicas: Any = None) -> str:
     """What identifies a deployment's behaviour: the engine, its version and its options, each env value as `<set>`
-    and a digest of the values after them (submission/plan/secret_env.py)."""
+    and a digest of the values after them (submission/plan/secret_env.py), and for an engine of replicas (`replicas`:
+    its submission.plan.replicas.Layout) how many on how many nodes, so a run of 8 replicas is never one of 64's."""
     be = backend(name)
     given = be.options(options).as_plan()
     env = f" env-sha256:{values_digest(given['env'])}" if given.get("env") else ""
-    return f"{name} {be.version(options)} {json.dumps(shown_options(given), sort_keys=True)}{env}"
+    copies = f" replicas {replicas.per_node}x{replicas.nodes}" if replicas is not None else ""
+    return f"{name} {be.version(options)} {json.dumps(shown_options(given), sort_keys=True)}{env}{copies}"

@@ -1,5 +1,6 @@
 """What the GPU backends share: engine versions read from package metadata (never by importing the engine), the
-readiness probes, the served model name, GPU environment, and the checkpoint check of the build step.
+readiness probes, the served model name, the GPU environment of the placement's platform, and the checkpoint check of
+the build step.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from submission.base.errors import LaunchError
+from submission.plan.platforms import Platform
 from tasks.engines import HttpProbe
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
@@ -82,8 +84,11 @@ def scratch(placement_workdir: str | None, build_dir: Path | None, engine: str) 
     return Path(tempfile.gettempdir()) / f"podium-{engine}"
 
 
-def gpu_env(gpu_ids: tuple[int, ...]) -> dict[str, str]:
-    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+def gpu_env(gpu_ids: tuple[int, ...], platform: Platform) -> dict[str, str]:
+    """The environment that gives a process `gpu_ids` of its node on `platform` (the placement's): CUDA's
+    CUDA_VISIBLE_DEVICES, or ROCm's ROCR_VISIBLE_DEVICES with the variables read after it numbered from 0
+    (`Platform.pin`); none without GPUs."""
+    return platform.pin(gpu_ids)
 
 
 def compact_json(value: Any) -> str:

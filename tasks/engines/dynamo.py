@@ -178,7 +178,8 @@ class DynamoBackend(EngineBackend):
         host_env = {"DYN_SYSTEM_PORT": str(system_port), "DYN_SYSTEM_HOST": bind, "DYN_TCP_RPC_HOST": address,
                     "DYN_TCP_RESPONSE_STREAM_HOST": address, "DYN_EVENT_PLANE_HOST": address, **WORKER_HEALTH}
         return ProcessSpec(role=slot.role, name=name, argv=tuple(argv),
-                           env={**env, **host_env, **extra_env, **gpu_env(slot.gpu_ids), **o.env}, host=address,
+                           env={**env, **host_env, **extra_env, **gpu_env(slot.gpu_ids, placement.platform), **o.env},
+                           host=address,
                            port=system_port, gpus=len(slot.gpu_ids), gpu_ids=slot.gpu_ids, node_index=node,
                            side_ports=side, probes=(HttpProbe("/health", contains=WORKER_READY),),
                            bind=placement.bind, metrics="dynamo-worker")

@@ -5,7 +5,8 @@ spec, as its backend makes it today, made R times.
 `demand` is the layout's N nodes with K x (one replica's ports) on each, and its `processes` ask the backend for one
 replica on a placement of its own (its node's address, its own ports: the (i % K)-th block of its node's, or the
 node's first ones where every process has an address of its own, a Kubernetes Service), then name it `replica-<i>`,
-put it on node i // K and pin it to the (i % K)-th block of that node's GPUs (`CUDA_VISIBLE_DEVICES`). Its `endpoint`
+put it on node i // K and pin it to the (i % K)-th block of that node's GPUs (its platform's pin: CUDA_VISIBLE_DEVICES,
+or ROCm's ROCR_VISIBLE_DEVICES with the variables read after it numbered from 0). Its `endpoint`
 is the backend's for the first replica, listing every replica (`Endpoint.replicas`; the launcher keeps those that are
 ready and names their nodes). It works for any backend whose one instance is one process on one node (vllm,
 trtllm's aggregated trtllm-serve, simulated) and refuses the others (a PlanError naming why).
@@ -23,8 +24,6 @@ from submission.plan.model import EngineSpec
 from submission.plan.replicas import Layout
 from tasks.engines import Endpoint, EngineBackend, Placement, ProcessSpec, Replica, backend
 from tasks.engines.common import gpu_env
-
-GPU_ENV = "CUDA_VISIBLE_DEVICES"   # the device visibility variable of NVIDIA's platform (tasks/engines/common.py)
 
 
 class Replicated(EngineBackend):
@@ -66,7 +65,7 @@ class Replicated(EngineBackend):
             first = 0 if placement.service_address else lay.slot(i) * ports
             own = Placement(node.host, node.ports[first:first + ports], bind=placement.bind,
                             service_address=placement.address(index, name) if placement.service_address else None,
-                            workdir=placement.workdir)
+                            workdir=placement.workdir, platform=placement.platform)
             made = self.inner.processes(options, model_dir, own, build_dir)
             if len(made) != 1 or made[0].nodes != 1 or made[0].mpi_ranks != 1:
                 raise PlanError(f"one {self.name} instance of these options is {len(made)} process(es) over "
@@ -76,7 +75,8 @@ class Replicated(EngineBackend):
             if spec.gpus != lay.gpus:
                 raise PlanError(f"one replica's process holds {spec.gpus} GPU(s) but the layout gives it {lay.gpus}",
                                 where="engine.replicas", fix="report this: the backend and the layout disagree")
-            env = {k: v for k, v in spec.env.items() if k != GPU_ENV} | gpu_env(ids)
+            numbering = placement.platform.visibility_env()   # whatever the backend pinned, this replica's block
+            env = {k: v for k, v in spec.env.items() if k not in numbering} | gpu_env(ids, placement.platform)
             specs.append(dataclasses.replace(spec, name=name, node_index=index, gpu_ids=ids, env=env, replica=i,
                                              host=placement.address(index, name)))
         return specs

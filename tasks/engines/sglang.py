@@ -85,7 +85,7 @@ class SglangBackend(EngineBackend):
         argv = [o.python, "-m", LAUNCH_SERVER, "--model-path", str(model_dir), "--served-model-name", model,
                 "--host", placement.bind_host(0), "--port", str(port), *engine_flags(o), *o.extra_args]
         gpu_ids = tuple(range(o.server_gpus()))
-        env = {**OFFLINE_ENV, **gpu_env(gpu_ids), **o.env}
+        env = {**OFFLINE_ENV, **gpu_env(gpu_ids, placement.platform), **o.env}
         return [ProcessSpec(role="server", name="sglang-server", argv=tuple(argv), env=env,
                             host=placement.address(0, "sglang-server"), port=port, gpus=len(gpu_ids),
                             gpu_ids=gpu_ids, probes=ready_probes(model), bind=placement.bind)]

@@ -165,7 +165,8 @@ class TrtllmBackend(EngineBackend):
                                yaml_path)
             ids = tuple(range(min(gpus, o.gpus_per_node))) if span == 1 else ()
             return [ProcessSpec(role="server", name="trtllm-server", argv=tuple([LAUNCH, *argv] if span > 1 else argv),
-                                env={**env, **gpu_env(ids)}, host=placement.address(0, "trtllm-server"),
+                                env={**env, **gpu_env(ids, placement.platform)},
+                                host=placement.address(0, "trtllm-server"),
                                 port=placement.node(0).ports[0], gpus=gpus, gpu_ids=ids, mpi_ranks=gpus if span > 1
                                 else 1, nodes=span, probes=ready_probes(model),
                                 files={p: files[p] for p in ([yaml_path] if yaml_path else [])}, bind=placement.bind)]
@@ -187,7 +188,8 @@ class TrtllmBackend(EngineBackend):
             argv = self._serve(o, model_dir, build_dir, placement.bind_host(slot.node), port, pool, yaml_path)
             address = placement.address(slot.node, name)
             urls[slot.role].append(f"{address}:{port}")
-            specs.append(ProcessSpec(role=slot.role, name=name, argv=tuple(argv), env={**env, **gpu_env(slot.gpu_ids)},
+            specs.append(ProcessSpec(role=slot.role, name=name, argv=tuple(argv),
+                                     env={**env, **gpu_env(slot.gpu_ids, placement.platform)},
                                      host=address, port=port, gpus=len(slot.gpu_ids), gpu_ids=slot.gpu_ids,
                                      node_index=slot.node, probes=ready_probes(model),
                                      files={yaml_path: files[yaml_path]}, bind=placement.bind))

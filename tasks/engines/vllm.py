@@ -123,7 +123,7 @@ class VllmBackend(EngineBackend):
         argv = [*head, "--served-model-name", model, "--host", placement.bind_host(0), "--port", str(port),
                 *engine_flags(o)]
         gpu_ids = tuple(range(o.server_gpus()))
-        env = {**OFFLINE_ENV, "VLLM_NO_USAGE_STATS": "1", **gpu_env(gpu_ids), **cpu_env(o)}
+        env = {**OFFLINE_ENV, "VLLM_NO_USAGE_STATS": "1", **gpu_env(gpu_ids, placement.platform), **cpu_env(o)}
         side = {}
         if o.kv_transfer is not None:
             argv += ["--kv-transfer-config", kv_transfer_config(o.kv_transfer)]

@@ -17,6 +17,7 @@ import httpx
 
 from submission.base.errors import LaunchError, PlanError, did_you_mean
 from submission.plan.engine_options import OptionsLike
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.replicas import Layout
 from tasks.engines import Endpoint, EngineBackend, HttpProbe, Placement, ProcessSpec, Watched, watched
 from tasks.engines.replicas import replicated
@@ -33,10 +34,13 @@ class Launcher(Protocol):
     when a backend cannot take them); `start` writes each spec's `files` (tasks.engines.write_files) before it starts
     the process; `wait_ready` judges probe answers with `HttpProbe.accepts`. The members with a body are defaults that
     a launcher overrides where it knows better: every launcher subclasses this Protocol. A launcher made with
-    `replicas` (a layout of `engine.replicas`) starts a backend's replicas (tasks/launchers/replicas.py)."""
+    `replicas` (a layout of `engine.replicas`) starts a backend's replicas (tasks/launchers/replicas.py); its
+    `platform` (the system's, submission/plan/platforms.py) goes into every placement, and says how it requests, pins
+    and samples GPUs."""
 
     name: str
     replicas: Layout | None = None
+    platform: Platform = NVIDIA
 
     def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement: ...
 

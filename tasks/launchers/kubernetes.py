@@ -31,6 +31,7 @@ from typing import Any
 
 from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.replicas import Layout
 from tasks.engines import Endpoint, HttpProbe, Placement, ProcessSpec, Watched, watched
 from tasks.launchers import Launcher
@@ -94,9 +95,11 @@ class KubernetesLauncher(Launcher):
     name = "kubernetes"
 
     def __init__(self, state_dir: Path, settings: KubernetesSettings | dict[str, Any], engine: str = "",
-                 api_client: Any = None, owner: dict[str, str] | None = None, replicas: Layout | None = None) -> None:
+                 api_client: Any = None, owner: dict[str, str] | None = None, replicas: Layout | None = None,
+                 platform: Platform = NVIDIA) -> None:
         self.state_dir = state_dir
         self.replicas = replicas   # with head: own-node, replica pods keep off the flow pod's node
+        self.platform = platform   # the GPUs' resource (amd.com/gpu on AMD's) and the variables a pod drops
         self.owner = dict(owner or {})   # plan, system, benchmark: labels on every object (owner_labels)
         self.settings = settings if isinstance(settings, KubernetesSettings) else \
             KubernetesSettings.model_validate(settings)
@@ -115,14 +118,15 @@ class KubernetesLauncher(Launcher):
                               f"gives up to {ports[-1]}", fix=f"set engine.kubernetes.port under {max_port}")
         template = f"{self.prefix}-{{name}}.{self.settings.namespace}.svc.cluster.local"
         return Placement("0.0.0.0", ports, nodes=tuple(_node(ports) for _ in range(nodes)) if nodes > 1 else (),
-                         bind="0.0.0.0", service_address=template, workdir="/tmp/podium")
+                         bind="0.0.0.0", service_address=template, workdir="/tmp/podium", platform=self.platform)
 
     def model_path(self, staged: Path) -> Path:
         return Path(self.settings.model_path) if self.settings.model_path else staged
 
     def objects(self, specs: list[ProcessSpec]) -> list[dict]:
         apart = self.replicas is not None and self.replicas.head == "own-node"
-        objects = manifests(self.prefix, specs, self.settings, self.graph, self.owner, head_apart=apart)
+        objects = manifests(self.prefix, specs, self.settings, self.graph, self.owner, head_apart=apart,
+                            platform=self.platform)
         validate(objects)
         return objects
 

@@ -5,9 +5,17 @@ ConfigMap with every config file a process reads (mounted at the path its argv n
 the processes' environment (each container names its variables and takes their values from it, `secretKeyRef`: no
 value is written into a pod spec; `shown` gives the objects as logs and dry runs show them, the Secret's values as
 `<set>`), and for Dynamo a `DynamoGraphDeployment` (nvidia.com/v1alpha1, the Dynamo operator's CRD: engines.md §3.3)
-in place of the Deployments and Services. Besides the deployment, `describe_pod`: the short-lived pod that tells
-preflight what the engine's node is. Objects are validated by round-tripping through the client's models:
-`sanitize_for_serialization`, then `from_dict`.
+in place of the Deployments and Services.
+
+GPUs by the system's platform (submission/plan/platforms.py): a container asks its platform's device-plugin resource
+(`nvidia.com/gpu`, AMD's `amd.com/gpu`), and each replica is its own pod, so the device plugin, not Podium, picks which
+GPUs of a node it holds and shows them to it numbered from 0: the pinning variables a process spec carries
+(`Platform.visibility_env`) are dropped from a pod. AMD's device plugin gives each container /dev/kfd and the
+/dev/dri/card<N> and renderD<N> of its GPUs itself (ROCm/k8s-device-plugin v1.31.0.9, internal/pkg/plugin/plugin.go
+`Allocate`), so a pod mounts no device files and runs unprivileged: the ROCm images run as root, who may open them
+(an image that runs as another user needs the nodes' `video` and `render` group ids in its securityContext).
+Besides the deployment, `describe_pod`: the short-lived pod that tells preflight what the engine's node is. Objects
+are validated by round-tripping through the client's models: `sanitize_for_serialization`, then `from_dict`.
 """
 
 from __future__ import annotations
@@ -21,15 +29,14 @@ from kubernetes.client import ApiClient
 
 from submission.base.errors import LaunchError
 from submission.plan.engine_options import KubernetesSettings
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.secret_env import SHOWN
 from tasks.engines import ProcessSpec
 
 LABEL = "podium.mlcommons.org"
 DGD = ("nvidia.com", "v1alpha1", "dynamographdeployments", "DynamoGraphDeployment")
-GPU = "nvidia.com/gpu"
 POD_IP_ENV = ("VLLM_NIXL_SIDE_CHANNEL_HOST", "DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST",
               "DYN_EVENT_PLANE_HOST")   # addresses a worker advertises: its pod's IP (downward API) in a graph
-PER_PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES",)   # the device plugin gives a pod its GPUs, numbered from 0
 COMPONENTS = {"frontend": ("Frontend", "frontend", None), "prefill": ("PrefillWorker", "worker", "prefill"),
               "decode": ("DecodeWorker", "worker", "decode")}
 # The labels the Dynamo operator puts on each pod of a graph: the DynamoGraphDeployment's name, and the service of
@@ -104,15 +111,17 @@ def env_key(process: str, name: str) -> str:
     return f"{dns_name(process)}.{name}"
 
 
-def _secret_env(spec: ProcessSpec, pod_ip: bool) -> dict[str, str]:
+def _secret_env(spec: ProcessSpec, pod_ip: bool, platform: Platform) -> dict[str, str]:
     """The variables of a process whose values its pod takes from the Secret: all but those the pod gets elsewhere
-    (its IP, from the downward API) or not at all (its GPUs, from the device plugin)."""
-    return {k: v for k, v in spec.env.items() if k not in PER_PLACEMENT_ENV and not (pod_ip and k in POD_IP_ENV)}
+    (its IP, from the downward API) or not at all (which GPUs it holds and how they are numbered: the device plugin's,
+    `Platform.visibility_env`)."""
+    dropped = platform.visibility_env()
+    return {k: v for k, v in spec.env.items() if k not in dropped and not (pod_ip and k in POD_IP_ENV)}
 
 
 def env_secret(prefix: str, namespace: str, specs: list[ProcessSpec], pod_ip: bool,
-               owner: dict[str, str] | None = None) -> k8s.V1Secret | None:
-    data = {env_key(s.name, k): v for s in specs for k, v in _secret_env(s, pod_ip).items()}
+               owner: dict[str, str] | None = None, platform: Platform = NVIDIA) -> k8s.V1Secret | None:
+    data = {env_key(s.name, k): v for s in specs for k, v in _secret_env(s, pod_ip, platform).items()}
     if not data:
         return None
     return k8s.V1Secret(api_version="v1", kind="Secret", type="Opaque", string_data=data,
@@ -120,9 +129,9 @@ def env_secret(prefix: str, namespace: str, specs: list[ProcessSpec], pod_ip: bo
                                                   labels=labels(prefix) | owner_labels(owner)))
 
 
-def _env(prefix: str, spec: ProcessSpec, pod_ip: bool) -> list[k8s.V1EnvVar]:
+def _env(prefix: str, spec: ProcessSpec, pod_ip: bool, platform: Platform) -> list[k8s.V1EnvVar]:
     out = []
-    secret = _secret_env(spec, pod_ip)
+    secret = _secret_env(spec, pod_ip, platform)
     for name in sorted(spec.env):
         if name in secret:
             out.append(k8s.V1EnvVar(name=name, value_from=k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(
@@ -159,8 +168,13 @@ def _volumes(prefix: str, settings: KubernetesSettings, specs: list[ProcessSpec]
     return volumes
 
 
+def gpu_limits(platform: Platform, gpus: int) -> k8s.V1ResourceRequirements | None:
+    """A container's GPUs as its platform's device plugin takes them (none: no resources)."""
+    return k8s.V1ResourceRequirements(limits={platform.resource: str(gpus)}) if gpus else None
+
+
 def container(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, keys: dict[str, str],
-              pod_ip: bool = False) -> k8s.V1Container:
+              pod_ip: bool = False, platform: Platform = NVIDIA) -> k8s.V1Container:
     if spec.mpi_ranks > 1 or spec.nodes > 1:
         raise LaunchError(f"{spec.name} spans {spec.nodes} nodes with {spec.mpi_ranks} MPI ranks; the kubernetes "
                           f"launcher runs one pod per process",
@@ -176,9 +190,10 @@ def container(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, keys
     readiness = k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=get.path, port=spec.port), period_seconds=10,
                             failure_threshold=6) if get and spec.port else None
     return k8s.V1Container(
-        name="engine", image=settings.image, command=list(spec.argv), env=_env(prefix, spec, pod_ip) or None,
+        name="engine", image=settings.image, command=list(spec.argv),
+        env=_env(prefix, spec, pod_ip, platform) or None,
         ports=[k8s.V1ContainerPort(name=n, container_port=p) for n, p in _ports(spec)] or None,
-        resources=k8s.V1ResourceRequirements(limits={GPU: str(spec.gpus)}) if spec.gpus else None,
+        resources=gpu_limits(platform, spec.gpus),
         readiness_probe=readiness, volume_mounts=mounts or None)
 
 
@@ -191,9 +206,9 @@ def away_from_head() -> k8s.V1Affinity:
 
 
 def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec],
-              head_apart: bool = False) -> k8s.V1PodSpec:
+              head_apart: bool = False, platform: Platform = NVIDIA) -> k8s.V1PodSpec:
     return k8s.V1PodSpec(
-        containers=[container(prefix, spec, settings, file_keys(specs))],
+        containers=[container(prefix, spec, settings, file_keys(specs), platform=platform)],
         volumes=_volumes(prefix, settings, specs) or None,
         node_selector=settings.node_selector or None, service_account_name=settings.service_account,
         image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets] or None,
@@ -201,7 +216,8 @@ def _pod_spec(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, spec
 
 
 def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, specs: list[ProcessSpec],
-               owner: dict[str, str] | None = None, head_apart: bool = False) -> k8s.V1Deployment:
+               owner: dict[str, str] | None = None, head_apart: bool = False,
+               platform: Platform = NVIDIA) -> k8s.V1Deployment:
     meta = labels(prefix, spec.name)
     return k8s.V1Deployment(
         api_version="apps/v1", kind="Deployment",
@@ -212,7 +228,7 @@ def deployment(prefix: str, spec: ProcessSpec, settings: KubernetesSettings, spe
         spec=k8s.V1DeploymentSpec(
             replicas=1, selector=k8s.V1LabelSelector(match_labels=meta),
             template=k8s.V1PodTemplateSpec(metadata=k8s.V1ObjectMeta(labels=meta),
-                                           spec=_pod_spec(prefix, spec, settings, specs, head_apart))))
+                                           spec=_pod_spec(prefix, spec, settings, specs, head_apart, platform))))
 
 
 def service(prefix: str, spec: ProcessSpec, settings: KubernetesSettings,
@@ -264,7 +280,8 @@ def dynamo_graph(prefix: str, specs: list[ProcessSpec], settings: KubernetesSett
 DESCRIBE = "describe"   # the container (and process label) of the pod that describes the engine's node
 
 
-def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: list[str]) -> dict[str, Any]:
+def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: list[str],
+                 platform: Platform = NVIDIA) -> dict[str, Any]:
     """A pod shaped like the engine's (its image, node selector, account, pull secrets, model volume, and the GPUs of
     its largest process, so it lands where the engine's pods can and sees what they see) that runs `argv` once and
     ends. It takes no API token: it asks the cluster nothing."""
@@ -276,8 +293,7 @@ def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: lis
                                   labels=labels(prefix, DESCRIBE)),
         spec=k8s.V1PodSpec(
             containers=[k8s.V1Container(name=DESCRIBE, image=settings.image, command=argv, volume_mounts=mounts,
-                                        resources=k8s.V1ResourceRequirements(limits={GPU: str(gpus)}) if gpus
-                                        else None)],
+                                        resources=gpu_limits(platform, gpus))],
             volumes=_model_volume(settings) or None, node_selector=settings.node_selector or None,
             service_account_name=settings.service_account, automount_service_account_token=False,
             image_pull_secrets=[k8s.V1LocalObjectReference(name=n) for n in settings.image_pull_secrets] or None,
@@ -286,18 +302,23 @@ def describe_pod(prefix: str, settings: KubernetesSettings, gpus: int, argv: lis
 
 
 def manifests(prefix: str, specs: list[ProcessSpec], settings: KubernetesSettings, graph: bool,
-              owner: dict[str, str] | None = None, head_apart: bool = False) -> list[dict]:
+              owner: dict[str, str] | None = None, head_apart: bool = False,
+              platform: Platform = NVIDIA) -> list[dict]:
     """Every object of the deployment as plain dicts, in the order they are applied; `owner` (plan, system,
     benchmark) labels each. An engine's replicas are processes like any other, a Deployment and a Service each (one
-    pod per replica); with `head_apart` their pods keep off the head's node (`away_from_head`)."""
+    pod per replica, holding the GPUs of its `platform`'s resource); with `head_apart` their pods keep off the head's
+    node (`away_from_head`)."""
     api = ApiClient()
     objects: list[Any] = [config_map(prefix, settings.namespace, specs, owner),
-                          env_secret(prefix, settings.namespace, specs, graph, owner)]
+                          env_secret(prefix, settings.namespace, specs, graph, owner, platform)]
     if graph:
+        if platform is not NVIDIA:   # the operator asks nvidia.com/gpu for a graph's `gpu` limit
+            raise LaunchError(f"a DynamoGraphDeployment's GPUs are NVIDIA's, not {platform.vendor}'s",
+                              fix="serve it with vllm or sglang, or on an NVIDIA system")
         objects.append(dynamo_graph(prefix, specs, settings, owner))
     else:
         for spec in specs:
-            objects += [deployment(prefix, spec, settings, specs, owner, head_apart),
+            objects += [deployment(prefix, spec, settings, specs, owner, head_apart, platform),
                         service(prefix, spec, settings, owner)]
     return [api.sanitize_for_serialization(o) for o in objects if o is not None]
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from submission.base.errors import LaunchError
 from submission.base.files import tail
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.replicas import Layout
 from submission.plan.secret_env import shown_env
 from tasks.engines import Node, Placement, ProcessSpec, Watched, watched, write_files
@@ -114,11 +115,12 @@ class LocalLauncher(Launcher):
     name = "local"
 
     def __init__(self, state_dir: Path, host: str = "127.0.0.1", grace_s: float = 10.0,
-                 replicas: Layout | None = None) -> None:
+                 replicas: Layout | None = None, platform: Platform = NVIDIA) -> None:
         self.state_dir = state_dir
         self.host = host
         self.grace_s = grace_s
         self.replicas = replicas
+        self.platform = platform
 
     def placement(self, ports_needed: int, nodes: int = 1, max_port: int | None = None) -> Placement:
         if nodes > 1 and self.replicas is None:
@@ -130,7 +132,7 @@ class LocalLauncher(Launcher):
             if port not in ports:
                 ports.append(port)
         per_node = tuple(Node(self.host, tuple(ports[i * ports_needed:(i + 1) * ports_needed])) for i in range(nodes))
-        return Placement(self.host, per_node[0].ports, nodes=per_node if nodes > 1 else ())
+        return Placement(self.host, per_node[0].ports, nodes=per_node if nodes > 1 else (), platform=self.platform)
 
     def node_names(self) -> tuple[str, ...]:
         """This host's name; with replicas over several nodes, their labels."""

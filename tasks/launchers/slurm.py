@@ -48,6 +48,7 @@ from pydantic import ValidationError
 
 from submission.base.errors import CommandError, LaunchError, PlanError, PodiumError
 from submission.base.files import tail
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.replicas import Layout
 from submission.plan.secret_env import shown_env
 from submission.plan.slurm_options import SlurmSettings, settings_problems
@@ -126,7 +127,8 @@ class SlurmLauncher(Launcher):
     name = "slurm"
 
     def __init__(self, state_dir: Path, settings: SlurmSettings | Mapping[str, Any] | None = None,
-                 environ: Mapping[str, str] | None = None, replicas: Layout | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, replicas: Layout | None = None,
+                 platform: Platform = NVIDIA) -> None:
         try:
             self.settings = settings if isinstance(settings, SlurmSettings) else \
                 SlurmSettings.model_validate(dict(settings or {}))
@@ -137,6 +139,7 @@ class SlurmLauncher(Launcher):
         environ = os.environ if environ is None else environ
         self.state_dir = state_dir
         self.replicas = replicas
+        self.platform = platform   # how each node's supervisor pins its replicas, and what samples its GPUs
         self.here = environ.get("SLURMD_NODENAME")   # the node Podium runs on, inside a job
         self.env = cli.client_env(self.settings, environ)
         mode = self.settings.allocation
@@ -271,7 +274,7 @@ class SlurmLauncher(Launcher):
         workdir = alloc.workdir
         workdir.mkdir(parents=True, exist_ok=True)
         return Placement(per_node[0].host, per_node[0].ports, nodes=tuple(per_node) if nodes > 1 else (),
-                         workdir=str(workdir))
+                         workdir=str(workdir), platform=self.platform)
 
     def model_on_nodes(self, specs: list[ProcessSpec], model_dir: Path, logger: Logger) -> list[ProcessSpec]:
         """With `local_stage`: the model copied onto each node that reads it (tasks/launchers/slurm_stage.py), and
@@ -306,7 +309,7 @@ class SlurmLauncher(Launcher):
         log_dir.mkdir(parents=True, exist_ok=True)
         deployment = SlurmDeployment(processes=specs, allocation=alloc, logger=logger)
         try:
-            for spec in slurm_replicas.node_steps(specs, self.settings.python):   # replicas: one step per node
+            for spec in slurm_replicas.node_steps(specs, self.settings.python, self.platform):   # a step per node
                 nodes = alloc.nodes[spec.node_index:spec.node_index + spec.nodes]
                 write_files(spec)
                 step_name = f"{self.tag}-{spec.name}"
@@ -339,7 +342,7 @@ class SlurmLauncher(Launcher):
         alloc = deployment.allocation
         for node, gpus in cli.held_gpus(deployment.processes, alloc.nodes).items():
             name, log = f"{self.tag}-gpus-{node}", log_dir / f"gpus-{node}.jsonl"
-            argv = cli.sampler_argv(self.settings, alloc.job_id, node, gpus, name)
+            argv = cli.sampler_argv(self.settings, alloc.job_id, node, gpus, name, self.platform)
             deployment.logger.info("starting the GPU sampler of %s: %s", node, json.dumps(argv))
             with log.open("ab") as out:
                 srun = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603

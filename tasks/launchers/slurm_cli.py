@@ -5,7 +5,8 @@ Facts measured on Slurm 22.05 (Debian 12) with the local cluster of deployments/
 - `srun --overlap --gpus=N` shares GPUs between steps: two such steps on one node both got GPUs 0,1. A GPU step
   therefore runs with `--exact --gpus=N` (not `--overlap`): Slurm then gives concurrent steps distinct GPUs (0,1
   and 2,3) and refuses a step when none are left. Steps without GPUs run with `--overlap`.
-- Slurm sets CUDA_VISIBLE_DEVICES in every step that holds GPUs, over any value passed with `--export`.
+- Slurm sets CUDA_VISIBLE_DEVICES in every step that holds GPUs, over any value passed with `--export` (on AMD nodes
+  ROCR_VISIBLE_DEVICES, as gres.conf says: submission/plan/platforms.py `slurm_env`).
 - `--export=ALL,NAME` passes NAME's value from srun's own environment. Every value of a process's environment
   goes that way, named on the command line and set in srun's environment, so no value shows in `ps` or a log
   (submission/plan/secret_env.py); `--export` would also split a value holding a comma.
@@ -19,6 +20,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from submission.base.errors import CommandError, LaunchError
+from submission.plan.platforms import NVIDIA, Platform
 from submission.plan.slurm_options import SlurmSettings
 from tasks.engines import ProcessSpec
 from tasks.launchers import gpu_sampler
@@ -286,13 +288,16 @@ def port_finder_argv(settings: SlurmSettings, job_id: str, node: str, host: str,
             ",".join(map(str, sorted(skip)))]
 
 
-def sampler_argv(settings: SlurmSettings, job_id: str, node: str, gpus: int, step_name: str) -> list[str]:
+def sampler_argv(settings: SlurmSettings, job_id: str, node: str, gpus: int, step_name: str,
+                 platform: Platform = NVIDIA) -> list[str]:
     """The GPU sampler's step on one node (tasks/launchers/gpu_sampler.py), bare as the port finder: `--overlap`
     with the `gpus` the engine's steps hold there, so it sees them (a cgroup hides GPUs a step was not given) without
-    taking them from anyone (an overlapping step shares what it holds, see the module's doc)."""
+    taking them from anyone (an overlapping step shares what it holds, see the module's doc); it asks the node's GPUs
+    with its `platform`'s tool (nvidia-smi, amd-smi)."""
     return ["srun", f"--jobid={job_id}", f"--job-name={step_name}", "--nodes=1", f"--nodelist={node}",
             "--ntasks=1", "--overlap", *([f"--gpus={gpus}"] if gpus else []),
-            f"--immediate={math.ceil(settings.step_timeout_s)}", "--unbuffered", *gpu_sampler.argv(settings.python)]
+            f"--immediate={math.ceil(settings.step_timeout_s)}", "--unbuffered",
+            *gpu_sampler.argv(settings.python, platform.name)]
 
 
 def held_gpus(specs: Sequence[ProcessSpec], nodes: Sequence[str]) -> dict[str, int]:
@@ -306,15 +311,16 @@ def held_gpus(specs: Sequence[ProcessSpec], nodes: Sequence[str]) -> dict[str, i
     return held
 
 
-def review(settings: SlurmSettings, specs: Sequence[ProcessSpec]) -> dict[str, object]:
+def review(settings: SlurmSettings, specs: Sequence[ProcessSpec], platform: Platform = NVIDIA) -> dict[str, object]:
     """What a launch would run, for `podium launch --dry-run`: the salloc (unless Podium runs inside a job), each
-    process's srun and each engine node's GPU sampler step, with `$JOB` for the job id and `node<i>` for the i-th
-    node of the allocation."""
+    process's srun and each engine node's GPU sampler step (its `platform`'s tool), with `$JOB` for the job id and
+    `node<i>` for the i-th node of the allocation."""
     nodes = max((s.node_index + s.nodes for s in specs), default=1)
     names = [f"node{i}" for i in range(max(nodes, settings.nodes or 0))]
     steps = {s.name: srun_argv(settings, "$JOB", s, names[s.node_index:s.node_index + s.nodes],
                                f"{settings.job_name}-<launch>-{s.name}") for s in specs}
-    samplers = {node: sampler_argv(settings, "$JOB", node, gpus, f"{settings.job_name}-<launch>-gpus-{node}")
+    samplers = {node: sampler_argv(settings, "$JOB", node, gpus, f"{settings.job_name}-<launch>-gpus-{node}",
+                                   platform)
                 for node, gpus in held_gpus(specs, names).items()}
     salloc = None if settings.allocation == "inherit" else \
         salloc_argv(settings, settings.nodes or nodes, f"{settings.job_name}-<launch>")

@@ -1,11 +1,14 @@
 """An engine's replicas under Slurm: one job step per node, in which a small supervisor starts the node's K replicas.
 
-`node_steps(specs, python)` turns the replicas' process specs into one step spec per node: `python -c SUPERVISOR
-CHILDREN`, holding the GPUs of all its replicas (`--exact --gpus=K x g`), its environment the values every replica
-there shares (passed by name, as any step's: the plan's `options.env` among them), CHILDREN a JSON list of each
-replica's name, argv, working folder, the variables whose values differ between them (Podium's own: ports), and the
-positions of its GPUs among the step's. On the node the supervisor reads the GPUs Slurm gave the step
-(`CUDA_VISIBLE_DEVICES`), starts each replica with its block of them, each in a session of its own, prefixes every line
+`node_steps(specs, python, platform)` turns the replicas' process specs into one step spec per node: `python -c
+SUPERVISOR CHILDREN GPUS`, holding the GPUs of all its replicas (`--exact --gpus=K x g`), its environment the values
+every replica there shares (passed by name, as any step's: the plan's `options.env` among them), CHILDREN a JSON list
+of each replica's name, argv, working folder, the variables whose values differ between them (Podium's own: ports),
+the positions of its GPUs among the step's and its pin (`Platform.pin` of those positions), GPUS the variable Slurm
+sets to the step's GPUs and the one the pin names them in, by the node's platform (submission/plan/platforms.py:
+CUDA_VISIBLE_DEVICES on NVIDIA's; ROCR_VISIBLE_DEVICES on AMD's, beside HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES and
+GPU_DEVICE_ORDINAL numbered from 0). On the node the supervisor reads the GPUs Slurm gave the step, starts each
+replica with its pin, its block of them in the pin's variable, each in a session of its own, prefixes every line
 a replica writes with `[replica-<i>] `, and prints `podium-supervisor: replica-<i> exited with code N` when one ends;
 it keeps the others running, sends SIGTERM and SIGCONT to every replica when the step is signalled, and ends when the
 last replica has. `Exits` reads those lines from the steps' logs as they grow, `replica_tail` one replica's lines.
@@ -18,18 +21,18 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from submission.plan.platforms import Platform
 from tasks.engines import ProcessSpec
 
-GPU_ENV = "CUDA_VISIBLE_DEVICES"
 MARK = "podium-supervisor:"
 ROLE = "replicas"
 
-# Runs on the node, inside the engine's container when the plan names one: `python -c SUPERVISOR CHILDREN`.
+# Runs on the node, inside the engine's container when the plan names one: `python -c SUPERVISOR CHILDREN GPUS`.
 SUPERVISOR = r"""
 import json, os, signal, subprocess, sys, threading
 MARK = "podium-supervisor:"
-children = json.loads(sys.argv[1])
-visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+children, gpu = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+visible = [d for d in os.environ.get(gpu["visible"], "").split(",") if d]
 lock, procs, threads, stopping = threading.Lock(), {}, [], []
 
 def say(line):
@@ -64,7 +67,8 @@ for child in children:
                 f"{len(visible)} ({','.join(visible) or 'none'})")
             failed += 1
             continue
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[i] for i in child["gpus"])
+        env.update(child["pin"])   # its positions among the step's GPUs become the GPUs Slurm gave the step
+        env[gpu["pin"]] = ",".join(visible[i] for i in child["gpus"])
     try:
         procs[name] = subprocess.Popen(child["argv"], env=env, cwd=child["cwd"], stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -72,7 +76,7 @@ for child in children:
         say(f"{MARK} {name} could not start: {e}")
         failed += 1
         continue
-    say(f"{MARK} {name} started, pid {procs[name].pid}, GPUs {env.get('CUDA_VISIBLE_DEVICES', 'none')}")
+    say(f"{MARK} {name} started, pid {procs[name].pid}, GPUs {env.get(gpu['pin'], 'none')}")
     threads.append(threading.Thread(target=follow, args=(name, procs[name])))
     threads[-1].start()
 if stopping:   # a signal that came while a replica was starting reaches it too
@@ -88,22 +92,26 @@ def step_name(node: int) -> str:
     return f"{ROLE}-node{node}"
 
 
-def node_steps(specs: list[ProcessSpec], python: str) -> list[ProcessSpec]:
-    """One supervisor step spec per node for the replicas among `specs` (the others as they are)."""
+def node_steps(specs: list[ProcessSpec], python: str, platform: Platform) -> list[ProcessSpec]:
+    """One supervisor step spec per node for the replicas among `specs` (the others as they are), each replica pinned
+    to its GPUs on `platform` (the nodes')."""
     by_node: dict[int, list[ProcessSpec]] = {}
     for spec in (s for s in specs if s.replica is not None):
         by_node.setdefault(spec.node_index, []).append(spec)
     steps = [s for s in specs if s.replica is None]
+    numbering = platform.visibility_env()   # set per replica by the supervisor, never shared or passed
+    gpus = json.dumps({"visible": platform.slurm_env, "pin": platform.pin_env}, separators=(",", ":"))
     for node, members in sorted(by_node.items()):
         shared = {k: v for k, v in members[0].env.items()
-                  if k != GPU_ENV and all(m.env.get(k) == v for m in members)}
+                  if k not in numbering and all(m.env.get(k) == v for m in members)}
         held = sorted({g for m in members for g in m.gpu_ids})
         children = [{"name": m.name, "argv": list(m.argv), "cwd": m.cwd,
-                     "env": {k: v for k, v in m.env.items() if k != GPU_ENV and k not in shared},
-                     "gpus": [held.index(g) for g in m.gpu_ids]} for m in members]
+                     "env": {k: v for k, v in m.env.items() if k not in numbering and k not in shared},
+                     "gpus": (positions := [held.index(g) for g in m.gpu_ids]), "pin": platform.pin(positions)}
+                    for m in members]
         cwd = {m.cwd for m in members}
         steps.append(ProcessSpec(role=ROLE, name=step_name(node), node_index=node, gpus=sum(m.gpus for m in members),
-                                 argv=(python, "-c", SUPERVISOR, json.dumps(children, separators=(",", ":"))),
+                                 argv=(python, "-c", SUPERVISOR, json.dumps(children, separators=(",", ":")), gpus),
                                  env=shared, cwd=cwd.pop() if len(cwd) == 1 else None,
                                  files={p: t for m in members for p, t in m.files.items()}))
     return steps

@@ -1,6 +1,9 @@
 """The engine image's platforms against the nodes' architecture, before a node pulls it: GB200 nodes are aarch64
 (Grace), and an image built for amd64 only fails there with "exec format error" (or "no match for platform in
-manifest") after the allocation is taken.
+manifest") after the allocation is taken. And its GPU runtime against the system's GPU platform
+(submission/plan/platforms.py): a CUDA image on AMD GPUs (or a ROCm image on NVIDIA's) starts, then finds no GPU.
+An image's runtime is read from the environment its config sets (`RUNTIME_ENV`); an image that names neither, or
+both, is not judged.
 
 The image's platforms are read from its registry with the OCI distribution API (the Docker Registry HTTP API v2):
 `GET /v2/<name>/manifests/<reference>` accepting an image index (OCI) or manifest list (Docker), whose entries name
@@ -26,12 +29,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from submission.base.errors import PlanError, PodiumError
 from submission.base.hosts import loopback
+from submission.plan.platforms import PLATFORMS, Platform
 
 TIMEOUT_S = 30
 INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -46,6 +51,12 @@ ALIASES = {"docker.io": DOCKER_HUB, "index.docker.io": DOCKER_HUB}   # what PODI
 TOKEN_HOSTS = {DOCKER_HUB: ("auth.docker.io",)}
 USER, TOKEN, HOST, AUTH_HOST = ("PODIUM_REGISTRY_USER", "PODIUM_REGISTRY_TOKEN", "PODIUM_REGISTRY_HOST",
                                 "PODIUM_REGISTRY_AUTH_HOST")
+# What an image's environment (its config's `Env`) says of the GPU runtime it is built for, by platform: NVIDIA's CUDA
+# base images set CUDA_VERSION and NVIDIA_REQUIRE_CUDA (gitlab.com/nvidia/container-images/cuda, dist/*/base/
+# Dockerfile), which the CUDA images of vLLM, TensorRT-LLM and SGLang are built on; ROCm's set ROCM_PATH (vLLM's
+# docker/Dockerfile.rocm_base `ENV ROCM_PATH=/opt/rocm`, the base of vllm/vllm-openai-rocm).
+RUNTIME_ENV = {"nvidia": ("CUDA_VERSION", "NVIDIA_REQUIRE_CUDA"), "amd": ("ROCM_PATH",)}
+READ_ARCH = "amd64"   # the platform of an index whose environment is read (its first one without it)
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,18 @@ def _token(client: httpx.Client, challenge: dict[str, str], ref: ImageRef, user:
 def platforms(image: str, environ: Mapping[str, str]) -> set[str]:
     """The platforms (`os/architecture[/variant]`) the registry holds `image` for. Raises PlanError naming the image
     and what to do when it cannot tell."""
+    return _asked(image, environ, _read)
+
+
+def image_env(image: str, environ: Mapping[str, str]) -> list[str]:
+    """The environment (`NAME=value` entries) `image`'s config sets, of its linux/amd64 image where it is an index
+    (else its first). PlanError as `platforms`."""
+    return _asked(image, environ, _read_env)
+
+
+def _asked(image: str, environ: Mapping[str, str], read: Any) -> Any:
+    """`read(client, answer, ref, image, headers)` of the registry's answer for `image`'s manifest, asked with
+    the credentials that may go there (a Bearer token from its token service when it challenges)."""
     ref = parse(image)
     user, token = credentials(environ, ref)
     withheld = None if user or token or not (environ.get(USER) or environ.get(TOKEN)) else \
@@ -163,7 +186,7 @@ def platforms(image: str, environ: Mapping[str, str]) -> set[str]:
                     user, withheld = None, why   # asked anonymously
                 headers["Authorization"] = f"Bearer {_token(client, challenge, ref, user, token, withheld)}"
                 answer = client.get(url, headers=headers)
-            found = _read(client, answer, ref, image, headers)
+            found = read(client, answer, ref, image, headers)
     except httpx.HTTPError as e:
         raise PlanError(f"the registry of image {image} does not answer at {ref.base} ({type(e).__name__}: {e})",
                         fix="check the image name and that this host reaches its registry") from None
@@ -173,8 +196,8 @@ def platforms(image: str, environ: Mapping[str, str]) -> set[str]:
     return found
 
 
-def _read(client: httpx.Client, answer: httpx.Response, ref: ImageRef, image: str,
-          headers: dict[str, str]) -> set[str]:
+def _answered(answer: httpx.Response, ref: ImageRef, image: str) -> dict[str, Any]:
+    """A manifest answer's JSON, or the PlanError its status means."""
     if answer.status_code == 404:
         raise PlanError(f"image {image} is not in its registry ({ref.registry} has no {ref.repository}:"
                         f"{ref.reference})", fix="check the image's name and tag")
@@ -185,19 +208,75 @@ def _read(client: httpx.Client, answer: httpx.Response, ref: ImageRef, image: st
     if answer.status_code != 200:
         raise PlanError(f"the registry answers HTTP {answer.status_code} for image {image}",
                         fix="check the image's name and the registry")
-    data = answer.json()
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+def _is_index(data: dict[str, Any], answer: httpx.Response) -> bool:
     kind = data.get("mediaType") or answer.headers.get("Content-Type", "").split(";")[0]
-    if kind in INDEXES or "manifests" in data:
+    return kind in INDEXES or "manifests" in data
+
+
+def _read(client: httpx.Client, answer: httpx.Response, ref: ImageRef, image: str,
+          headers: dict[str, str]) -> set[str]:
+    data = _answered(answer, ref, image)
+    if _is_index(data, answer):
         return {"/".join(filter(None, (p.get("os"), p.get("architecture"), p.get("variant"))))
                 for m in data.get("manifests", []) if (p := m.get("platform"))
                 and p.get("architecture") not in (None, "unknown")}   # attestations are "unknown/unknown"
-    digest = data["config"]["digest"]
-    config = client.get(f"{ref.base}/v2/{ref.repository}/blobs/{digest}", headers=headers)
+    conf = _config(client, data, ref, image, headers)
+    return {"/".join(filter(None, (conf.get("os"), conf.get("architecture"), conf.get("variant"))))}
+
+
+def _config(client: httpx.Client, manifest: dict[str, Any], ref: ImageRef, image: str,
+            headers: dict[str, str]) -> dict[str, Any]:
+    """The config blob a single-platform manifest names."""
+    config = client.get(f"{ref.base}/v2/{ref.repository}/blobs/{manifest['config']['digest']}", headers=headers)
     if config.status_code != 200:
         raise PlanError(f"the registry answers HTTP {config.status_code} for the config of image {image}",
                         fix="check the image's name and the registry")
-    conf = config.json()
-    return {"/".join(filter(None, (conf.get("os"), conf.get("architecture"), conf.get("variant"))))}
+    found: dict[str, Any] = config.json()
+    return found
+
+
+def _read_env(client: httpx.Client, answer: httpx.Response, ref: ImageRef, image: str,
+              headers: dict[str, str]) -> list[str]:
+    data = _answered(answer, ref, image)
+    if _is_index(data, answer):
+        entries = [m for m in data.get("manifests", []) if (m.get("platform") or {}).get("architecture")
+                   not in (None, "unknown")]
+        entry = next((m for m in entries if m["platform"]["architecture"] == READ_ARCH),
+                     entries[0] if entries else None)
+        if entry is None:
+            return []
+        one = client.get(f"{ref.base}/v2/{ref.repository}/manifests/{entry['digest']}", headers=headers)
+        data = _answered(one, ref, image)
+    return list((_config(client, data, ref, image, headers).get("config") or {}).get("Env") or [])
+
+
+def runtime(env: list[str]) -> Platform | None:
+    """The GPU platform an image's environment says it is built for (`RUNTIME_ENV`); None when it names neither, or
+    both."""
+    names = {entry.split("=", 1)[0] for entry in env}
+    found = [PLATFORMS[p] for p, marks in RUNTIME_ENV.items() if names & set(marks)]
+    return found[0] if len(found) == 1 else None
+
+
+def runtime_problems(image: str, platform: Platform, environ: Mapping[str, str], where: str) -> list[PodiumError]:
+    """`image` built for another GPU platform than `platform` (the system's), named with what its environment sets
+    and the fix; none when its registry cannot tell (`mismatch` says why) or its environment names no runtime."""
+    try:
+        env = image_env(image, environ)
+    except PlanError:
+        return []
+    built = runtime(env)
+    if built is None or built is platform:
+        return []
+    marks = sorted({e.split("=", 1)[0] for e in env} & set(RUNTIME_ENV[built.name]))
+    return [PlanError(f"image {image} is built for {built.vendor}'s {built.runtime} (its environment sets "
+                      f"{', '.join(marks)}), but the system's GPUs are {platform.vendor}'s ({platform.runtime})",
+                      fix=f"use the engine's {platform.runtime} image (docs/amd.md names the vLLM and SGLang ones), "
+                          "or correct the system's accelerator_model_name", where=where)]
 
 
 def architecture(machine: str) -> str:

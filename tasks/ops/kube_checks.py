@@ -20,7 +20,9 @@ preflight make in the engine's namespace (tasks/launchers/kubernetes.py `ACCESS`
 the engine mounts its model from (`engine.kubernetes.model_claim`): each verb refused and a missing claim is a problem
 naming its fix. `image_problems` lists the nodes that match `engine.kubernetes.node_selector` (a cluster-scoped
 read: rbac.yaml's ClusterRole `podium-nodes`) and checks that the image's registry holds a platform for each of
-their architectures (`status.nodeInfo.architecture`; tasks/ops/image_checks.py).
+their architectures (`status.nodeInfo.architecture`; tasks/ops/image_checks.py), and that some node offers the GPUs of
+the engine's largest pod as its system's GPU platform names them (`status.allocatable`: `nvidia.com/gpu`, AMD's
+`amd.com/gpu`), which only that platform's device plugin advertises.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from submission.tree import host_facts
 from tasks.engines import backend
 from tasks.launchers.kubernetes import ACCESS, GRAPH_ACCESS
 from tasks.launchers.kubernetes_manifests import describe_pod
-from tasks.ops.image_checks import mismatch
+from tasks.ops.image_checks import mismatch, runtime_problems
 
 PYTHON = "python3"   # in every engine image Podium launches (TensorRT-LLM's, vLLM's, Dynamo's)
 RBAC_FIX = "kubectl apply -f deployments/kubernetes/rbac.yaml (its Role grants each, in its namespace: change every " \
@@ -47,6 +49,14 @@ RBAC_FIX = "kubectl apply -f deployments/kubernetes/rbac.yaml (its Role grants e
 CLAIM = ("get", "", "persistentvolumeclaims")
 NODES = ("list", "", "nodes")   # cluster-scoped: rbac.yaml's ClusterRole, for the image's platforms against the nodes'
 NODES_FIX = "kubectl apply -f deployments/kubernetes/rbac.yaml (its ClusterRole podium-nodes grants listing nodes)"
+# How each platform's device plugin, the only thing that advertises its resource on a node, is installed: NVIDIA's
+# k8s-device-plugin (NVIDIA/k8s-device-plugin README, or the GPU Operator), AMD's (ROCm/k8s-device-plugin README: its
+# DaemonSet k8s-ds-amdgpu-dp.yaml, or the AMD GPU Operator).
+DEVICE_PLUGIN_FIX = {
+    "nvidia": "install NVIDIA's device plugin on the GPU nodes (NVIDIA/k8s-device-plugin's DaemonSet, or the NVIDIA "
+              "GPU Operator)",
+    "amd": "install AMD's device plugin on the GPU nodes: kubectl create -f https://raw.githubusercontent.com/ROCm/"
+           "k8s-device-plugin/master/k8s-ds-amdgpu-dp.yaml (or the AMD GPU Operator)"}
 
 
 def engine_gpus(bench: BenchmarkSpec, state_dir: Path) -> int:
@@ -72,7 +82,8 @@ def describe_engine_node(bench: BenchmarkSpec, state_dir: Path, log: Callable[[s
 
     where: Any = make_launcher(bench.engine, state_dir)   # a KubernetesLauncher
     gpus = engine_gpus(bench, state_dir)
-    pod = describe_pod(where.prefix, where.settings, gpus, [PYTHON, "-c", host_facts.script(), storage_path(bench)])
+    pod = describe_pod(where.prefix, where.settings, gpus, [PYTHON, "-c", host_facts.script(), storage_path(bench)],
+                       where.platform)
     name = pod["metadata"]["name"]
     node, out = where.run_pod(pod, bench.engine.ready_timeout_s)
     try:
@@ -156,23 +167,50 @@ def access_problems(bench: BenchmarkSpec, state_dir: Path, where: str | None = N
     return problems
 
 
-def node_architectures(bench: BenchmarkSpec, state_dir: Path) -> dict[str, str]:
-    """node -> its architecture (`status.nodeInfo.architecture`: amd64, arm64) of every node that matches the
-    engine's `engine.kubernetes.node_selector` (every node when it names none): where its pods may run."""
+def matching_nodes(bench: BenchmarkSpec, state_dir: Path) -> list[Any]:
+    """Every node (V1Node) that matches the engine's `engine.kubernetes.node_selector` (every node when it names
+    none): where its pods may run."""
     from kubernetes import client
 
     from tasks.serving.launch import make_launcher
 
     launcher: Any = make_launcher(bench.engine, state_dir)   # a KubernetesLauncher
     selector = ",".join(f"{k}={v}" for k, v in sorted(launcher.settings.node_selector.items()))
-    nodes = client.CoreV1Api(launcher.api).list_node(label_selector=selector or None)
-    return {n.metadata.name: n.status.node_info.architecture for n in nodes.items}
+    return list(client.CoreV1Api(launcher.api).list_node(label_selector=selector or None).items)
+
+
+def node_architectures(bench: BenchmarkSpec, state_dir: Path) -> dict[str, str]:
+    """node -> its architecture (`status.nodeInfo.architecture`: amd64, arm64) of every matching node."""
+    return {n.metadata.name: n.status.node_info.architecture for n in matching_nodes(bench, state_dir)}
+
+
+def resource_problems(bench: BenchmarkSpec, nodes: list[Any], gpus: int, where: str | None) -> list[PodiumError]:
+    """The engine's largest pod asks `gpus` of its platform's resource: none when some matching node offers that
+    many (`status.allocatable`), else why not (no node advertises the resource at all: its device plugin is not there;
+    or none has that many)."""
+    if not gpus:
+        return []
+    platform = bench.engine.platform()
+    offered = {n.metadata.name: int((n.status.allocatable or {}).get(platform.resource, "0")) for n in nodes}
+    named = ", ".join(sorted(offered))
+    if not any(offered.values()):
+        return [PlanError(f"{bench.system}: no node its pods may run on ({named}) offers {platform.resource}, the "
+                          f"resource {platform.vendor}'s device plugin advertises (the system's accelerator is "
+                          f"{platform.vendor}'s)", fix=DEVICE_PLUGIN_FIX[platform.name], where=where)]
+    if max(offered.values()) < gpus:
+        return [PlanError(f"{bench.system}: the engine's largest pod asks {gpus} {platform.resource} but its nodes "
+                          f"offer at most {max(offered.values())} ({named})",
+                          fix="lower the engine's GPUs per process, or select nodes with that many "
+                              "(engine.kubernetes.node_selector)", where=where)]
+    return []
 
 
 def image_problems(bench: BenchmarkSpec, state_dir: Path, environ: Mapping[str, str],
                    where: str | None = None) -> list[PodiumError]:
     """`engine.kubernetes.image` against the nodes its pods may run on: each of their architectures the image's
-    registry holds no platform for (tasks/ops/image_checks.py); no node matching the selector; nodes not listable."""
+    registry holds no platform for, an image built for another GPU platform than the system's
+    (tasks/ops/image_checks.py); their GPUs as the system's platform names them (`resource_problems`); no node
+    matching the selector; nodes not listable."""
     from kubernetes.client.exceptions import ApiException
 
     from tasks.launchers.kubernetes import api_error
@@ -180,7 +218,8 @@ def image_problems(bench: BenchmarkSpec, state_dir: Path, environ: Mapping[str, 
     k8s = bench.engine.kubernetes
     assert k8s is not None
     try:
-        nodes = node_architectures(bench, state_dir)
+        listed = matching_nodes(bench, state_dir)
+        nodes = {n.metadata.name: n.status.node_info.architecture for n in listed}
     except ApiException as e:
         if e.status == 403:
             return [PlanError(f"{bench.system}: the Kubernetes account may not list nodes, so the image's platforms "
@@ -197,7 +236,10 @@ def image_problems(bench: BenchmarkSpec, state_dir: Path, environ: Mapping[str, 
                                                  else "the cluster lists no node"),
                           fix="label the engine's nodes with it, or fix it (`kubectl get nodes --show-labels`)",
                           where=f"{where}.kubernetes.node_selector" if where else None)]
-    return mismatch(k8s.image, nodes, environ, f"{where}.kubernetes.image" if where else "engine.kubernetes.image")
+    image_at = f"{where}.kubernetes.image" if where else "engine.kubernetes.image"
+    return (resource_problems(bench, listed, engine_gpus(bench, state_dir), where)
+            + mismatch(k8s.image, nodes, environ, image_at)
+            + runtime_problems(k8s.image, bench.engine.platform(), environ, image_at))
 
 
 def plan_access_problems(plan: Plan, state_dir: Path | None = None,

@@ -30,7 +30,10 @@ architecture of every node its pods may land on (`image_problems`). A Slurm engi
 Slurm allocation, by Slurm steps that also find the engine's commands on the nodes that run them
 (tasks/ops/slurm_checks.py); under Kubernetes, the node a short-lived pod shaped like the engine's lands on
 (tasks/ops/kube_checks.py); a local engine's system from this host. A closed submission
-takes no field that holds no fact (`unknown`, or a guessed default)."""
+takes no field that holds no fact (`unknown`, or a guessed default). A GPU engine's node must show the system's GPU
+platform (`node_platform_problems`): an AMD system's node its GPUs through ROCm's amd-smi, which a ROCm image carries
+itself (NVIDIA's container runtime brings nvidia-smi into a container from the host's driver), and no node GPUs of the
+other vendor."""
 
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from typing import Any
 
 from submission.base.errors import PlanError, PodiumError, one_error
 from submission.plan.model import Plan
+from submission.plan.platforms import AMD, MODEL_FIELD, matches, platform_of
 from submission.rules import load_rules
 from submission.tree.systems import describe_sourced, forecast, gaps, require_complete
 from tasks.accuracy import evaluator
@@ -179,6 +183,7 @@ def on_nodes(plan: Plan, root: Path | None, log: Callable[[str], object],
     try:
         if "kubernetes" not in found.refused:
             nodes |= describe_engine_nodes(plan, pids, log)          # a pod like each k8s engine's
+        found.problems += node_platform_problems(plan, nodes)        # the system's GPUs, by its platform's tool
         if len(found.problems) == before and not found.refused:      # each system from its engine's node
             systems = describe_systems(plan, nodes)
             gpu_memory = {name: d.get("accelerator_memory_capacity", "") for name, d in systems.items()}
@@ -188,6 +193,41 @@ def on_nodes(plan: Plan, root: Path | None, log: Callable[[str], object],
     if own:
         found.require()
     return systems
+
+
+# The platforms whose tool the engine's image must carry: ROCm's amd-smi (the ROCm images have it in /opt/rocm/bin);
+# NVIDIA's container toolkit mounts the host driver's nvidia-smi into every GPU container (its `utility` capability).
+TOOL_IN_IMAGE = (AMD,)
+
+
+def node_platform_problems(plan: Plan, detected: dict[str, dict[str, str]]) -> list[PodiumError]:
+    """Each system whose GPU engine's node was described (`detected`: the host facts its node printed) and shows
+    another platform's GPUs than its description names, or, on a platform whose tool the image carries, none at all
+    (the tool missing, or finding nothing)."""
+    problems: list[PodiumError] = []
+    for i, system in enumerate(plan.systems):
+        facts = detected.get(system.name)
+        gpus = any(getattr(b.engine.config(), "gpus_per_node", 0) for b in plan.benchmarks if b.system == system.name)
+        if facts is None or not gpus:
+            continue
+        platform, seen = platform_of(system.description), facts.get(MODEL_FIELD, "")
+        others = [p for p in matches(seen) if p is not platform]
+        where = f"systems.{i}.description.{MODEL_FIELD}"
+        if others:
+            problems.append(PlanError(f"system {system.name!r}: its engine's node has {others[0].vendor} GPUs "
+                                      f"({seen}), but its description names {platform.vendor}'s",
+                                      fix="describe the system's own GPUs, or run the engine on the nodes that "
+                                          "have them (engine.kubernetes.node_selector, engine.slurm.partition)",
+                                      where=where))
+        elif platform in TOOL_IN_IMAGE and platform not in matches(seen):
+            why = "found no GPU there" if facts.get("accelerators_per_node") == "unknown" else \
+                "is not on its PATH (neither is nvidia-smi)"
+            problems.append(PlanError(f"system {system.name!r}: {platform.facts_tool} on its engine's node {why}, so "
+                                      f"the node shows none of the system's {platform.vendor} GPUs",
+                                      fix=f"run the engine in a {platform.runtime} image that has "
+                                          f"{platform.facts_tool} (the ROCm images of vLLM and SGLang, docs/amd.md), "
+                                          "on nodes with the system's GPUs", where=where))
+    return problems
 
 
 def describe_systems(plan: Plan, detected: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:

@@ -39,7 +39,7 @@ from submission.tree import host_facts
 from tasks.engines import ProcessSpec, backend, service_fix
 from tasks.engines.replicas import for_engine
 from tasks.launchers import slurm_cli as cli
-from tasks.ops.image_checks import mismatch
+from tasks.ops.image_checks import mismatch, runtime_problems
 
 ARCH = "import platform; print(platform.machine())"
 # Prints each [command, module] of its JSON argument not found here: the command not a path or not on PATH, or its
@@ -193,7 +193,9 @@ def _on_nodes(plan: Plan, index: int, state_dir: Path, storage: str, log: Callab
         machines = node_machines(where.settings, where.env, alloc.job_id, list(alloc.nodes[:nodes]), name)
         image = where.settings.container_image
         if image:   # before any step runs in it
-            wrong = mismatch(image, machines, environ, f"benchmarks.{index}.engine.slurm.container_image")
+            at = f"benchmarks.{index}.engine.slurm.container_image"
+            wrong = mismatch(image, machines, environ, at) + runtime_problems(image, bench.engine.platform(),
+                                                                               environ, at)
             problems += wrong
             if wrong:
                 return problems

@@ -18,6 +18,7 @@ import yaml
 from submission.base.errors import PlanError, PodiumError
 from submission.budget import capacity as capacity_checks
 from submission.plan.model import BenchmarkSpec, EngineSpec, Plan
+from submission.plan.platforms import PLATFORMS
 from submission.plan.secret_env import SHOWN, shown_env, shown_options
 from submission.plan.slurm_options import SlurmSettings
 from submission.rules import load_rules
@@ -44,21 +45,23 @@ def owner(plan: Plan, bench: BenchmarkSpec) -> dict[str, str]:
 
 def where(engine: EngineSpec, owner: dict[str, str] | None = None) -> dict[str, Any]:
     """The part of an engine spec that says where it runs, its sections typed (a Prefect task parameter), `owner`
-    (see `owner`) for a launcher that labels what it creates, and the layout of its replicas (None: one instance)."""
+    (see `owner`) for a launcher that labels what it creates, the layout of its replicas (None: one instance) and the
+    name of its system's GPU platform (submission/plan/platforms.py)."""
     return {"launcher": engine.launcher, "slurm": engine.slurm_settings(), "kubernetes": engine.kubernetes,
-            "owner": owner, "replicas": engine.replica_layout()}
+            "owner": owner, "replicas": engine.replica_layout(), "platform": engine.platform().name}
 
 
 def launcher_for(engine_name: str, where: dict[str, Any] | None, state_dir: Path) -> Launcher:
-    """The launcher `where` names (None: local), with its own section of settings; made with `replicas`, it starts
-    the engine's replicas (tasks/launchers/__init__.py `start_ready`)."""
+    """The launcher `where` names (None: local), with its own section of settings and its system's GPU platform;
+    made with `replicas`, it starts the engine's replicas (tasks/launchers/__init__.py `start_ready`)."""
     name, replicas = (where or {}).get("launcher", "local"), (where or {}).get("replicas")
+    platform = PLATFORMS[(where or {}).get("platform", "nvidia")]
     if name == "kubernetes":
         return launcher("kubernetes", state_dir=state_dir, settings=where["kubernetes"], engine=engine_name,
-                        owner=where.get("owner"), replicas=replicas)
+                        owner=where.get("owner"), replicas=replicas, platform=platform)
     if name == "slurm" and where.get("slurm"):
-        return launcher("slurm", state_dir=state_dir, settings=where["slurm"], replicas=replicas)
-    return launcher(name, state_dir=state_dir, replicas=replicas)
+        return launcher("slurm", state_dir=state_dir, settings=where["slurm"], replicas=replicas, platform=platform)
+    return launcher(name, state_dir=state_dir, replicas=replicas, platform=platform)
 
 
 def make_launcher(engine: EngineSpec, state_dir: Path, owner: dict[str, str] | None = None) -> Launcher:
@@ -93,7 +96,7 @@ def review_placement(engine: EngineSpec, state_dir: Path) -> Placement:
     step = ports if engine.launcher == "local" else 0   # one host: every node's ports differ
     per_node = tuple(Node(h, tuple(REVIEW_PORT + i * step + p for p in range(ports))) for i, h in enumerate(hosts))
     return Placement(hosts[0], per_node[0].ports, nodes=per_node if nodes > 1 else (),
-                     workdir="<deployment folder>")
+                     workdir="<deployment folder>", platform=engine.platform())
 
 
 def sizing(plan: Plan, bench: BenchmarkSpec, *, model: Path | None = None, datasets: dict[str, str] | None = None,
@@ -152,6 +155,7 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
     secret = frozenset(getattr(engine.config(), "env", None) or ())
     out: dict[str, Any] = {
         "benchmark": bench.key, "engine": engine.name, "launcher": engine.launcher, "version": version,
+        "platform": engine.platform().name,
         "options": shown_options(engine.options), "model_dir": str(model_dir), "build_dir": str(build_dir),
         "scenarios": list(scenarios), "processes": [process_view(s, secret) for s in specs],
         "relaunches": [{"scenarios": list(names), "argv": [list(s.argv) for s in be.processes(o, model_dir, placement,
@@ -169,8 +173,8 @@ def review(plan: Plan, bench: BenchmarkSpec, workspace: Path) -> dict[str, Any]:
             copies = slurm_stage.review(settings, specs, model_dir, names)
             specs = slurm_stage.localised(settings, specs, model_dir, names)
             out["processes"] = [process_view(s, secret) for s in specs]
-        steps = slurm_replicas.node_steps(specs, settings.python)   # replicas: one supervisor step per node
-        out["slurm"] = {**slurm_cli.review(settings, steps), "local_stage": copies}
+        steps = slurm_replicas.node_steps(specs, settings.python, engine.platform())   # a supervisor step per node
+        out["slurm"] = {**slurm_cli.review(settings, steps, engine.platform()), "local_stage": copies}
     if engine.replica_layout() is not None:
         out["replicas"] = replica_review.view(bench, specs)
     out["endpoint"] = endpoint.for_client()
@@ -310,8 +314,10 @@ def render(items: list[dict[str, Any]]) -> str:
         if r["launcher"] != "kubernetes":
             lines.append(f"  ports are picked free at launch; shown here counted from {REVIEW_PORT}")
         else:
-            lines.append("  each process is a pod: CUDA_VISIBLE_DEVICES is dropped there (the device plugin numbers a "
-                         "pod's GPUs from 0); config files come from a ConfigMap at the paths shown")
+            platform = PLATFORMS[r.get("platform", "nvidia")]
+            lines.append(f"  each process is a pod holding {platform.resource} GPUs: "
+                         f"{', '.join(platform.visibility_env())} dropped there (the device plugin picks a pod's GPUs "
+                         "and numbers them from 0); config files come from a ConfigMap at the paths shown")
         for p in r["processes"]:
             if p.get("replica") not in (None, 0):
                 continue   # every replica runs as replica-0 does; the table below says where each runs

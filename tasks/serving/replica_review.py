@@ -108,7 +108,8 @@ def _steps(slurm: dict[str, Any] | None) -> list[str]:
     first = next(iter(steps.values()))
     out = [f"  Slurm: {len(steps)} step(s), one per node, each a supervisor (tasks/launchers/slurm_replicas.py) "
            "that starts its node's replicas with their blocks of the step's GPUs; the first:",
-           f"    {shlex.join(first[:first.index('-c') + 1])} <SUPERVISOR> <its replicas as JSON>"]
+           f"    {shlex.join(first[:first.index('-c') + 1])} <SUPERVISOR> <its replicas as JSON> "
+           f"{shlex.quote(first[-1])}"]
     for name, argv in steps.items():
         node = next((a.split("=", 1)[1] for a in argv if a.startswith("--nodelist=")), "?")
         gpus = next((a.split("=", 1)[1] for a in argv if a.startswith("--gpus=")), "0")

@@ -16,12 +16,18 @@ Plain functions, free of Prefect: every measured run (both clients' runs, search
 as a `{"kind": "missed", "source": ..., "why": ...}` line, and after MAX_MISSES failures in a row as one
 `unavailable` line, after which it is not asked again.
 
+An engine of replicas (`Endpoint.replicas`: those that serve, each with its node) is read replica by replica: each
+one's own metrics page, as the engine's would be, tagged by its name and node; the `engine` values of a sample are
+theirs together (each role's sum, the KV cache's fullest: tasks/serving/metrics.py COMBINE), so a run's summary is
+the whole system's.
+
 `telemetry.jsonl`, one JSON object a line: a `header` (engine, its metrics URL and series, the workers' pages, the
-nodes, the GPU roles, the GPU sources (`dcgm`: the exporter pages, of either platform), `started` and
-`started_unix`), then a `sample` per interval (`t` ISO 8601 UTC, `elapsed_s`, `engine`: role -> value, `workers`:
-name -> role -> value, `gpus`: one object per GPU: `node`, `index`, `util_pct`, `memory_mib`, `power_w`, and `temp_c`
-where an exporter gives it), any `missed` and `unavailable` lines, and a `phase` line: the run's measured phase
-(`start_s`, `end_s` on the `elapsed_s` axis) as its client says (tasks/clients.py `window`).
+replicas' pages with their nodes, the nodes, the GPU roles, the GPU sources (`dcgm`: the exporter pages, of either
+platform), `started` and `started_unix`), then a `sample` per interval (`t` ISO 8601 UTC, `elapsed_s`, `engine`:
+role -> value, `workers`: name -> role -> value, `replicas`: name -> role -> value, `gpus`: one object per GPU:
+`node`, `index`, `util_pct`, `memory_mib`, `power_w`, and `temp_c` where an exporter gives it), any `missed` and
+`unavailable` lines, and a `phase` line: the run's measured phase (`start_s`, `end_s` on the `elapsed_s` axis) as its
+client says (tasks/clients.py `window`).
 """
 
 from __future__ import annotations
@@ -34,14 +40,14 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from submission.base.files import replace_atomic, temporary
 from tasks.engines import Endpoint, Watched
 from tasks.launchers.gpu_sampler import QUERIES
 from tasks.measuring import utc_now
-from tasks.serving.metrics import SOURCES, Reader, exporter_gpus, source_for, tool_gpus
+from tasks.serving.metrics import COMBINE, SOURCES, Reader, exporter_gpus, source_for, tool_gpus
 
 FILE = "telemetry.jsonl"
 INTERVAL_S = 1.0        # seconds between samples; read at call time so tests can shorten it
@@ -106,6 +112,8 @@ class Sampler:
         self.readers = {"engine": Reader(self.source)}
         self.pages = {p.name: (p.base_url.rstrip("/") + SOURCES[p.source].path) for p in w.pages}
         self.readers |= {f"worker {p.name}": Reader(SOURCES[p.source]) for p in w.pages}
+        self.replicas = {r.name: (r.node, r.base_url.rstrip("/") + self.source.path) for r in endpoint.replicas}
+        self.readers |= {f"replica {name}": Reader(self.source) for name in self.replicas}
         self.dcgm = w.dcgm
         self.feeds = [] if self.dcgm else [GpuFeed(node, Path(file)) for node, file in w.gpu_logs]
         # one source of GPU facts; the last, this host's nvidia-smi or amd-smi, as the sampler asks them
@@ -120,6 +128,7 @@ class Sampler:
             "series": self.source.roles(), "interval_s": self.interval_s, "nodes": list(w.nodes),
             "workers": [{"name": p.name, "role": p.role, "node": p.node, "url": self.pages[p.name],
                          "series": SOURCES[p.source].roles()} for p in w.pages],
+            "replicas": [{"name": name, "node": node, "url": url} for name, (node, url) in self.replicas.items()],
             "gpu_roles": roles, "gpu_tool": self.smi and self.smi[0], "dcgm": [url for _, url in self.dcgm],
             "gpu_samplers": {f.node: str(f.path) for f in self.feeds}}]
         self.unavailable: set[str] = set()
@@ -138,7 +147,7 @@ class Sampler:
 
     def stop(self, run_dir: Path | None = None) -> None:
         self._stop.set()
-        self._thread.join(timeout=FETCH_TIMEOUT_S * (3 + len(self.dcgm) + len(self.pages)))
+        self._thread.join(timeout=FETCH_TIMEOUT_S * (3 + len(self.dcgm) + len(self.pages) + len(self.replicas)))
         if self.source.why_empty and not self.engine_values and "engine" not in self.unavailable:
             self.lines.append({"kind": "unavailable", "source": "engine", "why": f"{self.url}: "
                                f"{self.source.why_empty}", "t": utc_now()})
@@ -197,7 +206,7 @@ class Sampler:
             return None
         if picked:
             self.misses[source] = 0
-        elif picked is not None and source == "engine":
+        elif picked is not None and (source == "engine" or source.startswith("replica ")):
             self._mark(source, f"{url} has none of {sorted(self.lines[0]['series'])}'s series")
         return picked
 
@@ -243,7 +252,14 @@ class Sampler:
     def sample(self) -> None:
         """One sample line of whatever is still available."""
         line: dict = {"kind": "sample", "t": utc_now(), "elapsed_s": round(time.monotonic() - self._t0, 3)}
-        engine = self._page("engine", self.url)
+        if self.replicas:   # the engine is its replicas: each one's page, the engine's values theirs together
+            found = {name: values for name, (_, url) in self.replicas.items()
+                     if (values := self._page(f"replica {name}", url))}
+            if found:
+                line["replicas"] = found
+            engine = together(found.values())
+        else:
+            engine = self._page("engine", self.url)
         if engine:
             line["engine"] = engine
             self.engine_values += 1
@@ -255,6 +271,15 @@ class Sampler:
             line["gpus"] = rows
         if len(line) > 3:
             self.lines.append(line)
+
+
+def together(values: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Several replicas' values as one engine's: each role's sum, the KV cache's fullest (metrics.py COMBINE)."""
+    roles: dict[str, list[float]] = {}
+    for found in values:
+        for role, value in found.items():
+            roles.setdefault(role, []).append(value)
+    return {role: COMBINE.get(role, sum)(found) for role, found in roles.items()}
 
 
 @contextlib.contextmanager

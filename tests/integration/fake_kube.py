@@ -500,12 +500,15 @@ class FakeApiServer(LocalServer):
 
 
 
-def node(name: str, architecture: str, labels: dict[str, str] | None = None) -> dict:
-    """A Node object as the API server reports one (its nodeInfo complete: the client requires every field)."""
+def node(name: str, architecture: str, labels: dict[str, str] | None = None,
+         allocatable: dict[str, str] | None = None) -> dict:
+    """A Node object as the API server reports one (its nodeInfo complete: the client requires every field), with
+    the resources it offers pods (`allocatable`, e.g. {"amd.com/gpu": "8"}: what a device plugin advertises)."""
     info = dict.fromkeys(("bootID", "containerRuntimeVersion", "kernelVersion", "kubeProxyVersion", "kubeletVersion",
                           "machineID", "osImage", "systemUUID"), "fake")
     return {"metadata": {"name": name, "labels": {"kubernetes.io/arch": architecture, **(labels or {})}},
-            "status": {"nodeInfo": {**info, "architecture": architecture, "operatingSystem": "linux"}}}
+            "status": {"nodeInfo": {**info, "architecture": architecture, "operatingSystem": "linux"},
+                       **({"allocatable": allocatable} if allocatable else {})}}
 
 
 def grant(cluster: FakeCluster, rbac: list[dict], namespace: str | None = None, account_name: str = "podium") -> str:

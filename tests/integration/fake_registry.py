@@ -8,7 +8,8 @@ HTTP API v2) that reading an image's platforms uses, on 127.0.0.1 only.
   `users` when that is set (401 otherwise);
 - `GET /v2/NAME/manifests/REF` answers an image index (OCI; its platforms, plus an attestation entry as buildx
   pushes one) or a single-platform image manifest, with its media type, 404 for an image it does not hold;
-- `GET /v2/NAME/blobs/DIGEST` answers a single-platform image's config (`os`, `architecture`).
+- `GET /v2/NAME/blobs/DIGEST` answers an image's config (`os`, `architecture`, and the environment it sets,
+  `config.Env`); an index's per-platform manifests are served by their digests.
 
 Every request is recorded (method, path, query, Authorization header)."""
 
@@ -43,26 +44,33 @@ class Registry:
     realm: str | None = None    # the token service the challenge names; None: this server's /token
     requests: list[dict[str, Any]] = field(default_factory=list)
 
-    def push_index(self, name: str, tag: str, platforms: list[str]) -> None:
-        """A multi-platform image: an index naming one manifest per `os/arch[/variant]`, and an attestation."""
+    def push_index(self, name: str, tag: str, platforms: list[str], env: list[str] | None = None) -> None:
+        """A multi-platform image: an index naming one manifest per `os/arch[/variant]` (each with a config setting
+        `env`), and an attestation."""
         entries = []
         for platform in platforms:
             os_, arch, *variant = platform.split("/")
             plat = {"os": os_, "architecture": arch, **({"variant": variant[0]} if variant else {})}
-            entries.append({"mediaType": MANIFEST, "digest": _digest(plat), "size": 1, "platform": plat})
+            one = self._manifest(plat, env)
+            digest = _digest(one)
+            self.manifests[(name, digest)] = one
+            entries.append({"mediaType": MANIFEST, "digest": digest, "size": 1, "platform": plat})
         entries.append({"mediaType": MANIFEST, "digest": _digest(name), "size": 1,
                         "platform": {"os": "unknown", "architecture": "unknown"},
                         "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
         self.manifests[(name, tag)] = {"schemaVersion": 2, "mediaType": INDEX, "manifests": entries}
 
-    def push_single(self, name: str, tag: str, platform: str) -> None:
-        """A single-platform image: a manifest whose config blob names its os and architecture."""
+    def push_single(self, name: str, tag: str, platform: str, env: list[str] | None = None) -> None:
+        """A single-platform image: a manifest whose config blob names its os and architecture (and sets `env`)."""
         os_, arch = platform.split("/")[:2]
-        config = {"os": os_, "architecture": arch, "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}
+        self.manifests[(name, tag)] = self._manifest({"os": os_, "architecture": arch}, env)
+
+    def _manifest(self, platform: dict[str, str], env: list[str] | None) -> dict:
+        config = {**platform, "config": {"Env": list(env)} if env else {}, "rootfs": {"type": "layers", "diff_ids": []}}
         digest = _digest(config)
         self.blobs[digest] = config
-        self.manifests[(name, tag)] = {"schemaVersion": 2, "mediaType": MANIFEST, "layers": [],
-                                       "config": {"mediaType": CONFIG, "digest": digest, "size": 1}}
+        return {"schemaVersion": 2, "mediaType": MANIFEST, "layers": [],
+                "config": {"mediaType": CONFIG, "digest": digest, "size": 1}}
 
 
 class Handler(BaseHTTPRequestHandler):

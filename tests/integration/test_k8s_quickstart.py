@@ -108,7 +108,7 @@ def test_the_quickstart_against_the_fake_api(tmp_path: Path, prefect_server: Non
     with FakeApiServer(tls_dir=tmp_path / "tls") as api, FakeRegistry() as registry:
         # the cluster's GPU node, as the plan's node_selector names it, and the engine image in a registry, built for
         # its architecture: what plain preflight asks of both
-        api.cluster.nodes = [node("gb200-node-1", "arm64", dict(settings.node_selector))]
+        api.cluster.nodes = [node("gb200-node-1", "arm64", dict(settings.node_selector), {"nvidia.com/gpu": "4"})]
         registry.registry.push_index(IMAGE, "1.2.0", ["linux/amd64", "linux/arm64"])
         [account] = [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "podium"]
         token = api.cluster.sa_token(account["metadata"]["namespace"], account["metadata"]["name"])

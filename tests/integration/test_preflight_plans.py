@@ -46,7 +46,9 @@ def clusters(ready: dict[str, Any], slurm_conf: Path, tmp_path: Path) -> Iterato
     with FakeApiServer() as api, FakeRegistry() as registry:
         token = grant(api.cluster, rbac())                         # the shipped Role, in namespace mlperf
         api.cluster.objects[("persistentvolumeclaims", "mlperf-models")] = {"metadata": {"name": "mlperf-models"}}
-        api.cluster.nodes = [node("gb200-1", "arm64", GB200), node("gb200-2", "arm64", GB200), node("cpu-1", "amd64")]
+        gpus = {"nvidia.com/gpu": "4"}                              # NVIDIA's device plugin on the GPU nodes
+        api.cluster.nodes = [node("gb200-1", "arm64", GB200, gpus), node("gb200-2", "arm64", GB200, gpus),
+                             node("cpu-1", "amd64")]
         registry.registry.push_index(IMAGE, "1.2.0", ["linux/amd64", "linux/arm64"])
         registry.registry.push_index(IMAGE, "1.2.0-amd64", ["linux/amd64"])
         gpt, vlm = ready["benchmarks"]

@@ -282,6 +282,6 @@ def test_one_replicas_vllm_argv_parses_with_vllms_own_serve_parser(tmp_path: Pat
                           timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     ok = [line for line in done.stdout.splitlines() if line.startswith("ok   ")]
-    assert [line.split(":")[0] for line in ok] == ["ok   gpu512-k8s/gpt-oss-120b replica-0",
-                                                   "ok   gpu512-k8s/gpt-oss-120b replica-511"]
+    assert [line.split(":")[0] for line in ok] == ["ok   mi355x-vllm-k8s/gpt-oss-120b replica-0",
+                                                   "ok   mi355x-vllm-k8s/gpt-oss-120b replica-511"]
     assert all("max_model_len 35840" in line for line in ok) and "every command parsed" in done.stdout

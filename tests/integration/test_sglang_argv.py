@@ -33,8 +33,8 @@ def launches(path: Path) -> dict[str, list[str]]:
     return out
 
 
-def test_a_shipped_plan_runs_sglang() -> None:
-    assert [p.name for p in PLANS] == ["deepseek-r1-sglang.yaml"]
+def test_the_shipped_plans_run_sglang() -> None:
+    assert [p.name for p in PLANS] == ["deepseek-r1-sglang-512.yaml", "deepseek-r1-sglang.yaml"]
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,9 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     python = engine_python(".venv-sglang", "venv-sglang")
     installed = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    for path in PLANS:   # the venv holds the version every plan pins
-        assert {b.engine.config().version for b in plans.load(path).benchmarks} == {installed}, path.name
+    pins = {p.name: {b.engine.config().version for b in plans.load(p).benchmarks} for p in PLANS}
+    # the venv holds the reference's pin; the 512-replica plan pins its image's newer SGLang, not installed here
+    assert pins == {"deepseek-r1-sglang.yaml": {installed}, "deepseek-r1-sglang-512.yaml": {"0.5.15.post1"}}
     tmp = tmp_path_factory.mktemp("sglang")
     argv = {k: v for p in PLANS for k, v in launches(p).items()}
     good = argv["deepseek-r1-sglang/b200x8-slurm/deepseek-r1/Offline+Server"]
@@ -80,6 +81,16 @@ def test_every_sglang_launch_parses_under_the_pinned_sglang(parsed: dict) -> Non
                                        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
                                        "speculative_draft_model_path": parsed["config_dir"],
                                        "model_path": parsed["config_dir"]}
+
+
+def test_the_512_replica_plans_launch_parses_under_the_reference_pin(parsed: dict) -> None:
+    """The AMD plan's one launch (a replica: TP8, EP8, DP8 with DP attention, AITER attention, FP8 KV cache) parses
+    under 0.5.4's parser; its own 0.5.15.post1 is not installed here, so flags new in it would not be caught."""
+    [(name, args)] = [(k, v) for k, v in parsed.items() if k.startswith("deepseek-r1-sglang-512/")]
+    assert name.endswith("/Offline+Server") and "error" not in args, (name, args)
+    assert (args["tp_size"], args["ep_size"], args["dp_size"], args["enable_dp_attention"]) == (8, 8, 8, True)
+    assert (args["attention_backend"], args["kv_cache_dtype"], args["context_length"]) == ("aiter", "fp8_e4m3", 23145)
+    assert args["speculative_algorithm"] is None and args["enable_metrics"] is True
 
 
 def test_sglang_refuses_a_misspelt_flag(parsed: dict) -> None:

@@ -62,7 +62,8 @@ def test_a_max_seq_len_under_the_accuracy_budget_exits_2_naming_both_numbers(tmp
 
 
 @pytest.mark.parametrize("name", ["qwen3-vl-dynamo-50-50.yaml", "qwen3-vl-dynamo-75-25.yaml",
-                                  "gpt-oss-120b-trtllm-k8s.yaml"])
+                                  "qwen3-vl-dynamo-gb200x4.yaml", "gpt-oss-120b-trtllm-k8s.yaml",
+                                  "gpt-oss-120b-vllm-512.yaml", "deepseek-r1-sglang-512.yaml"])
 def test_the_shipped_gpu_plans_fit_and_say_so(name: str, tmp_path: Path) -> None:
     code, out = _dry_run(_shipped(name), tmp_path)
     assert code == 0, out

@@ -172,6 +172,7 @@ def test_an_audit_falls_back_where_its_run_is_judged(child: dict, runs: dict[str
 
 def test_rehearsal_md_lists_the_runs_that_needed_a_slower_clock(tmp_path: Path) -> None:
     from flows.rehearsal_cli import report
+    from submission.plan import model as plans
     from submission.results.runs import AuditRecord, RunRecord
 
     base = {"system": "rehearsal-gb200x4-k8s", "benchmark": "gpt-oss-120b", "run_dir": "/r"}
@@ -184,7 +185,7 @@ def test_rehearsal_md_lists_the_runs_that_needed_a_slower_clock(tmp_path: Path) 
                         clock=2.0)
     (tmp_path / "results.json").write_text(json.dumps([r.model_dump(mode="json") for r in records]))
     (tmp_path / "compliance.json").write_text(json.dumps([audit.model_dump(mode="json")]))
-    plan = Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml"
+    plan = plans.load(Path(__file__).parents[2] / "deployments" / "plans" / "gpt-oss-120b-trtllm-k8s.yaml")
     text = report(plan, tmp_path, "x10", 60.0)
     section = text.split("## Runs that needed a slower clock\n")[1].split("\n## ")[0]
     assert "| rehearsal-gb200x4-k8s/gpt-oss-120b/Server/performance | x5 |" in section

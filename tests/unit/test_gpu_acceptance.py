@@ -231,12 +231,12 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.integration
-def test_dry_run_rehearses_a_leg_killed_at_its_limit(tmp_path: Path) -> None:
+def test_dry_run_rehearses_a_leg_killed_mid_run(tmp_path: Path) -> None:
     """The script end to end with --dry-run in each setting, and on ROCm: nothing installed and no GPU, the plans
     reviewed, a table printed, and a leg (the simulated engine, under `podium run` or the carried leg's driver) KILLed
-    at its limit mid-run, after which the clean-up ends what it left, and the row says so. One setting after the other
-    in one test: each builds the smoke assets into the repository's .podium, which two test workers must not do at
-    once."""
+    mid-run (a few seconds after its engine is on record, however long a busy machine took to start it), after which
+    the clean-up ends what it left, and the row says so. One setting after the other in one test: each builds the
+    smoke assets into the repository's .podium, which two test workers must not do at once."""
     if not (REPO / ".venv" / "bin" / "podium").exists():
         pytest.skip("needs the repository's .venv (make install)")
     for setting in ("registry", "carried", "rocm"):
@@ -265,8 +265,9 @@ def _dry_run(setting: str, tmp_path: Path) -> None:
     assert (out / "table.md").is_file() and header in done.stdout
     rows = {s["step"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
     rehearsal = rows["rehearsal"]
-    assert rehearsal["status"] == "PASS" and rehearsal["seconds"] >= rehearsal["limit"], rehearsal
-    assert "killed at its limit mid-run; the clean-up ended 1 engine process group(s)" in rehearsal["figure"]
+    assert rehearsal["status"] == "PASS" and rehearsal["note"].startswith("killed mid-run"), rehearsal
+    assert (out / "logs" / "rehearsal.killed").is_file()   # by the mid-run watcher, not by its limit
+    assert "killed mid-run; the clean-up ended 1 engine process group(s)" in rehearsal["figure"]
     after = (out / "logs" / "rehearsal.after.log").read_text()
     left = [int(pid) for pid in re.findall(r"ending simulated-server \(pid (\d+)\)", after)]
     if setting == "registry":

@@ -84,6 +84,30 @@ def test_a_smoke_latency_bound_explains_the_official_latency_constraint() -> Non
     assert diffs and all(d.expected for d in diffs), [d.line() for d in diffs]
 
 
+def test_the_token_latency_line_is_placed_by_the_checks_closing_line() -> None:
+    """The official token-latency check logs no file (performance_check.py:498 at b66003e1); the "Some performance
+    checks Checks failed for: FILE" line after it places it, so a Server folder's `latency-limit` deviation explains it
+    and the same deviation on another folder does not."""
+    server = SC.replace("/Offline", "/Server")
+    perf = f"{ROOT}{server}/performance/run_1/mlperf_log_detail.txt"
+    lines = ["[2026-12-07 09:50:23,101 performance_check.py:498 ERROR] Failed extra check for TTFT and TPOT. Obtained: "
+             "TTFT 99-tile: 3561.0000, TPOT 99-tile: 61.0000. Required: TTFT 99-tile: 3000.0000, TPOT 99-tile: "
+             "80.0000",
+             f"[2026-12-07 09:50:23,101 base.py:58 ERROR] Some performance checks Checks failed for: {perf}",
+             OFFICIAL_LINES[-1]]
+    errors = [m["text"].strip() for line in lines if (m := official._ERROR.match(line))]
+    result = ScenarioResult(division="open", submitter="Podium", system="cpu-smoke", benchmark_folder="tiny-llama",
+                            benchmark="gpt-oss-120b", scenario="Server", layout="loadgen", path=server)
+    for where, expected in ((server, True), (SC, False)):
+        findings = [Finding(rule="latency-limit", severity="deviation", path=f"{where}/performance/run_1",
+                            message="(smoke profile)")]
+        ours = CheckReport(round="v6.1", profile="smoke", scenarios_checked=1, findings=findings, results=[result])
+        theirs = official.OfficialReport(argv=["x"], cwd=".", returncode=1, errors=errors, no_results=[perf])
+        diffs = official.compare(ours, theirs)
+        assert [d.kind for d in diffs] == ["verdict", "rejected-by-official"], where
+        assert all(d.expected is expected for d in diffs), [d.line() for d in diffs]
+
+
 def test_its_closing_lines_are_kept_in_either_log_format() -> None:
     """The counts and verdict the real checker ends with (main.py at b66003e1, as it printed them for a closed tree
     here), unprefixed; its per-result `Results <path> <value>` lines are not among them."""

@@ -24,6 +24,7 @@ from submission.base.errors import LaunchError, PlanError
 from submission.budget import cost
 from submission.plan import model as plans
 from submission.plan.engine_options import KubernetesSettings, SimulatedOptions, VllmOptions
+from submission.plan.platforms import NVIDIA
 from submission.plan.replicas import Layout, ReplicasSpec, layout, resolve
 from submission.plan.slurm_options import SlurmSettings
 from tasks.engines import Placement, backend
@@ -200,7 +201,7 @@ def test_a_nodes_replicas_become_one_supervisor_step_holding_their_gpus() -> Non
     options = {"version": "0.32.0", "gpus_per_node": 4, "tensor_parallel_size": 2,
                "env": {"HF_TOKEN": "hf_planted0123"}, "kv_transfer": {}}
     specs = replicated(backend("vllm"), lay).processes(options, Path("/m"), _slurm_like(2, 4))
-    steps = slurm_replicas.node_steps(specs, "python3")
+    steps = slurm_replicas.node_steps(specs, "python3", NVIDIA)
     assert [(s.name, s.node_index, s.gpus, s.role) for s in steps] == [("replicas-node0", 0, 4, "replicas"),
                                                                        ("replicas-node1", 1, 4, "replicas")]
     step = steps[1]
@@ -221,11 +222,12 @@ def test_the_supervisor_gives_each_replica_its_block_of_the_steps_gpus_and_says_
     child = ("import os, sys, time; print('gpus', os.environ['CUDA_VISIBLE_DEVICES'], os.environ['OWN'], flush=True);"
              " sys.exit(3) if sys.argv[1] == 'exit' else time.sleep(600)")
     children = [{"name": f"replica-{i}", "argv": [sys.executable, "-c", child, how], "cwd": None,
-                 "env": {"OWN": str(i)}, "gpus": gpus} for i, (how, gpus) in enumerate([("exit", [0, 1]),
-                                                                                        ("serve", [2, 3])])]
+                 "env": {"OWN": str(i)}, "gpus": gpus, "pin": NVIDIA.pin(gpus)}
+                for i, (how, gpus) in enumerate([("exit", [0, 1]), ("serve", [2, 3])])]
+    gpus = json.dumps({"visible": "CUDA_VISIBLE_DEVICES", "pin": "CUDA_VISIBLE_DEVICES"})
     log, exits = tmp_path / "replicas-node0.log", slurm_replicas.Exits()
     with log.open("wb") as out:
-        supervisor = subprocess.Popen([sys.executable, "-c", slurm_replicas.SUPERVISOR, json.dumps(children)],
+        supervisor = subprocess.Popen([sys.executable, "-c", slurm_replicas.SUPERVISOR, json.dumps(children), gpus],
                                       env={**os.environ, "CUDA_VISIBLE_DEVICES": "4,5,6,7"}, stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -324,7 +326,7 @@ def test_the_slurm_variant_dry_runs_one_step_per_node(tmp_path: Path) -> None:
     [review] = json.loads(_dry_run(SLURM_512, tmp_path, "--json"))
     srun = review["slurm"]["srun"]
     assert sorted(srun) == sorted(f"replicas-node{n}" for n in range(64))
-    children = json.loads(srun["replicas-node3"][-1])
+    children = json.loads(srun["replicas-node3"][-2])   # then the GPU variables
     assert [c["name"] for c in children] == [f"replica-{i}" for i in range(24, 32)]
     assert [c["gpus"] for c in children] == [[i] for i in range(8)]
     assert all(c["argv"][c["argv"].index("--host") + 1] == "NODE3_IPV4" for c in children)

@@ -41,7 +41,8 @@ def server_args(options: OptionsLike) -> list[str]:
     for name, value in asdict(config(options)).items():
         argv += ["--" + name.replace("_", "-"), str(value)]
     parsed: SimulatedOptions = parse_options("simulated", options)
-    known = [arg for path in parsed.answers for arg in ("--answers", path)]
+    # the server's folder is the checkout, so a path relative to where Podium runs is made absolute here
+    known = [arg for path in parsed.answers for arg in ("--answers", str(Path(path).resolve()))]
     return [*argv, "--chunk-tokens", str(parsed.chunk_tokens), *known]
 
 

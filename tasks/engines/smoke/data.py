@@ -4,6 +4,10 @@ Prompts are pre-tokenized (`input_tokens`, int32 ids of the tiny model's tokeniz
 `ground_truth` is the tiny model's own greedy answer, made offline with `model.generate`; served greedy answers
 match it exactly, so the smoke evaluator expects 100 % exact match and any drop means the serving path changed
 an answer.
+
+`acc_answers.parquet` holds the same references as the simulated engine's known answers (its `answers` option,
+tasks/engines/simulated/answers.py: each prompt answered with its reference's token ids), so a plan of simulated
+replicas (deployments/plans/scale-sim-64.yaml) passes its accuracy runs through the same evaluator.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from submission.base.files import replace_atomic, temporary
 from tasks.engines.smoke.model import CORPUS
 
 SEED = 1
-PERF_FILE, ACC_FILE = "perf_eval_ref.parquet", "acc_eval_inputs.parquet"
+PERF_FILE, ACC_FILE, ANSWERS_FILE = "perf_eval_ref.parquet", "acc_eval_inputs.parquet", "acc_answers.parquet"
 
 
 def _prompts(count: int, rng: np.random.Generator, min_words: int = 6, max_words: int = 40) -> list[str]:
@@ -70,4 +74,25 @@ def build(model_dir: Path, out_dir: Path, *, performance_count: int = 32, accura
         pq.write_table(pa.table(columns), tmp)
         replace_atomic(tmp, out_dir / name)
         paths[name] = out_dir / name
+    paths[ANSWERS_FILE] = build_answers(model_dir, out_dir)
     return paths
+
+
+def build_answers(model_dir: Path, out_dir: Path) -> Path:
+    """`acc_answers.parquet` from the accuracy file in `out_dir`: each prompt with its reference's token ids as the
+    simulated engine's known answer (atomically); its path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    from tasks.engines.simulated.answers import ANSWER_TOKENS, OUTPUT_TOKENS, PROMPT_COLUMN
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    rows = pq.read_table(out_dir / ACC_FILE, columns=[PROMPT_COLUMN, "ground_truth"]).to_pylist()
+    answers = [tokenizer.encode(r["ground_truth"], add_special_tokens=False).ids for r in rows]
+    table = pa.table({PROMPT_COLUMN: pa.array([r[PROMPT_COLUMN] for r in rows], type=pa.list_(pa.int32())),
+                      ANSWER_TOKENS: pa.array(answers, type=pa.list_(pa.int32())),
+                      OUTPUT_TOKENS: pa.array([len(a) for a in answers], type=pa.int32())})
+    tmp = temporary(out_dir / ANSWERS_FILE)
+    pq.write_table(table, tmp)
+    return replace_atomic(tmp, out_dir / ANSWERS_FILE)
