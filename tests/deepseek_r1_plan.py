@@ -21,7 +21,7 @@ def plan(**overrides: Any) -> dict[str, Any]:
         "benchmarks": [{
             "benchmark": "deepseek-r1", "system": "h200x8",
             "engine": {"name": "vllm", "launcher": "local", "options": {
-                "version": "0.11.0", "tensor_parallel_size": 8, "max_model_len": 36864}},
+                "version": "0.11.0", "tensor_parallel_size": 8, "max_model_len": 23140}},
             "model": {"name": "deepseek-r1", "source": "/mnt/mlperf/models/DeepSeek-R1", "weight_data_types": "fp8"},
             "dataset": {"performance": f"{DATA}/{FILES[0]}", "accuracy": f"{DATA}/{FILES[0]}",
                         "lcb_tests": f"{DATA}/livecodebench_tests.jsonl",
@@ -30,7 +30,7 @@ def plan(**overrides: Any) -> dict[str, Any]:
                       DATA: {"mlcommons_uri": URI},
                       f"{DATA}/livecodebench_tests.jsonl": {"livecodebench": "release_v1"},
                       "/mnt/mlperf/tools/prm800k": {"github": "openai/prm800k"}},
-            "generation": {"max_tokens": 32768},
+            "generation": {"max_tokens": 20000},
             "scenarios": {"Offline": {"target_qps": 8, "max_concurrency": 512},
                           "Server": {"target_qps": 5, "max_concurrency": 512}}}],
         "storage": {"bucket": "mlperf-submissions", "prefix": "runs"},

@@ -35,7 +35,7 @@ def served(built: Built) -> tuple[Path, list[tuple[int, list[int]]], tuple[str, 
     book = answers.load(built.answers)
     found = [book.find({"prompt": list(p)}) for p in rows.prompts]
     assert all(found), "every prompt has its answer"
-    return data, [(i, book.token_ids(a, 32768)) for i, a in enumerate(found) if a], rows.subsets
+    return data, [(i, book.token_ids(a, 20000)) for i, a in enumerate(found) if a], rows.subsets
 
 
 def score(built: Built, log: Path, grader: Path):

@@ -43,7 +43,7 @@ def test_llama_and_deepseek_are_greedy_token_prompts(tmp_path: Path) -> None:
     assert build_requests("llama2-70b-99.9", tmp_path / "orca.pkl", "performance").body(0) == {
         "prompt": [3], "max_tokens": 1024, "min_tokens": 1, "temperature": 0.0}
     pd.DataFrame({"tok_input": [[5, 6]], "ground_truth": ["1"], "dataset": ["aime"]}).to_pickle(tmp_path / "ds.pkl")
-    assert build_requests("deepseek-r1", tmp_path / "ds.pkl", "accuracy").body(0)["max_tokens"] == 32768
+    assert build_requests("deepseek-r1", tmp_path / "ds.pkl", "accuracy").body(0)["max_tokens"] == 20000
 
 
 def test_qwen3_vl_chat_request_with_the_original_image(tmp_path: Path) -> None:
