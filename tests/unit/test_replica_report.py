@@ -72,6 +72,16 @@ def test_the_report_has_a_row_per_replica_and_flags_a_share_over_ten_percent_off
         rec.model_copy(update={"replicas": ()})])   # one serving instance: no section
 
 
+def test_shares_are_not_judged_on_a_few_samples_a_replica() -> None:
+    """16 accuracy samples over 4 replicas (4 each on average, 0 to 8 by chance): no flag, and the line says why."""
+    rec = run([8, 0, 4, 4])
+    assert report.flagged(rec) == [] and report.flagged(run([99, 101, 90, 110])) == []   # mean 100: judged, within
+    assert report.flagged(run([99, 101, 80, 120])) == ["replica-2", "replica-3"]
+    section = artifacts.markdown("p", "smoke", [], None, {}, [], records=[rec]).split("## Replicas", 1)[1]
+    assert "16 samples over 4 replicas (the rows sum to the samples issued), shares not judged (4 a replica on " \
+           "average, under 100)." in section
+
+
 def test_the_report_names_a_replica_lost_mid_run_and_the_samples_moved() -> None:
     section = "\n".join(report.markdown([run([40, 40, 12, 48], lost=2)]))
     assert (f"- replica-2 on node1 was lost at {LOST['at']}: stopped accepting connections; 3 sample(s) moved to "
