@@ -94,8 +94,19 @@ $(SGLANG_STAMP):
 		pydantic aiohttp orjson safetensors pyzmq fastapi packaging pillow
 	touch $@
 
+# The AMD plan's SGLang (deployments/plans/deepseek-r1-sglang-512.yaml) beside it: a folder the test puts first on
+# that venv's path, with what 0.5.15.post1's `sglang.srt.server_args` imports that the venv lacks or holds at another
+# version (its pins: transformers 5.12.1, openai 2.6.1, xgrammar 0.2.1; transformers 5's huggingface-hub and tokenizers).
+SGLANG_OVERLAY_PIN   := 0.5.15.post1
+SGLANG_OVERLAY_STAMP := $(SGLANG_VENV)/overlay-$(SGLANG_OVERLAY_PIN)/.installed
+$(SGLANG_OVERLAY_STAMP): $(SGLANG_STAMP)
+	$(SGLANG_VENV)/bin/pip install --quiet --no-deps --target $(@D) 'sglang==$(SGLANG_OVERLAY_PIN)' \
+		'transformers==5.12.1' 'huggingface-hub==1.33.0' 'tokenizers==0.22.2' 'openai==2.6.1' 'xgrammar==0.2.1' \
+		'msgspec==0.23.0' 'dill==0.4.1'
+	touch $@
+
 .PHONY: venv-sglang
-venv-sglang: $(SGLANG_STAMP)
+venv-sglang: $(SGLANG_STAMP) $(SGLANG_OVERLAY_STAMP)
 
 # The MLCommons endpoints client (package inference-endpoint, Python >= 3.12), the measuring client of the round's
 # `harness: endpoints` benchmarks, in its own virtualenv (docs/benchmarks.md). ENDPOINTS_SRC: pip's source, by default

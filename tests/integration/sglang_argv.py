@@ -41,10 +41,13 @@ def parse(argv: list[str], config_dir: str) -> dict:
             args = parser.parse_args(argv[3:])
     except SystemExit:
         return {"error": err.getvalue().strip().splitlines()[-1]}
-    # as ServerArgs.from_cli_args names them, without constructing it (its __post_init__ asks the GPUs)
-    args.tp_size, args.pp_size = args.tensor_parallel_size, args.pipeline_parallel_size
-    args.dp_size, args.ep_size = args.data_parallel_size, args.expert_parallel_size
-    out = {name: getattr(args, name) for name in KEPT}
+    # as ServerArgs.from_cli_args names them, without constructing it (its __post_init__ asks the GPUs); newer
+    # SGLang parses into these names directly
+    for short, long in (("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size"),
+                        ("dp_size", "data_parallel_size"), ("ep_size", "expert_parallel_size")):
+        if hasattr(args, long):
+            setattr(args, short, getattr(args, long))
+    out = {name: getattr(args, name, None) for name in KEPT}   # a name a newer SGLang dropped: None
     if args.speculative_algorithm:
         server = object.__new__(ServerArgs)   # its fields only; SGLang's own speculative step then runs on them
         for field in dataclasses.fields(ServerArgs):

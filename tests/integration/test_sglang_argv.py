@@ -1,11 +1,13 @@
 """The SGLang argv of every shipped plan, read by SGLang's own parser at the version the plan pins (`make
-venv-sglang`): each engine launch a plan makes (one per variant of its options: Offline and Server without speculative
-decoding, Interactive with it) parses, and SGLang itself resolves the Interactive launch's speculative flags to the
-round's appendix (EAGLE, 3 steps, top-k 1, 4 draft tokens, the checkpoint's own MTP head). Nothing is launched."""
+venv-sglang`: the reference's 0.5.4 installed, the AMD plan's 0.5.15.post1 beside it): each engine launch a plan makes
+(one per variant of its options: Offline and Server without speculative decoding, Interactive with it) parses, and
+SGLang itself resolves the Interactive launch's speculative flags to the round's appendix (EAGLE, 3 steps, top-k 1, 4
+draft tokens, the checkpoint's own MTP head). Nothing is launched."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -37,31 +39,54 @@ def test_the_shipped_plans_run_sglang() -> None:
     assert [p.name for p in PLANS] == ["deepseek-r1-sglang-512.yaml", "deepseek-r1-sglang.yaml"]
 
 
+def overlays(python: Path) -> dict[str, Path]:
+    """The SGLang versions `make venv-sglang` holds beside the installed one: version -> the folder put first on the
+    venv's path for it."""
+    return {p.name.removeprefix("overlay-"): p for p in python.parent.parent.glob("overlay-*")
+            if (p / ".installed").is_file()}
+
+
+def parse(python: Path, argv: dict[str, list[str]], config_dir: Path, tmp: Path, path: Path | None = None) -> dict:
+    """SGLang's parser on each argv (tests/integration/sglang_argv.py), with `path` first on the venv's path."""
+    (tmp / "in.json").write_text(json.dumps({"argv": argv, "config_dir": str(config_dir)}))
+    env = {**os.environ, "PYTHONPATH": str(path)} if path else None
+    done = subprocess.run([str(python), str(REPO / "tests/integration/sglang_argv.py"), str(tmp / "in.json"),
+                           str(tmp / "out.json")], capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((tmp / "out.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """Every launch of the shipped plans, a misspelt flag and a NEXTN launch with 7 draft tokens, as SGLang's parser
-    (and, with speculative flags, its speculative step) made them; `config_dir`: the model folder it read."""
+    """Every launch of the shipped plans, each by the parser of the SGLang its plan pins, a misspelt flag and a NEXTN
+    launch with 7 draft tokens, as SGLang's parser (and, with speculative flags, its speculative step) made them;
+    `config_dir`: the model folder it read."""
     python = engine_python(".venv-sglang", "venv-sglang")
     installed = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    pins = {p.name: {b.engine.config().version for b in plans.load(p).benchmarks} for p in PLANS}
-    # the venv holds the reference's pin; the 512-replica plan pins its image's newer SGLang, not installed here
-    assert pins == {"deepseek-r1-sglang.yaml": {installed}, "deepseek-r1-sglang-512.yaml": {"0.5.15.post1"}}
+    held = {installed: None, **overlays(python)}
     tmp = tmp_path_factory.mktemp("sglang")
-    argv = {k: v for p in PLANS for k, v in launches(p).items()}
+    (tmp / "ds").mkdir()   # what SGLang reads of the model: its architecture, to pick the MTP head
+    (tmp / "ds" / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"],
+                                                        "model_type": "deepseek_v3"}))
+    by_version: dict[str, dict[str, list[str]]] = {}
+    for path in PLANS:
+        [version] = {b.engine.config().version for b in plans.load(path).benchmarks}
+        assert version in held, f"{path.name} pins sglang {version}; make venv-sglang holds {sorted(held)}"
+        by_version.setdefault(version, {}).update(launches(path))
+    assert set(by_version) == {"0.5.4", "0.5.15.post1"}   # the reference's pin, and the AMD plan's image's
+    argv = by_version[installed]
     good = argv["deepseek-r1-sglang/b200x8-slurm/deepseek-r1/Offline+Server"]
     argv["misspelt"] = [*good, "--cuda-graph-max-batch", "8"]
     argv["nextn"] = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--tp-size", "8",
                      "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk",
                      "1", "--speculative-num-draft-tokens", "7"]
-    (tmp / "ds").mkdir()   # what SGLang reads of the model: its architecture, to pick the MTP head
-    (tmp / "ds" / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"],
-                                                        "model_type": "deepseek_v3"}))
-    (tmp / "in.json").write_text(json.dumps({"argv": argv, "config_dir": str(tmp / "ds")}))
-    done = subprocess.run([str(python), str(REPO / "tests/integration/sglang_argv.py"), str(tmp / "in.json"),
-                           str(tmp / "out.json")], capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {**json.loads((tmp / "out.json").read_text()), "config_dir": str(tmp / "ds")}
+    out = {}
+    for version, launched in by_version.items():
+        (tmp / version).mkdir()
+        found = parse(python, launched, tmp / "ds", tmp / version, held[version])
+        out |= {name: {**args, "sglang": version} for name, args in found.items()}
+    return {**out, "config_dir": str(tmp / "ds")}
 
 
 def test_every_sglang_launch_parses_under_the_pinned_sglang(parsed: dict) -> None:
@@ -83,11 +108,12 @@ def test_every_sglang_launch_parses_under_the_pinned_sglang(parsed: dict) -> Non
                                        "model_path": parsed["config_dir"]}
 
 
-def test_the_512_replica_plans_launch_parses_under_the_reference_pin(parsed: dict) -> None:
+def test_the_512_replica_plans_launch_parses_under_its_own_sglang(parsed: dict) -> None:
     """The AMD plan's one launch (a replica: TP8, EP8, DP8 with DP attention, AITER attention, FP8 KV cache) parses
-    under 0.5.4's parser; its own 0.5.15.post1 is not installed here, so flags new in it would not be caught."""
+    under the parser of the SGLang its image holds, 0.5.15.post1."""
     [(name, args)] = [(k, v) for k, v in parsed.items() if k.startswith("deepseek-r1-sglang-512/")]
     assert name.endswith("/Offline+Server") and "error" not in args, (name, args)
+    assert args["sglang"] == "0.5.15.post1"
     assert (args["tp_size"], args["ep_size"], args["dp_size"], args["enable_dp_attention"]) == (8, 8, 8, True)
     assert (args["attention_backend"], args["kv_cache_dtype"], args["context_length"]) == ("aiter", "fp8_e4m3", 23145)
     assert args["speculative_algorithm"] is None and args["enable_metrics"] is True
