@@ -19,9 +19,13 @@ COLUMNS = ("replica", "node", "samples", "vs_mean", "output_tokens", "errors", "
            "latency_p99_ms", "moved", "lost_at", "flag")
 
 
+def mean_samples(record: RunRecord) -> float:
+    return sum(r.samples for r in record.replicas) / len(record.replicas)
+
+
 def rows(record: RunRecord) -> list[dict]:
     """The run's replica rows, each with its share against the mean and its flag."""
-    mean = sum(r.samples for r in record.replicas) / len(record.replicas)
+    mean = mean_samples(record)
     out, judged = [], mean >= JUDGED_FROM
     for r in record.replicas:
         off = (r.samples - mean) / mean if mean else 0.0
@@ -45,11 +49,12 @@ def markdown(records: Sequence[RunRecord]) -> list[str]:
              f"of the samples more than {SHARE_TOLERANCE:.0%} off the mean (`vs_mean`), where the replicas served at "
              f"least {JUDGED_FROM} samples each on average."]
     for record in runs:
-        total, count = sum(r.samples for r in record.replicas), len(record.replicas)
-        judged = f"{len(flagged(record))} flagged" if total >= JUDGED_FROM * count else \
-            f"shares not judged ({total / count:.3g} a replica on average, under {JUDGED_FROM})"
+        total, mean = sum(r.samples for r in record.replicas), mean_samples(record)
+        judged = f"{len(flagged(record))} flagged" if mean >= JUDGED_FROM else \
+            f"shares not judged ({mean:.3g} a replica on average, under {JUDGED_FROM})"
         lines += ["", f"### {record.label}", "",
-                  f"{total} samples over {count} replicas (the rows sum to the samples issued), {judged}.", "",
+                  f"{total} samples over {len(record.replicas)} replicas (the rows sum to the samples issued), "
+                  f"{judged}.", "",
                   *md.table(COLUMNS, rows(record))]
         lost = [r for r in record.replicas if r.lost_at]
         if lost:
