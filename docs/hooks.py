@@ -79,7 +79,9 @@ def plan_reference() -> str:
            "out of its range. Every number is finite (`.inf` and `.nan` are refused); the largest rates, node counts "
            "and sequence lengths (≤ in the tables) lie far above any real system's, each bound citing its source in "
            f"`submission/plan/limits.py`. A plan is UTF-8 text, nested at most {MAX_DEPTH} levels deep. *required* "
-           "marks a field without a default. Shipped examples: `deployments/plans/`.", ""]
+           "marks a field without a default. Shipped examples: `deployments/plans/`. A fleet's plan may instead "
+           "list other plan files under `plans:` (`{file, work_pool}` each), standing for their systems and "
+           "benchmarks together ([The round as one fleet](fleet.md#the-round-as-one-fleet)).", ""]
     out += _models(Plan, "plan", "The plan")
     engines: dict[type[BaseModel], list[str]] = {}
     for name, model in OPTIONS.items():

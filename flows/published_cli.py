@@ -27,8 +27,12 @@ def published(
             help="a round's summary.csv (root of mlcommons/inference_results_<round>): rewrite the data file from it")]
         = None,
         commit: Annotated[str | None, typer.Option(help="with --rebuild: the commit the summary.csv is from")] = None,
+        plan: Annotated[Path | None, typer.Option(
+            help="a plan (a fleet's too): each of its systems' scenarios beside the published results on the same "
+                 "accelerator and count")] = None,
 ) -> None:
-    """List the published results of BENCHMARK, best per accelerator first; or rebuild the data file."""
+    """List the published results of BENCHMARK, best per accelerator first; or those matching each system of a plan;
+    or rebuild the data file."""
     from submission.base import markdown as md
     from submission.base.errors import PlanError
     from submission.base.files import write_atomic
@@ -41,6 +45,9 @@ def published(
         write_atomic(pub.data_file(round), text)
         typer.echo(f"{pub.data_file(round)}: {sum(counts.values())} rows ("
                    + ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) + ")")
+        return
+    if plan is not None:
+        _against_plan(plan, round, None if division == "all" else division)
         return
     if not benchmark:
         raise PlanError("no benchmark given", fix="e.g. `podium published gpt-oss-120b --scenario Offline`")
@@ -63,3 +70,22 @@ def published(
     for s, v in bound.items():
         typer.echo(f"\n{s}: several systems on different hardware report {v:.4g} {rows[0].unit if rows else ''}: "
                    "bound by a target, not by the hardware; a ratio per accelerator means little there.")
+
+
+def _against_plan(path: Path, round: str, division: str | None) -> None:
+    """`--plan`: a row per (system, benchmark, scenario) of the plan with the published results of its accelerator
+    and count, best first; a scenario without one says so."""
+    from submission.base import markdown as md
+    from submission.plan import model as plans
+    from submission.results import published as pub
+
+    data = pub.load(round)
+    rows = pub.against_plan(data, plans.load(path), division)
+    typer.echo(f"The systems of {path} beside the published {round} results ({data.source} @ {data.commit[:12]}) of "
+               "the same benchmark, scenario, accelerator and count, best first: the plan's targets are not results.\n")
+    cells = [(r.system, r.benchmark, r.scenario, f"{r.accelerators} x {r.accelerator or '?'}",
+              f"{r.target:g}" if r.target else None,
+              "; ".join(f"{p.value:,.2f} {p.unit} ({p.submitter} {p.system})" for p in r.published) or
+              "none published") for r in rows]
+    typer.echo("\n".join(md.table(("system", "benchmark", "scenario", "accelerators", "plan target_qps",
+                                   "published"), cells)))

@@ -29,9 +29,9 @@ DEFAULT_CLOCK = "x10"   # a 600 s run in about a minute
 
 
 def prepare(plan: Path, workspace: Path, inference_src: Path | None = None, math_grader: Path | None = None,
-            nodes: int | None = None) -> Path:
+            nodes: int | None = None, scale: float = 1.0) -> Path:
     """The rehearsal's plan file in `workspace` (of the plan's `nodes`-node step when given), its data sets built
-    there first (once; reused when present)."""
+    there first at `scale` of their rows (once; reused when present at that scale)."""
     from submission.plan import model as plans
     from submission.plan.steps import at_nodes
     from tasks.rehearsal import data
@@ -46,10 +46,10 @@ def prepare(plan: Path, workspace: Path, inference_src: Path | None = None, math
         folder = workspace / "rehearsal-data" / bench
         try:
             found = data.load(folder)
-            built[bench] = found if found.scale == 1 else data.build(bench, folder)
+            built[bench] = found if found.scale == scale else data.build(bench, folder, scale=scale)
         except PlanError:
             typer.echo(f"building the synthetic {bench} data sets into {folder} (once)")
-            built[bench] = data.build(bench, folder)
+            built[bench] = data.build(bench, folder, scale=scale)
     rewritten = rehearsal_plan(original, built, inference_src=str(inference_src.resolve()) if inference_src else None,
                                math_grader=str(math_grader.resolve()) if math_grader else None)
     out = workspace / "rehearsal" / f"{rewritten['name']}.yaml"
@@ -90,7 +90,7 @@ def slower_clocks(folder: Path, speed: float) -> list[str]:
     return rows
 
 
-def report(original: Any, folder: Path, clock: str, wall_s: float) -> str:
+def report(original: Any, folder: Path, clock: str, wall_s: float, scale: float = 1.0) -> str:
     """rehearsal.md: what was replaced, the real round's cost (`original`: the plan rehearsed, loaded), the runs that
     needed a slower clock, artifact sizes, wall time and peak memory."""
     from submission.budget.cost import real_round
@@ -98,7 +98,7 @@ def report(original: Any, folder: Path, clock: str, wall_s: float) -> str:
 
     speed = None if clock == "real" else float(clock.removeprefix("x"))
     cost = real_round(original)
-    lines = ["# Dress rehearsal", "", *(f"- {c}" for c in changes(speed)), "",
+    lines = ["# Dress rehearsal", "", *(f"- {c}" for c in changes(speed, scale)), "",
              "## What the real round would cost on the plan's hardware", "",
              "| run | seconds at the plan's target rate |", "|---|---|"]
     lines += [f"| {run} | {s:,.0f} |" for run, s in cost["runs"].items()]
@@ -133,12 +133,17 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
              nodes: Annotated[int | None, typer.Option(
                  "--nodes", help="rehearse the plan's N-node step: its replicated systems on N nodes, their rates "
                  "scaled (submission/plan/steps.py)")] = None,
+             scale: Annotated[float, typer.Option(
+                 "--scale", min=0.001, max=1.0, help="the synthetic data sets at this fraction of their rows: a quick "
+                 "rehearsal whose runs are smaller than the rules ask, so the checkers name the counts short")] = 1.0,
              workspace: Workspace = Path(".podium")) -> None:
     """Dress rehearsal: run a real plan as written, with the simulated engine, synthetic full-size data and an
     accelerated clock in place of the plan's engine, data and time. Its tree can never be packaged."""
     from tasks import clock as clocks
+    from tasks.rehearsal.plan import SCALE_ENV
 
     os.environ[clocks.ENV] = clock
+    os.environ[SCALE_ENV] = str(scale)   # the flow's report says what the data sets hold
     clocks.speed()   # a bad --clock: exit 2 before anything starts
     if clock != "real":
         clocks.wrap([])   # faketime missing: exit 2 now, not at the first run
@@ -146,7 +151,7 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
     from submission.plan import selection
     from submission.plan.steps import at_nodes
 
-    rewritten = prepare(plan, workspace, inference_src, math_grader, nodes)
+    rewritten = prepare(plan, workspace, inference_src, math_grader, nodes, scale)
     loaded = plans.load(rewritten)
     chosen = selection.resolve(loaded, only or (), where=str(rewritten))
     prefect_env(workspace)
@@ -158,7 +163,7 @@ def rehearse(plan: Annotated[Path, typer.Argument(help="the real plan YAML to re
     latest = (workspace / "runs" / "latest").resolve()
     original = plans.read(plan)
     text = report(plans.parse(original if nodes is None else at_nodes(original, nodes), str(plan)), latest, clock,
-                  time.monotonic() - started)
+                  time.monotonic() - started, scale)
     (latest / "rehearsal.md").write_text(text)
     if (latest / "report.md").is_file():
         typer.echo((latest / "report.md").read_text())

@@ -102,9 +102,10 @@ def run_benchmarks(plan_path: str, plan: Plan, ws: Workspace, folder: Path, cfg:
 def rehearsal_banner() -> str:
     """What a dress rehearsal replaced, atop its report (tasks.rehearsal.plan.changes)."""
     from tasks import clock
-    from tasks.rehearsal.plan import changes
+    from tasks.rehearsal.plan import changes, scale
 
-    return (f"> **{rehearsal_marker.NOTICE}**\n>\n" + "".join(f"> - {c}\n" for c in changes(clock.speed())) + "\n")
+    return (f"> **{rehearsal_marker.NOTICE}**\n>\n" + "".join(f"> - {c}\n" for c in changes(clock.speed(), scale()))
+            + "\n")
 
 
 def report_and_publish(plan: Plan, planned: runs.Planned, done: Finished, systems: dict[str, dict],

@@ -26,6 +26,7 @@ from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, 
 from submission.plan.fetch import FetchItem, FetchSource, fetch_problems
 from submission.plan.fetch import items as fetch_items
 from submission.plan.limits import MAX_DEPTH, AnswerTokens, Nodes, Rate, levels
+from submission.plan.parts import expand
 from submission.plan.platforms import DEFAULT as DEFAULT_PLATFORM
 from submission.plan.platforms import MODEL_FIELD, PLATFORMS, Platform, platform_of
 from submission.plan.replicas import Layout, ReplicasSpec
@@ -696,8 +697,14 @@ def parse(data: Any, source: str = "<plan>") -> Plan:
 
 
 def read(path: str | Path) -> Any:
-    """A plan file's YAML as plain data, before validation; a file that cannot be read, is not UTF-8, is not YAML or
-    nests deeper than the YAML parser follows is a PlanError naming it (a plan is a few levels deep)."""
+    """A plan file's YAML as plain data, before validation, a fleet's `plans:` parts merged in
+    (submission/plan/parts.py)."""
+    return expand(read_yaml(path), Path(path), read_yaml)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A plan file's YAML as it is; a file that cannot be read, is not UTF-8, is not YAML or nests deeper than the
+    YAML parser follows is a PlanError naming it (a plan is a few levels deep)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from submission.base.errors import PlanError
 from submission.rules import ROUNDS, load_rules
@@ -280,3 +281,37 @@ def verdict(comparisons: Sequence[Comparison], min_fraction: float | None = None
     parts += [f"no published {division} {round} result for accelerator ".replace("  ", " ")
               + (repr(name) if name else "(none named in the system description)") for name, division in missing]
     return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """One scenario of a plan's system beside the published results of the same benchmark, accelerator and count."""
+
+    system: str
+    benchmark: str
+    scenario: str
+    accelerator: str
+    accelerators: int
+    target: float | None                  # the plan's target_qps for the scenario
+    published: tuple[Result, ...]          # best first
+
+
+def against_plan(published: Published, plan: Any, division: str | None = DEFAULT_DIVISION) -> list[PlannedRow]:
+    """Each (system, benchmark, scenario) of `plan` (a loaded Plan) with the published results of the same
+    benchmark and scenario on the same accelerator (by `accelerator_key`) and the same count (the system's
+    description: accelerators_per_node x its nodes)."""
+    out = []
+    systems = {s.name: s for s in plan.systems}
+    for bench in plan.benchmarks:
+        system = systems[bench.system]
+        name = system.description.get("accelerator_model_name", "")
+        try:
+            count = int(system.description.get("accelerators_per_node") or 0) * system.nodes
+        except ValueError:
+            count = 0
+        for scenario, spec in bench.scenarios.items():
+            rows = [r for r in published.select(bench.benchmark, scenario, name or None, division)
+                    if name and r.accelerators == count and not mixed(r.accelerator)]
+            rows.sort(key=lambda r: r.value, reverse=True)
+            out.append(PlannedRow(system.name, bench.benchmark, scenario, name, count, spec.target_qps, tuple(rows)))
+    return out

@@ -5,9 +5,10 @@
 What changes (and `changes` lists it, for every page of the report):
 - the engine: the simulated engine (tasks/engines/simulated), launched locally, answering from the synthetic data
   sets at their real output lengths, sized so that an Offline run lasts just over the round's min duration;
-- the data: the synthetic full-size sets (`tasks.rehearsal.data`) and the byte-level tokenizer in place of the model
-  (the plan's `fetch` sections are dropped: nothing is fetched); deepseek-r1's MATH-500 grader stays the real one,
-  the folder given (`--math-grader`);
+- the data: the synthetic full-size sets (`tasks.rehearsal.data`; a fraction of their rows with `podium rehearse
+  --scale`, a quick rehearsal whose runs are smaller than the rules ask) and the byte-level tokenizer in place of
+  the model (the plan's `fetch` sections are dropped: nothing is fetched); deepseek-r1's MATH-500 grader stays the
+  real one, the folder given (`--math-grader`);
 - the rates (`scenario_rates`): Offline at the lowest the rules allow; Server and Interactive at half the engine's
   Offline rate, never under the lowest the rules allow: their accuracy run and audits issue fixed sample counts
   (4395, 990 and 6396 for gpt-oss-120b), which at the lowest rate (1.22 q/s) would take 3.3 h of the client's clock;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from typing import Any
 
 from submission.rules import load_rules
@@ -30,6 +32,7 @@ from tasks.endpoints.probe import P99_MIN_SAMPLES
 from tasks.rehearsal.data import Built, answers_file
 
 STORAGE_PREFIX = "rehearsal"
+SCALE_ENV = "PODIUM_REHEARSAL_SCALE"
 LABEL = "rehearsal placeholder, not a fact of the plan's system"
 MARGIN = 1.1            # runs last 10% over the round's minimum: min_duration and the early-stopping sample count
 CHUNK_TOKENS = 4096     # tokens per streamed event after the first: 32M accuracy tokens in a few events per answer
@@ -39,15 +42,25 @@ SERVED_SHARE = 0.5      # Server and Interactive: half the Offline rate (a full 
 PREFILL = {"prefill_workers": 8, "prefill_ms": 20.0}   # 400 prompts/s: prefill never limits the rehearsal
 
 
-def changes(clock: float | None) -> list[str]:
-    """What a rehearsal replaces, one line each: said on every page of its output."""
+def scale() -> float:
+    """The fraction of their rows the rehearsal's data sets hold (`podium rehearse --scale`, passed to the flow in
+    SCALE_ENV): 1, the reference's sizes, unless asked."""
+    return float(os.environ.get(SCALE_ENV) or 1)
+
+
+def changes(clock: float | None, scale: float = 1.0) -> list[str]:
+    """What a rehearsal replaces, one line each: said on every page of its output (`scale`: the data sets' fraction
+    of their rows)."""
     speed = "the real clock (--clock real)" if not clock else \
         f"an accelerated clock, x{clock:g} (libfaketime): 600 s of the client's clock take {600 / clock:.0f} s"
     fallback = slower(clock) if clock else ()
     again = (f"; a run INVALID for its latency alone runs again with the client on "
              f"{', then '.join(f'x{f:g}' for f in fallback)} (tasks.clock)") if fallback else ""
+    data = ("synthetic data sets at the reference's sizes and schemas" if scale == 1 else
+            f"synthetic data sets in the reference's schemas at {scale:g} of their rows (--scale): the runs are "
+            "smaller than the rules ask and the checkers say so")
     return ["engine: Podium's simulated engine on this machine, not the plan's engine and hardware",
-            "data: synthetic data sets at the reference's sizes and schemas, with answers the engine knows",
+            f"data: {data}, with answers the engine knows",
             f"clock: the measuring client and the engine run on {speed}; everything else on the real clock{again}",
             "rates: Offline at the lowest the round's rules allow, Server and Interactive at half that, not the plan's "
             "targets (the real round's cost is estimated); no performance gate, no comparison with published results"]

@@ -153,3 +153,19 @@ def test_podium_published_lists_and_rebuilds(tmp_path: Path, monkeypatch: pytest
     done = runner.invoke(app, ["published", "--rebuild", str(summary), "--commit", "abc123"])
     assert done.exit_code == 0 and "1 rows (gpt-oss-120b 1)" in done.output, done.output
     assert "# commit: abc123" in (tmp_path / "published-v6.1.csv").read_text()
+
+
+def test_each_system_of_the_round_fleet_sits_beside_its_own_published_row(data: pub.Published) -> None:
+    from submission.plan import model as plans
+
+    fleet = Path(__file__).parents[2] / "deployments" / "plans" / "round-v6.1-fleet.yaml"
+    rows = pub.against_plan(data, plans.load(fleet))
+    mine = {(r.system, r.scenario): [p for p in r.published if p.submitter == "Crusoe"] for r in rows}
+    assert len(rows) == 12 and all(len(found) == 1 for found in mine.values()), mine
+    assert mine[("mi355x-vllm-k8s", "Offline")][0].value == 5_749_440.0
+    assert mine[("gb200x16-slurm", "Interactive")][0].system.endswith("(16x GB200-186GB_aarch64, Dynamo)")
+    assert mine[("gb200x4-slurm", "Interactive")][0].system.endswith("(4x GB200-186GB_aarch64, Dynamo)")
+    assert all(p.accelerators == r.accelerators for r in rows for p in r.published)
+    said = CliRunner().invoke(app, ["published", "--plan", str(fleet)])
+    table = [line for line in said.output.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert said.exit_code == 0 and len(table) == 12 and all("Crusoe" in line for line in table), said.output
