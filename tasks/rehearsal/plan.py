@@ -56,11 +56,10 @@ def changes(clock: float | None, scale: float = 1.0) -> list[str]:
     fallback = slower(clock) if clock else ()
     again = (f"; a run INVALID for its latency alone runs again with the client on "
              f"{', then '.join(f'x{f:g}' for f in fallback)} (tasks.clock)") if fallback else ""
-    data = ("synthetic data sets at the reference's sizes and schemas" if scale == 1 else
-            f"synthetic data sets in the reference's schemas at {scale:g} of their rows (--scale): the runs are "
-            "smaller than the rules ask and the checkers say so")
-    return ["engine: Podium's simulated engine on this machine, not the plan's engine and hardware",
-            f"data: {data}, with answers the engine knows",
+    data = ("synthetic data sets at the reference's sizes and schemas, with answers the engine knows" if scale == 1
+            else f"synthetic data sets in the reference's schemas at {scale:g} of their rows (--scale), with answers "
+                 "the engine knows: the runs are smaller than the rules ask and the checkers say so")
+    return ["engine: Podium's simulated engine on this machine, not the plan's engine and hardware", f"data: {data}",
             f"clock: the measuring client and the engine run on {speed}; everything else on the real clock{again}",
             "rates: Offline at the lowest the round's rules allow, Server and Interactive at half that, not the plan's "
             "targets (the real round's cost is estimated); no performance gate, no comparison with published results"]
@@ -155,7 +154,7 @@ def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names:
         out["dataset"]["lcb_tests"] = built.extra["lcb_tests"]
     datasets = {name: out["dataset"].get("scenarios", {}).get(name, out["dataset"]["performance"])
                 for name in bench["scenarios"]}
-    rows = {name: output_rows(path) for name, path in datasets.items()}
+    rows = {name: issued(plan, bench, name, output_rows(path)) for name, path in datasets.items()}
     output = output_lengths(out["dataset"]["performance"])
     engine = bench["engine"]
     kept = {k: engine[k] for k in ("ready_timeout_s", "stall_timeout_s", "warmup_requests", "warmup_timeout_s")
@@ -167,6 +166,16 @@ def _benchmark(plan: dict[str, Any], bench: dict[str, Any], built: Built, names:
     out["scenarios"] = {name: {**{k: v for k, v in sc.items() if k != "expected_qps"}, "target_qps": rates[name]}
                         for name, sc in bench["scenarios"].items()}
     return out
+
+
+def issued(plan: dict[str, Any], bench: dict[str, Any], scenario: str, rows: int) -> int:
+    """The samples a scenario's performance run issues over a data set of `rows`: a loadgen Offline run at least the
+    round's mlperf.conf min_query_count for the benchmark (deepseek-r1: 4388, whatever `--scale` leaves of the set);
+    the endpoints client issues the set once."""
+    rules = load_rules(plan["round"]).benchmark(bench["benchmark"])
+    if scenario != "Offline" or (bench.get("harness") or rules.harness) != "loadgen":
+        return rows
+    return max(rows, rules.offline_min_query_count or 0)
 
 
 def output_rows(path: str) -> int:

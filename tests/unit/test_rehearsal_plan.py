@@ -107,4 +107,5 @@ def test_a_deepseek_r1_plan_is_served_from_its_answers_file_and_keeps_the_real_g
     assert bench.engine.options["answers"] == [answers]
     served = pq.read_table(answers).column("rehearsal_output_tokens").to_numpy()
     assert bench.engine.options["output_tokens"] == round(served.mean())   # ~3886, the checker's reference
-    assert bench.scenarios["Offline"].target_qps == pytest.approx(len(served) / 660, abs=0.01)
+    # a scaled set is still issued 4388 times (mlperf.conf's deepseek-r1.Offline.min_query_count) over 1.1 x 600 s
+    assert len(served) < 4388 and bench.scenarios["Offline"].target_qps == pytest.approx(4388 / 660, abs=0.01)
