@@ -109,3 +109,20 @@ def test_a_deepseek_r1_plan_is_served_from_its_answers_file_and_keeps_the_real_g
     assert bench.engine.options["output_tokens"] == round(served.mean())   # ~3886, the checker's reference
     # a scaled set is still issued 4388 times (mlperf.conf's deepseek-r1.Offline.min_query_count) over 1.1 x 600 s
     assert len(served) < 4388 and bench.scenarios["Offline"].target_qps == pytest.approx(4388 / 660, abs=0.01)
+
+
+def test_the_round_fleet_rehearses_as_one_plan_of_its_five_systems_at_their_first_step(tmp_path: Path) -> None:
+    """`podium rehearse deployments/plans/round-v6.1-fleet.yaml --nodes 1` (its plan, as `prepare` writes it): the
+    five systems in one flow and one tree, the MI355X ones at their 1-node step, none on a work pool."""
+    from flows.rehearsal_cli import prepare
+
+    fleet = Path(__file__).parents[2] / "deployments" / "plans" / "round-v6.1-fleet.yaml"
+    rehearsal = plans.load(prepare(fleet, tmp_path, nodes=1, scale=0.002))
+    assert [s.name for s in rehearsal.systems] == [
+        "rehearsal-gb200x4-k8s", "rehearsal-gb200x4-slurm", "rehearsal-gb200x16-slurm", "rehearsal-mi355x-vllm-k8s-n1",
+        "rehearsal-mi355x-sglang-k8s-n1"]
+    assert not rehearsal.pools() and {b.engine.name for b in rehearsal.benchmarks} == {"simulated"}
+    nodes = {s.name: s.nodes for s in rehearsal.systems}
+    assert nodes["rehearsal-gb200x16-slurm"] == 4 and nodes["rehearsal-mi355x-vllm-k8s-n1"] == 1
+    assert sorted(p.name for p in (tmp_path / "rehearsal-data").iterdir()) == [
+        "deepseek-r1", "gpt-oss-120b", "qwen3-vl-235b-a22b"]
