@@ -50,6 +50,7 @@ def assemble(
         typer.echo(f"{len(result.left_out)} other candidate(s) not chosen; each, and why, in curation.json")
     checked = check_all(root, result.round, csv_file=out / "summary.csv", inference_src=inference_src)
     typer.echo(checked.text(), nl=False)
-    typer.echo(f"tree {root}; choices in {out / curated_tree.CURATION_FILE}"
-               + (f"; next: podium package {root}" if checked.ok else ""))
+    after = "; a dress rehearsal's tree: never packaged" if result.kind == "rehearsal" else (
+        f"; next: podium package {root}" if checked.ok else "")
+    typer.echo(f"tree {root}; choices in {out / curated_tree.CURATION_FILE}{after}")
     raise typer.Exit(0 if checked.ok else 1)

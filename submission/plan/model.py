@@ -26,7 +26,7 @@ from submission.plan.engine_options import EngineTelemetry, KubernetesSettings, 
 from submission.plan.fetch import FetchItem, FetchSource, fetch_problems
 from submission.plan.fetch import items as fetch_items
 from submission.plan.limits import MAX_DEPTH, AnswerTokens, Nodes, Rate, levels
-from submission.plan.parts import expand
+from submission.plan.parts import expand, files
 from submission.plan.platforms import DEFAULT as DEFAULT_PLATFORM
 from submission.plan.platforms import MODEL_FIELD, PLATFORMS, Platform, platform_of
 from submission.plan.replicas import Layout, ReplicasSpec
@@ -730,5 +730,13 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def load(path: str | Path) -> Plan:
-    """Read and validate a plan file."""
-    return parse(read(path), str(Path(path)))
+    """Read and validate a plan file. A fleet that does not validate has each part validated alone first, so the
+    error names the part's file and field where the part alone is at fault (submission/plan/parts.py)."""
+    path = Path(path)
+    data = read(path)
+    try:
+        return parse(data, str(path))
+    except PlanError:
+        for part in files(read_yaml(path), path):
+            parse(read_yaml(part), str(part))
+        raise

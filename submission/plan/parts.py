@@ -14,7 +14,9 @@ on, and stands for their systems and benchmarks together (docs/fleet.md):
 Each part keeps every fact of its system and benchmarks in its own file; the fleet adds only where they run. The parts
 share the fleet's round, division, profile and submitter (a part that differs is refused, naming the field), their
 systems' names are distinct, and their `fetch` destinations do not clash. A part is a plain plan: one with a `plans:`
-list of its own is refused. The fleet's own `systems` and `benchmarks`, when it has any, come first.
+list of its own is refused. The fleet's own `systems` and `benchmarks`, when it has any, come first. A fleet that does
+not validate is checked part by part (`submission.plan.model.load`), so an error in a part names the part's file and
+its own field, not the merged plan's index.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from submission.base.errors import PlanError
 FIELD = "plans"
 SHARED = ("round", "division", "profile", "submitter")   # the tree's top: one per submission
 FIX = "a fleet's plans: entries are {file: PLAN.yaml, work_pool: POOL} (deployments/plans/round-v6.1-fleet.yaml)"
+
+
+def files(data: Any, path: Path) -> list[Path]:
+    """The part files a fleet's `plans:` names (none for a plain plan), each relative to the fleet's `path`."""
+    entries = data.get(FIELD) if isinstance(data, dict) else None
+    return [path.parent / e["file"] for e in entries or [] if isinstance(e, dict) and isinstance(e.get("file"), str)] \
+        if isinstance(entries, list) else []
 
 
 def expand(data: Any, path: Path, read: Callable[[Path], Any]) -> Any:

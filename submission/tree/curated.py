@@ -4,7 +4,8 @@ Each chosen scenario folder is copied whole from its source's tree; beside them 
 system (from a source of that division), the open division's model_mapping.json entries (merged), the closed
 division's calibration.md lines (merged), each contributing plan at `assemble.plan_file` (named by plan and
 fingerprint, so two plans never collide), each contributing run's Podium source (`submission.tree.source`: one
-archive per commit) and, for smoke runs, the smoke marker.
+archive per commit) and, for smoke runs or dress rehearsals, their marker (a rehearsal's makes `podium package` refuse
+the tree).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from submission.base.files import write_atomic
 from submission.base.markdown import table as md_table
 from submission.plan.model import Plan
 from submission.plan.secret_env import shown_options
-from submission.tree import source
+from submission.tree import rehearsal_marker, source
 from submission.tree.assemble import plan_file, write_code_readmes, write_plan
 from submission.tree.curation import LEGACY_PLAN, Candidate, Choice, Curation, Source
 from submission.tree.paths import README, SMOKE_MARKER, Tree
@@ -105,8 +106,11 @@ def _src(root: Path, result: Curation) -> None:
             *source.readme(codes)]))
 
 
-def _smoke_marker(root: Path, result: Curation) -> None:
-    if result.smoke:
+def _marker(root: Path, result: Curation) -> None:
+    """A curated smoke tree stays a smoke tree, a curated rehearsal a rehearsal."""
+    if result.kind == "rehearsal":
+        rehearsal_marker.mark(root)
+    if result.kind == "smoke":
         plans = ", ".join(f"`{s.plan.name}`" for s in result.contributing)
         write_atomic(root / SMOKE_MARKER,
                      "# SMOKE RUN: not a valid MLPerf submission\n\n"
@@ -132,7 +136,7 @@ def _candidate(c: Candidate) -> dict:
 def record(result: Curation) -> dict:
     """curation.json: the sources, one entry per chosen scenario (and why), every other candidate and why not."""
     return {
-        "round": result.round, "profile": "smoke" if result.smoke else "submission", "pick": result.pick,
+        "round": result.round, "profile": result.kind, "pick": result.pick,
         "sources": [{"source": s.label, "run_id": s.run_id, "plan": s.plan.name, "time": s.time}
                     for s in result.sources],
         "chosen": [_candidate(ch.candidate) | {"why": ch.why} for ch in result.chosen],
@@ -152,7 +156,7 @@ def write(result: Curation, out: Path) -> Path:
     _model_mapping(root, result.chosen)
     _calibration(root, result.chosen)
     _src(root, result)
-    _smoke_marker(root, result)
+    _marker(root, result)
     write_atomic(Path(out) / CURATION_FILE, json.dumps(record(result), indent=2) + "\n")
     return root
 

@@ -16,6 +16,8 @@ Picks (documented in docs/fleet.md, "Curating a round"):
 - `latest`: the complete candidate that ended last (`RunRecord.ended_at`, else `started_at`, else the source's time).
 - a run id: that run's candidate wherever the run has the scenario; if that candidate is incomplete the scenario is
   left out (no other run stands in for a run that was named); `best` for the scenarios the run does not have.
+Smoke runs, dress rehearsals and real runs are never curated together; a tree curated from smoke runs or rehearsals
+carries their marker, so `podium package` refuses a rehearsal's as it does a rehearsal run's own.
 Complete: the performance run VALID, its accuracy run passed (when the benchmark has one) and every audit the plan ran
 for the scenario passed, with none of the round's audits missing when the plan ran audits.
 """
@@ -37,6 +39,8 @@ from submission.results.runs import AuditRecord, RunRecord
 from submission.rules import load_rules
 from submission.tree.assemble import benchmark_folder
 from submission.tree.paths import Tree
+from submission.tree.rehearsal_marker import MARKER as REHEARSAL_MARKER
+from submission.tree.rehearsal_marker import is_rehearsal
 
 PICKS = ("best", "latest")   # anything else is a run id
 RESULTS, COMPLIANCE, TREE = "results.json", "compliance.json", "submission"
@@ -68,8 +72,18 @@ class Source:
         return Tree(self.folder / TREE, self.plan.division, self.plan.submitter)
 
     @property
-    def smoke(self) -> bool:
-        return self.plan.profile == "smoke" or self.tree.smoke_marker.is_file()
+    def kind(self) -> str:
+        """`smoke`, `rehearsal` (a dress rehearsal's: `submission.tree.rehearsal_marker`) or `submission`."""
+        if self.plan.profile == "smoke" or self.tree.smoke_marker.is_file():
+            return "smoke"
+        if is_rehearsal(self.plan.name) or (self.tree.root / REHEARSAL_MARKER).is_file():
+            return "rehearsal"
+        return "submission"
+
+
+# What a curated choice of each kind of run says beside its reason (none for a real run)
+KIND_NOTES = {"smoke": " (SMOKE run: not a valid MLPerf result)",
+              "rehearsal": " (DRESS REHEARSAL: a simulated engine on synthetic data, not a measurement)"}
 
 
 @dataclass(frozen=True)
@@ -139,8 +153,9 @@ class Curation:
         return self.sources[0].plan.round
 
     @property
-    def smoke(self) -> bool:
-        return self.sources[0].smoke
+    def kind(self) -> str:
+        """The one kind of run every source is (`check_sources`): smoke, rehearsal or submission."""
+        return self.sources[0].kind
 
     @property
     def contributing(self) -> list[Source]:
@@ -249,13 +264,15 @@ def _same_systems(sources: list[Source]) -> None:
 
 
 def check_sources(sources: list[Source]) -> None:
-    """Refuse sources that cannot make one tree: two rounds, submitters or profiles, one system described twice."""
+    """Refuse sources that cannot make one tree: two rounds, submitters or kinds of run (smoke, dress rehearsal,
+    submission), one system described twice."""
     if not sources:
         raise CurationError("no sources to curate from", fix="pass --from SOURCE at least once")
     _same(sources, "round", lambda s: s.plan.round, "curate the runs of one round at a time")
     _same(sources, "submitter", lambda s: s.plan.submitter, "curate one organisation's runs at a time")
-    _same(sources, "profile", lambda s: "smoke" if s.smoke else "submission",
-          "leave the smoke runs out: a smoke run never goes into a submission")
+    _same(sources, "profile", lambda s: s.kind,
+          "curate smoke runs, dress rehearsals and real runs apart: neither a smoke run nor a rehearsal ever goes "
+          "into a submission")
     _same_systems(sources)
 
 
@@ -272,10 +289,6 @@ def _run(sources: list[Source], run_id: str) -> str:
     return matches[0]
 
 
-def _smoke_note(candidate: Candidate) -> str:
-    return " (SMOKE run: not a valid MLPerf result)" if candidate.source.smoke else ""
-
-
 def _best(complete: list[Candidate], pick: str) -> tuple[Candidate, str]:
     """The choice among complete candidates by `best` or `latest`, and why in words."""
     if pick == "latest":
@@ -286,18 +299,22 @@ def _best(complete: list[Candidate], pick: str) -> tuple[Candidate, str]:
     return chosen, f"best VALID: {chosen.metric:.1f}{unit} of {len(complete)} candidate(s)"
 
 
+def _note(candidate: Candidate) -> str:
+    return KIND_NOTES.get(candidate.source.kind, "")
+
+
 def _choose(group: list[Candidate], pick: str, named: str | None) -> tuple[Candidate | None, str]:
     """One key's choice (None when nothing can be picked) and why, or why not."""
     mine = [c for c in group if named is not None and c.source.run_id == named]
     if mine:
         if mine[0].problem:
             return None, f"run {named} (named by --pick) has it incomplete: {mine[0].problem}; no other run stands in"
-        return mine[0], f"named run {named}" + _smoke_note(mine[0])
+        return mine[0], f"named run {named}" + _note(mine[0])
     complete = [c for c in group if c.problem is None]
     if not complete:
         return None, "nothing complete to pick: " + "; ".join(f"{c.describe()}: {c.problem}" for c in group)
     chosen, why = _best(complete, "best" if named else pick)
-    return chosen, (why + (f" (run {named} does not have it)" if named else "") + _smoke_note(chosen))
+    return chosen, (why + (f" (run {named} does not have it)" if named else "") + _note(chosen))
 
 
 def _one_division(chosen: list[Choice]) -> None:

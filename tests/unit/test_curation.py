@@ -13,10 +13,10 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from submission.base.errors import CurationError
+from submission.base.errors import CurationError, PlanError
 from submission.plan import model as plans
 from submission.results.runs import AuditCheck, AuditRecord, RunRecord
-from submission.tree import source
+from submission.tree import rehearsal_marker, source
 from submission.tree.assemble import assemble, plan_file
 from submission.tree.curated import write
 from submission.tree.curation import curate, load_source
@@ -248,6 +248,29 @@ def test_refuses_two_rounds_submitters_and_profiles(tmp_path: Path) -> None:
     real = make_run(tmp_path, "real", make_plan("real", "sut-b", ("Offline", "Server"), profile="submission"),
                     {"Offline": 1.0}, audits={})
     _refused([base, real], "two profiles", "'smoke'", "'submission'")
+
+
+def test_dress_rehearsals_curate_into_a_rehearsal_tree_and_never_beside_a_real_run(tmp_path: Path) -> None:
+    """Curating rehearsal trees keeps REHEARSAL.txt at the top, so `podium package` refuses the curated tree as it
+    refuses each rehearsal's own; a rehearsal is never curated with a real run."""
+    rehearsals = []
+    for name, system in (("rehearsal-a", "rehearsal-sys-a"), ("rehearsal-b", "rehearsal-sys-b")):
+        plan = make_plan(name, system, ("Offline", "Server"), profile="submission")
+        folder = make_run(tmp_path, name, plan, {"Offline": 1.0, "Server": 1.0}, audits={})
+        rehearsal_marker.mark(folder / "submission")   # as `podium rehearse` leaves its tree
+        rehearsals.append(folder)
+    result = curate([load_source(r) for r in rehearsals], "best")
+    root = write(result, tmp_path / "out")
+    assert (root / rehearsal_marker.MARKER).read_text().startswith("DRESS REHEARSAL, NOT A SUBMISSION")
+    with pytest.raises(PlanError, match="dress rehearsal's tree"):
+        rehearsal_marker.refuse(root)
+    record = json.loads((tmp_path / "out" / "curation.json").read_text())
+    assert record["profile"] == "rehearsal" and len(record["chosen"]) == 4
+    assert all(c["why"].endswith("(DRESS REHEARSAL: a simulated engine on synthetic data, not a measurement)")
+               for c in record["chosen"])
+    real = make_run(tmp_path, "real", make_plan("real", "sut-b", ("Offline", "Server"), profile="submission"),
+                    {"Offline": 1.0}, audits={})
+    _refused([rehearsals[0], real], "two profiles", "'rehearsal'", "'submission'")
 
 
 def test_refuses_two_descriptions_of_one_system(tmp_path: Path) -> None:

@@ -87,3 +87,13 @@ def test_a_missing_part_is_named_with_the_fleets_entry(tmp_path: Path) -> None:
     write(tmp_path, "fleet.yaml", {"name": "x", "plans": ["gone.yaml"]})
     with pytest.raises(PlanError, match=r"plans\[0\]: 'gone\.yaml' is not \{file, work_pool\}"):
         plans.load(path)
+
+
+def test_an_error_in_a_part_names_the_parts_file_and_its_own_field(tmp_path: Path) -> None:
+    """Merged, the copy's system is the fleet's systems.1; its error names b.yaml and its own systems.0."""
+    smoke = yaml.safe_load((PLANS / "smoke.yaml").read_text())
+    path = fleet_of(tmp_path, systems=[{**s, "name": s["name"] + "-b", "gpus": 8} for s in smoke["systems"]])
+    with pytest.raises(PlanError) as error:
+        plans.load(path)
+    assert error.value.where == str(tmp_path / "b.yaml"), error.value
+    assert "systems.0.gpus: unknown field" in str(error.value) and "systems.1" not in str(error.value)
