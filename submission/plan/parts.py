@@ -35,8 +35,9 @@ FIX = "a fleet's plans: entries are {file: PLAN.yaml, work_pool: POOL} (deployme
 def files(data: Any, path: Path) -> list[Path]:
     """The part files a fleet's `plans:` names (none for a plain plan), each relative to the fleet's `path`."""
     entries = data.get(FIELD) if isinstance(data, dict) else None
-    return [path.parent / e["file"] for e in entries or [] if isinstance(e, dict) and isinstance(e.get("file"), str)] \
-        if isinstance(entries, list) else []
+    if not isinstance(entries, list):
+        return []
+    return [path.parent / e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
 
 
 def expand(data: Any, path: Path, read: Callable[[Path], Any]) -> Any:
