@@ -6,11 +6,13 @@
   (LiveCodeBench programs in their sandbox included), TEST07 (990 samples) and TEST09 (6396), truncation, the tree, the
   tarball and the upload to the embedded S3 server. Offline has no latency bound, so the client and the engine run on
   a x50 clock: only the CPU sets the pace.
-- `podium rehearse` of the shipped DeepSeek-R1 SGLang plan (deployments/plans/deepseek-r1-sglang.yaml), Offline alone,
-  on synthetic data sets at 0.05 of their rows (`--scale`): answers of the reference's length (about 3,900 tokens),
-  the accuracy run scored through the round's evaluator with the fetched PRM800K grader, TEST06 with the official
-  run_verification.py beside Podium's verdict.
-- `podium assemble` of the two rehearsals' run folders: one tree of two systems that stays a rehearsal's (the marker,
+- `podium rehearse` of the shipped DeepSeek-R1 SGLang plan on 512 AMD MI355X
+  (deployments/plans/deepseek-r1-sglang-512.yaml) at its 1-node step (`--nodes 1`: one TP8 replica on 8 GPUs),
+  Offline alone, on synthetic data sets at 0.05 of their rows (`--scale`): answers of the reference's length (about
+  3,900 tokens), the accuracy run scored through the round's evaluator with the fetched PRM800K grader, TEST06 with
+  the official run_verification.py beside Podium's verdict.
+- `podium assemble` of the two rehearsals' run folders: one tree of two of the round fleet's five systems (a GB200
+  one and an MI355X one) that stays a rehearsal's (the marker,
   `podium package` refusing it), in which the round's checker finds exactly the errors it finds in the two trees
   apart (what `--only` and `--scale` leave short), and nothing the curation added.
 The whole plans and the whole round's five systems are the manual's rehearsals (docs/benchmarks.md, "Dress
@@ -41,7 +43,7 @@ pytestmark = pytest.mark.integration
 
 PLANS = REPO / "deployments" / "plans"
 GPT_OFFLINE = "rehearsal-gb200x4-k8s/gpt-oss-120b/Offline"
-DS_OFFLINE = "rehearsal-b200x8-slurm/deepseek-r1/Offline"
+DS_OFFLINE = "rehearsal-mi355x-sglang-k8s-n1/deepseek-r1/Offline"
 SCALE = 0.05
 
 
@@ -85,8 +87,9 @@ def gpt(tmp_path_factory: pytest.TempPathFactory) -> Rehearsal:
 
 @pytest.fixture(scope="module")
 def deepseek(tmp_path_factory: pytest.TempPathFactory, inference_src: Path, prm800k_src: Path) -> Rehearsal:
-    return _rehearse(tmp_path_factory.mktemp("deepseek"), "deepseek-r1-sglang.yaml", "--only", DS_OFFLINE, "--scale",
-                     str(SCALE), "--math-grader", str(prm800k_src), "--inference-src", str(inference_src))
+    return _rehearse(tmp_path_factory.mktemp("deepseek"), "deepseek-r1-sglang-512.yaml", "--nodes", "1", "--only",
+                     DS_OFFLINE, "--scale", str(SCALE), "--math-grader", str(prm800k_src), "--inference-src",
+                     str(inference_src))
 
 
 def test_one_scenario_at_full_size(gpt: Rehearsal, inference_src: Path) -> None:
@@ -119,7 +122,7 @@ def test_one_scenario_at_full_size(gpt: Rehearsal, inference_src: Path) -> None:
     assert [f.rule for f in checked.report.errors] == ["required-scenarios"] and checked.differences == []
 
 
-def test_the_deepseek_plan_rehearses_end_to_end_at_a_small_scale(deepseek: Rehearsal) -> None:
+def test_the_deepseek_plan_rehearses_its_one_node_step_at_a_small_scale(deepseek: Rehearsal) -> None:
     runs, folder = deepseek.records(), deepseek.folder
     perf = load_run(Path(runs["performance"].run_dir))
     assert perf.validity == "VALID" and perf.generated_samples_per_query >= 4388, deepseek.output[-4000:]  # mlperf.conf
@@ -156,9 +159,9 @@ def test_the_two_rehearsals_curate_into_one_rehearsal_tree(gpt: Rehearsal, deeps
     assert "a dress rehearsal's tree: never packaged" in done.output and "next: podium package" not in done.output
     root = out / "submission"
     results = root / "closed" / "Podium" / "results"
-    assert sorted(p.relative_to(results).as_posix() for p in results.glob("*/*/*")) == [DS_OFFLINE, GPT_OFFLINE]
+    assert sorted(p.relative_to(results).as_posix() for p in results.glob("*/*/*")) == [GPT_OFFLINE, DS_OFFLINE]
     assert sorted(p.name for p in (root / "closed" / "Podium" / "systems").iterdir()) == [
-        "rehearsal-b200x8-slurm.json", "rehearsal-gb200x4-k8s.json"]
+        "rehearsal-gb200x4-k8s.json", "rehearsal-mi355x-sglang-k8s-n1.json"]
     record = json.loads((out / "curation.json").read_text())
     assert record["profile"] == "rehearsal" and {c["run_id"] for c in record["chosen"]} == {
         gpt.folder.name, deepseek.folder.name}
@@ -169,6 +172,7 @@ def test_the_two_rehearsals_curate_into_one_rehearsal_tree(gpt: Rehearsal, deeps
     apart = [_errors(r.tree, inference_src) for r in (gpt, deepseek)]
     official, podium = _errors(root, inference_src)
     assert official == sorted(apart[0][0] + apart[1][0]), official
-    assert [sum(system in e for e in official) for system in ("rehearsal-gb200x4-k8s", "rehearsal-b200x8-slurm")] == [
-        3, 5], official   # the missing Server of each, and the accuracy run's 220 samples of 4388
+    systems = [scenario.split("/")[0] for scenario in (GPT_OFFLINE, DS_OFFLINE)]
+    assert [sum(system in e for e in official) for system in systems] == [3, 5], official
+    # (the missing Server of each system, and the accuracy run's 220 samples of 4388)
     assert podium == sorted(apart[0][1] + apart[1][1]), podium
