@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -67,10 +69,19 @@ def test_fast_client_gives_the_old_paths_tokens_on_the_smoke_engine(smoke_server
         assert f.engine_tokens == usage
 
 
+def _thread_cpu_s(native_id: int) -> float:
+    """CPU seconds a thread of this process has used (Linux: /proc/self/task/ID/stat, utime + stime)."""
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_offline_burst_over_max_concurrency_runs_at_the_servers_rate() -> None:
-    """935 requests at once, 64 on the wire: the old client's httpx pool queue served 40.7 q/s of the 69.5 the
-    server's model gives for this burst (docs/performance.md); the semaphore in front of the connections serves
-    it at the model's rate. The server runs in this process, as in `podium search` on the CPU."""
+    """935 requests at once, 64 on the wire. An httpx client whose pool queues the 871 beyond its connections spends
+    its time on the pool's bookkeeping: 19.4 CPU-s on the client's thread for the 0.72 the server's took (27 times),
+    40.3 q/s of the 69.5 the server's model gives (docs/performance.md). Podium's client, with a semaphore in front
+    of the connections, takes about half the server's CPU and keeps the wire full. CPU time, not wall time, is the
+    measure: a busy machine slows both threads, not the work either does. The server runs in a thread of this
+    process, as in `podium search` on the CPU."""
     from tasks.engines.simulated import server as testing
     from tasks.engines.simulated.queueing import SimConfig, replay
 
@@ -83,18 +94,22 @@ def test_offline_burst_over_max_concurrency_runs_at_the_servers_rate() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
 
+    before = {t.native_id for t in threading.enumerate()}
     with testing.running(config, port, chunk_tokens=5) as url:
+        [server_thread] = [t.native_id for t in threading.enumerate() if t.native_id not in before]
         endpoint = Endpoint(url, "simulated", accepts_token_ids=True, returns_token_ids=True)
 
-        async def main() -> tuple[float, list, int]:
+        async def main() -> tuple[float, list, int, float, float]:
             client = CompletionClient(endpoint, max_tokens=16, temperature=0.0, max_concurrency=64)
-            started = time.monotonic()
+            started, client_cpu, server_cpu = time.monotonic(), time.thread_time(), _thread_cpu_s(server_thread)
             results = await asyncio.gather(*[client.complete((1, 2, i)) for i in range(count)])
             elapsed = time.monotonic() - started
+            client_cpu, server_cpu = time.thread_time() - client_cpu, _thread_cpu_s(server_thread) - server_cpu
             await client.aclose()
-            return count / elapsed, results, client.http.peak_open
+            return count / elapsed, results, client.http.peak_open, client_cpu, server_cpu
 
-        qps, results, peak = asyncio.run(main())
+        qps, results, peak, client_cpu, server_cpu = asyncio.run(main())
+    print(f"{qps:.1f} q/s of the model's {model_qps:.1f}; CPU: client {client_cpu:.2f} s, server {server_cpu:.2f} s")
     assert all(r.error is None and len(r.tokens) == 16 for r in results)
     assert peak == 64
-    assert qps >= 0.85 * model_qps, f"{qps:.1f} q/s against the model's {model_qps:.1f}"
+    assert server_cpu > 0 and client_cpu <= 3 * server_cpu, (client_cpu, server_cpu)
