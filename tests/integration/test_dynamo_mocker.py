@@ -84,9 +84,11 @@ def _check_the_workers_were_sampled(lines: list[dict]) -> None:
 
 def _check_the_kv_gauge_moved_under_load(load: dict, lines: list[dict]) -> None:
     """Under the load dynamo_netns keeps in flight until it moves, the decode worker's KV use, sampled as a run's
-    is, rises above 0 and stays a fraction; the frontend counted the requests running meanwhile."""
+    is, rises above 0 and stays a fraction. The frontend's running count is judged on the run's own samples
+    (_check_the_workers_were_sampled), not here: the load stops once the gauge moves, and on a busy machine the
+    gauge, updated on the mocker's own cadence, can move after the last sample that caught a request running (a CI
+    run saw every sample of this load at 0 running)."""
     assert load["completed"] > 0 and load["errors"] == [], load
     samples = [x for x in lines if x["kind"] == "sample"]
     kv = [v for x in samples if (v := x.get("workers", {}).get("decode-0", {}).get("kv_cache")) is not None]
     assert kv and max(kv) > 0 and all(0 <= v <= 1 for v in kv), (load, kv)
-    assert max(x.get("engine", {}).get("running", 0) for x in samples) > 0
